@@ -1,0 +1,166 @@
+/* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, in pure
+ * C with no BPF helpers. The same code is compiled into the BPF programs and into the C++
+ * library, so what the tests check in user space is what runs in the kernel.
+ *
+ * Representation (see tricolor_abi.h): tokens are integers in nano-units, 10^-9 bit in byte mode
+ * (so 1 byte = 8*10^9 tokens) and 10^-9 packet in packet mode. A bucket of rate R bit/s gains
+ * exactly R*dt tokens in dt ns: the fluid model of SPEC §1 with nothing rounded, so there is no
+ * drift over any run length. The only per-packet arithmetic is compare, add, subtract and one
+ * multiply; the divisions (the fill times) happen once, at configuration time.
+ *
+ * Overflow: with rates <= 10^12 and sizes <= 2^30 bytes, a bucket holds at most 8.6e18 tokens and
+ * an srtcm pair 1.72e19 < 2^64. A refill never multiplies a gap longer than the time to fill
+ * the bucket from empty (c_fill_ns), so R*dt < size; longer gaps, up to 2^64 ns (584 years),
+ * just fill it. Every addition compares against the room left first, so no sum can wrap.
+ *
+ * Time: tokens are exact as of state->last_ns, the newest arrival seen. An arrival stamped
+ * earlier than that (clocks of two CPUs, a trace out of order) adds nothing and does not move
+ * last_ns back, so the same interval is never credited twice. */
+#ifndef TRICOLOR_METER_H
+#define TRICOLOR_METER_H
+
+#include "tricolor_abi.h"
+
+#ifdef __bpf__
+#define TC_METER_INLINE static __always_inline
+#else
+#define TC_METER_INLINE static inline
+#endif
+
+/* Adds @add tokens to a bucket of capacity @size; returns the part that did not fit. */
+TC_METER_INLINE __u64 tc_bucket_add(__u64 *tokens, __u64 size, __u64 add) {
+    __u64 room = size - *tokens;
+
+    if (add <= room) {
+        *tokens += add;
+        return 0;
+    }
+    *tokens = size;
+    return add - room;
+}
+
+/* One independently refilled bucket (trtcm C and P, rfc4115 C and E). */
+TC_METER_INLINE void tc_bucket_refill(__u64 *tokens, __u64 size, __u64 rate, __u64 fill_ns,
+                                      __u64 dt) {
+    if (rate == 0)
+        return;
+    if (dt >= fill_ns)
+        *tokens = size;
+    else
+        tc_bucket_add(tokens, size, dt * rate); /* dt < fill_ns => dt*rate < size */
+}
+
+/* Brings both buckets forward to @now_ns. */
+TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct tc_meter_state *st,
+                                     __u64 now_ns) {
+    __u64 dt;
+
+    if (now_ns <= st->last_ns)
+        return;
+    dt = now_ns - st->last_ns;
+    st->last_ns = now_ns;
+
+    if (cfg->algo == TC_ALGO_SRTCM) {
+        /* One token stream at CIR: C first, what overflows C into E. */
+        if (dt >= cfg->c_fill_ns) {
+            st->c_tokens = cfg->c_size;
+            st->e_tokens = cfg->e_size;
+            return;
+        }
+        tc_bucket_add(&st->e_tokens, cfg->e_size,
+                      tc_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
+        return;
+    }
+    tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
+    tc_bucket_refill(&st->e_tokens, cfg->e_size, cfg->e_rate, cfg->e_fill_ns, dt);
+}
+
+/* Tokens a packet of @len metered bytes costs. */
+TC_METER_INLINE __u64 tc_meter_cost(const struct tc_meter_config *cfg, __u32 len) {
+    if (cfg->flags & TC_METER_F_PACKET_MODE)
+        return cfg->unit_tokens;
+    if (len > TC_METER_MAX_LEN)
+        len = TC_METER_MAX_LEN; /* still larger than any bucket, and len*8e9 fits */
+    return (__u64)len * cfg->unit_tokens;
+}
+
+/* Buckets are full when a flow's first packet arrives (SPEC §1). */
+TC_METER_INLINE void tc_meter_start(const struct tc_meter_config *cfg, struct tc_meter_state *st,
+                                    __u64 now_ns) {
+    st->last_ns = now_ns;
+    st->c_tokens = cfg->c_size;
+    st->e_tokens = cfg->e_size;
+}
+
+/* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color
+ * (ignored unless the meter is colour-aware) and takes its tokens. Returns enum tc_color.
+ * Colour-blind marking is colour-aware marking of a green packet, for all three algorithms. */
+TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc_meter_state *st,
+                                    __u64 now_ns, __u32 len, __u32 in_color) {
+    __u64 cost;
+
+    tc_meter_refill(cfg, st, now_ns);
+    cost = tc_meter_cost(cfg, len);
+    if (!(cfg->flags & TC_METER_F_COLOR_AWARE) || in_color > TC_RED)
+        in_color = TC_GREEN;
+
+    if (cfg->algo == TC_ALGO_TRTCM) {
+        /* e is the peak bucket P. */
+        if (in_color == TC_RED || st->e_tokens < cost)
+            return TC_RED;
+        if (in_color == TC_YELLOW || st->c_tokens < cost) {
+            st->e_tokens -= cost;
+            return TC_YELLOW;
+        }
+        st->e_tokens -= cost;
+        st->c_tokens -= cost;
+        return TC_GREEN;
+    }
+
+    /* srtcm and rfc4115 mark alike; they differ only in how E refills. */
+    if (in_color == TC_GREEN && st->c_tokens >= cost) {
+        st->c_tokens -= cost;
+        return TC_GREEN;
+    }
+    if (in_color != TC_RED && st->e_tokens >= cost) {
+        st->e_tokens -= cost;
+        return TC_YELLOW;
+    }
+    return TC_RED;
+}
+
+#ifndef __bpf__
+/* Configuration time only (it divides): fills @cfg from parameters already validated against
+ * the limits in tricolor_abi.h. Rates are in bit/s (packet/s), sizes in bytes (packets).
+ * @second_rate/@second_size are EIR/EBS (rfc4115), PIR/PBS (trtcm), or 0/EBS (srtcm). */
+TC_METER_INLINE __u64 tc_fill_ns(__u64 size_tokens, __u64 rate) {
+    /* Smallest dt with dt*rate >= size: any gap this long fills the bucket from empty. */
+    if (rate == 0)
+        return ~0ull;
+    return size_tokens / rate + (size_tokens % rate != 0);
+}
+
+TC_METER_INLINE void tc_meter_config_init(struct tc_meter_config *cfg, __u32 algo, __u32 flags,
+                                          __u64 cir, __u64 cbs, __u64 second_rate,
+                                          __u64 second_size) {
+    __u64 unit = (flags & TC_METER_F_PACKET_MODE) ? TC_TOKENS_PER_PACKET : TC_TOKENS_PER_BYTE;
+
+    cfg->algo = algo;
+    cfg->flags = flags;
+    cfg->unit_tokens = unit;
+    cfg->c_rate = cir;
+    cfg->c_size = cbs * unit;
+    cfg->e_size = second_size * unit;
+    if (algo == TC_ALGO_SRTCM) {
+        cfg->e_rate = 0;
+        cfg->c_fill_ns = tc_fill_ns(cfg->c_size + cfg->e_size, cir);
+        cfg->e_fill_ns = ~0ull;
+    } else {
+        cfg->e_rate = second_rate;
+        cfg->c_fill_ns = tc_fill_ns(cfg->c_size, cir);
+        cfg->e_fill_ns = tc_fill_ns(cfg->e_size, second_rate);
+    }
+}
+#endif /* !__bpf__ */
+
+#endif /* TRICOLOR_METER_H */

@@ -1,0 +1,31 @@
+/* replay.bpf.c: the meter as BPF bytecode, for `tricolorctl replay --engine bpf`.
+ * The replay synthesizes, for each traced packet, a frame of a 14-byte Ethernet header followed
+ * by the traced number of bytes, sets the test clock and the incoming colour, and runs this
+ * program with BPF_PROG_TEST_RUN. xdp.frags lets frames up to 64 KiB arrive as multi-buffer
+ * XDP, whose full length the program meters, as the data path does. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "tricolor_abi.h"
+#include "meter.h"
+#include "clock.h"
+
+#define TC_ETH_HLEN 14
+
+struct tc_replay_io replay = {};
+
+SEC("xdp.frags")
+int tricolor_replay(struct xdp_md *ctx) {
+    __u64 now_ns = tc_now_ns();
+    __u64 frame_len = bpf_xdp_get_buff_len(ctx);
+    __u32 len = frame_len > TC_ETH_HLEN ? (__u32)(frame_len - TC_ETH_HLEN) : 0;
+
+    if (!replay.started) {
+        tc_meter_start(&replay.config, &replay.state, now_ns);
+        replay.started = 1;
+    }
+    replay.out_color = tc_meter_mark(&replay.config, &replay.state, now_ns, len, replay.in_color);
+    return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,37 @@
+// tricolorctl: the command-line tool. Exit codes (SPEC §7): 0 done, 1 refused, 2 bad usage.
+#include "replay_cmd.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+int main(int argc, char **argv) {
+    CLI::App app{"tricolor: exact three-colour traffic policing on eBPF", "tricolorctl"};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "Show help for every command");
+
+    tricolor::cli::ReplayOptions replay;
+    tricolor::cli::add_replay_command(app, replay);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        app.exit(e);
+        return tricolor::cli::kExitUsage;
+    }
+    try {
+        if (app.got_subcommand("replay"))
+            return tricolor::cli::run_replay_command(replay);
+    } catch (const std::exception &e) {
+        std::cerr << "tricolorctl: " << e.what() << "\n";
+        return tricolor::cli::kExitRefused;
+    }
+    return tricolor::cli::kExitUsage;
+}

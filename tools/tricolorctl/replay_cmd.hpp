@@ -1,0 +1,27 @@
+// replay_cmd.hpp: `tricolorctl replay` (SPEC §2).
+#pragma once
+
+#include "tricolor/meter.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+namespace tricolor::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRefused = 1;
+inline constexpr int kExitUsage = 2;
+
+struct ReplayOptions {
+    MeterSpec meter;
+    std::string engine = "model";
+    std::string file;
+};
+
+void add_meter_flags(CLI::App &cmd, MeterSpec &spec);
+void add_replay_command(CLI::App &app, ReplayOptions &options);
+int run_replay_command(const ReplayOptions &options);
+
+} // namespace tricolor::cli

@@ -1,0 +1,104 @@
+// meter.hpp: meter parameters as a user states them, their validation (SPEC §1), and the model
+// meter: the C code of bpf/lib/meter.h compiled into the library, so user space and the kernel
+// run the same arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tricolor/units.hpp"
+
+extern "C" {
+#include "meter.h"
+}
+
+namespace tricolor {
+
+enum class Algo : uint32_t {
+    srtcm = TC_ALGO_SRTCM,
+    trtcm = TC_ALGO_TRTCM,
+    rfc4115 = TC_ALGO_RFC4115,
+};
+enum class Color : uint32_t {
+    green = TC_GREEN,
+    yellow = TC_YELLOW,
+    red = TC_RED,
+};
+
+std::string_view to_string(Algo algo);
+std::string_view to_string(Color color);
+std::optional<Algo> parse_algo(std::string_view text);
+std::optional<Color> parse_color(std::string_view text);
+
+// Rates in bit/s and sizes in bytes; in packet mode, packets/s and packets. A parameter the
+// user did not give is empty, so validation can tell "0" from "absent".
+struct MeterParams {
+    Algo algo = Algo::srtcm;
+    uint64_t cir = 0;
+    uint64_t cbs = 0;
+    std::optional<uint64_t> ebs; // srtcm, rfc4115 (default 0)
+    std::optional<uint64_t> pir; // trtcm (required)
+    std::optional<uint64_t> pbs; // trtcm (required)
+    std::optional<uint64_t> eir; // rfc4115 (default 0)
+    bool color_aware = false;
+    bool packet_mode = false;
+};
+
+struct Validation {
+    std::vector<std::string> errors;   // any error: nothing may be applied
+    std::vector<std::string> warnings; // legal but probably not meant
+    bool ok() const { return errors.empty(); }
+};
+
+// The one validation every entry point (CLI, config file, control socket) goes through.
+Validation validate(const MeterParams &params);
+
+// Meter parameters as text, as the CLI, the config file and the control socket receive them
+// ("10mbit", "15k"); in packet mode rates are packets/s and sizes packets.
+struct MeterSpec {
+    std::string algo;
+    std::string cir, cbs;
+    std::optional<std::string> ebs, pir, pbs, eir;
+    bool color_aware = false;
+    bool packet_mode = false;
+};
+
+struct ParsedMeter {
+    MeterParams params;
+    std::vector<std::string> warnings;
+};
+
+// Parses every value and validates the whole; the error lists every problem, one a line, each
+// naming the parameter and the value.
+Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec);
+
+// Precomputes the per-packet configuration. Precondition: validate(params).ok().
+tc_meter_config make_meter_config(const MeterParams &params);
+
+// One bucket pair driven by the shared C code.
+class Meter {
+  public:
+    explicit Meter(const tc_meter_config &config) : config_(config) {}
+
+    Color mark(uint64_t now_ns, uint32_t len, Color in = Color::green) {
+        if (!started_) {
+            tc_meter_start(&config_, &state_, now_ns);
+            started_ = true;
+        }
+        return static_cast<Color>(
+            tc_meter_mark(&config_, &state_, now_ns, len, static_cast<uint32_t>(in)));
+    }
+    const tc_meter_config &config() const { return config_; }
+    const tc_meter_state &state() const { return state_; }
+    bool started() const { return started_; }
+
+  private:
+    tc_meter_config config_;
+    tc_meter_state state_{};
+    bool started_ = false;
+};
+
+} // namespace tricolor

@@ -1,0 +1,29 @@
+// units.hpp: rates and sizes as tc(8) writes them (SPEC §4), parsed exactly.
+// Every parser returns the value in the base unit or an error message that names the text.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace tricolor {
+
+template <typename T>
+using Result = std::expected<T, std::string>;
+
+// Bits per second: bare or "bit"; kbit..tbit (x1000); kibit..tibit (x1024); bps..tbps and
+// kibps..tibps are bytes per second. Suffixes match case-insensitively, as in tc.
+Result<uint64_t> parse_rate(std::string_view text);
+// Packets per second (packet mode): bare or "pps"; kpps, mpps, gpps (x1000).
+Result<uint64_t> parse_packet_rate(std::string_view text);
+// Bytes: bare or "b"; k/kb, m/mb, g/gb (x1024).
+Result<uint64_t> parse_size(std::string_view text);
+// Packets (packet mode sizes): a bare whole number, or with "pkt".
+Result<uint64_t> parse_packet_count(std::string_view text);
+
+// Human forms for messages and tables: the largest exact tc unit ("1500b", "10mbit").
+std::string format_rate(uint64_t bits_per_s);
+std::string format_size(uint64_t bytes);
+
+} // namespace tricolor

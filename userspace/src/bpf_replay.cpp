@@ -1,0 +1,91 @@
+// bpf_replay.cpp: the replay's BPF engine. The program's globals live in the skeleton's .bss,
+// which libbpf mmaps, so setting the clock and incoming colour before each run is a store, not
+// a syscall: one BPF_PROG_TEST_RUN per packet is the whole cost.
+#include "tricolor/replay.hpp"
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+
+#include "tricolor_abi.h"
+#include "replay.skel.h"
+
+namespace tricolor {
+namespace {
+
+constexpr size_t kEthHeader = 14;
+
+int print_libbpf(enum libbpf_print_level level, const char *format, va_list args) {
+    if (level == LIBBPF_DEBUG || level == LIBBPF_INFO)
+        return 0;
+    std::fputs("libbpf: ", stderr);
+    return std::vfprintf(stderr, format, args);
+}
+
+std::string errno_text(int err) {
+    return std::strerror(err < 0 ? -err : err);
+}
+
+} // namespace
+
+void quiet_libbpf_logging() {
+    libbpf_set_print(print_libbpf);
+}
+
+struct BpfEngine::Impl {
+    replay *skel = nullptr;
+    int prog_fd = -1;
+    std::vector<uint8_t> frame;
+
+    ~Impl() { replay::destroy(skel); }
+};
+
+BpfEngine::BpfEngine(const tc_meter_config &config) : impl_(std::make_unique<Impl>()) {
+    impl_->skel = replay::open();
+    if (!impl_->skel)
+        throw std::runtime_error(
+            fmt::format("cannot open the BPF replay program: {}", errno_text(errno)));
+    impl_->skel->rodata->tc_test_clock = 1;
+    if (int err = replay::load(impl_->skel); err < 0) {
+        std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
+        throw std::runtime_error(
+            fmt::format("cannot load the BPF replay program: {}{}", errno_text(err), hint));
+    }
+    impl_->prog_fd = bpf_program__fd(impl_->skel->progs.tricolor_replay);
+    auto &io = impl_->skel->bss->replay;
+    io = {};
+    io.config = config;
+    // A fixed frame: an Ethernet header (IPv4 ethertype) and zeroes, of the largest length.
+    impl_->frame.assign(kEthHeader + kMaxTracePacket, 0);
+    impl_->frame[12] = 0x08;
+}
+
+BpfEngine::~BpfEngine() = default;
+
+Color BpfEngine::mark(const TracePacket &p) {
+    auto *bss = impl_->skel->bss;
+    bss->tc_test_clock_ns = p.time_ns;
+    bss->replay.in_color = static_cast<uint32_t>(p.color);
+
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = impl_->frame.data(),
+                .data_size_in = static_cast<uint32_t>(kEthHeader + p.bytes), .repeat = 1);
+    if (int err = bpf_prog_test_run_opts(impl_->prog_fd, &opts); err < 0)
+        throw std::runtime_error(fmt::format("BPF_PROG_TEST_RUN of a {}-byte packet failed: {}",
+                                             p.bytes, errno_text(err)));
+    if (opts.retval != XDP_PASS)
+        throw std::runtime_error(
+            fmt::format("the BPF replay program returned {}, not XDP_PASS", opts.retval));
+    return static_cast<Color>(bss->replay.out_color);
+}
+
+tc_meter_state BpfEngine::state() const {
+    return impl_->skel->bss->replay.state;
+}
+
+} // namespace tricolor
