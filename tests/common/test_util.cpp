@@ -1,0 +1,137 @@
+// test_util.cpp: see test_util.hpp.
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tricolor::test {
+
+std::string read_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error("cannot read " + path);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::vector<Vector> load_vectors() {
+    namespace fs = std::filesystem;
+    std::vector<Vector> out;
+    for (const auto &entry : fs::directory_iterator(TRICOLOR_VECTOR_DIR)) {
+        if (entry.path().extension() != ".args")
+            continue;
+        Vector v;
+        v.name = entry.path().stem().string();
+        std::istringstream args(read_file(entry.path().string()));
+        for (std::string word; args >> word;)
+            v.args.push_back(word);
+        auto base = entry.path().parent_path() / v.name;
+        v.trace_path = base.string() + ".trace";
+        v.expected = read_file(base.string() + ".expected");
+        out.push_back(std::move(v));
+    }
+    std::ranges::sort(out, {}, &Vector::name);
+    return out;
+}
+
+MeterSpec spec_from_args(const std::vector<std::string> &args) {
+    MeterSpec spec;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &flag = args[i];
+        if (flag == "--color-aware") {
+            spec.color_aware = true;
+            continue;
+        }
+        if (flag == "--packet-mode") {
+            spec.packet_mode = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw std::runtime_error("vector flag without a value: " + flag);
+        const std::string &value = args[++i];
+        if (flag == "--algo")
+            spec.algo = value;
+        else if (flag == "--cir")
+            spec.cir = value;
+        else if (flag == "--cbs")
+            spec.cbs = value;
+        else if (flag == "--ebs")
+            spec.ebs = value;
+        else if (flag == "--pir")
+            spec.pir = value;
+        else if (flag == "--pbs")
+            spec.pbs = value;
+        else if (flag == "--eir")
+            spec.eir = value;
+        else
+            throw std::runtime_error("unknown vector flag: " + flag);
+    }
+    return spec;
+}
+
+RunResult run_command(const std::vector<std::string> &argv, const std::string &input) {
+    // Temporary files rather than pipes: no deadlock whatever the command prints.
+    char in_path[] = "/tmp/tricolor-test-in-XXXXXX";
+    char out_path[] = "/tmp/tricolor-test-out-XXXXXX";
+    char err_path[] = "/tmp/tricolor-test-err-XXXXXX";
+    int in_fd = mkstemp(in_path), out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+    if (in_fd < 0 || out_fd < 0 || err_fd < 0)
+        throw std::runtime_error("mkstemp failed");
+    if (write(in_fd, input.data(), input.size()) != static_cast<ssize_t>(input.size()))
+        throw std::runtime_error("cannot write the command's input");
+    lseek(in_fd, 0, SEEK_SET);
+
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in_fd, 0);
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        std::vector<char *> args;
+        for (const auto &a : argv)
+            args.push_back(const_cast<char *>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = read_file(out_path);
+    r.err = read_file(err_path);
+    for (int fd : {in_fd, out_fd, err_fd})
+        close(fd);
+    for (const char *p : {in_path, out_path, err_path})
+        unlink(p);
+    return r;
+}
+
+bool is_root() {
+    return geteuid() == 0;
+}
+
+std::string first_difference(const std::string &actual, const std::string &expected) {
+    std::istringstream a(actual), e(expected);
+    std::string la, le;
+    for (size_t line = 1;; ++line) {
+        bool more_a = static_cast<bool>(std::getline(a, la));
+        bool more_e = static_cast<bool>(std::getline(e, le));
+        if (!more_a && !more_e)
+            return "";
+        if (more_a != more_e || la != le)
+            return "line " + std::to_string(line) + ": got '" + (more_a ? la : "<end>") +
+                   "', expected '" + (more_e ? le : "<end>") + "'";
+    }
+}
+
+} // namespace tricolor::test

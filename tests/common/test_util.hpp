@@ -1,0 +1,46 @@
+// test_util.hpp: helpers shared by the test suites: the conformance vectors, running a command
+// with captured output, and the privilege check for tests that load BPF programs.
+#pragma once
+
+#include "tricolor/meter.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tricolor::test {
+
+std::string read_file(const std::string &path);
+
+struct Vector {
+    std::string name;
+    std::vector<std::string> args; // the replay flags, split on white space
+    std::string trace_path;
+    std::string expected; // the whole expected output
+};
+// Every NAME.args in tests/vectors, sorted by name.
+std::vector<Vector> load_vectors();
+// The replay flags of a vector as the library's textual meter spec.
+MeterSpec spec_from_args(const std::vector<std::string> &args);
+
+struct RunResult {
+    int exit_code = -1;
+    std::string out;
+    std::string err;
+};
+// Runs argv[0] with @input on stdin; waits for it.
+RunResult run_command(const std::vector<std::string> &argv, const std::string &input = "");
+
+bool is_root();
+
+// Empty when equal; otherwise the first differing line of each, numbered, so a failing vector
+// points at its packet instead of printing two whole outputs.
+std::string first_difference(const std::string &actual, const std::string &expected);
+
+} // namespace tricolor::test
+
+// Tests that load BPF programs need root (or CAP_BPF); without it they are skipped, not failed.
+#define TRICOLOR_REQUIRE_ROOT()                                                                    \
+    do {                                                                                           \
+        if (!::tricolor::test::is_root())                                                          \
+            GTEST_SKIP() << "needs root to load BPF programs";                                     \
+    } while (0)
