@@ -14,7 +14,7 @@ PACKAGES=(
     clang llvm bpftool libbpf-dev linux-libc-dev # BPF programs and skeletons
     libelf-dev zlib1g-dev                       # libbpf's link dependencies
     libcli11-dev libfmt-dev                     # tricolorctl
-    libgtest-dev                                # tests
+    libgtest-dev libgmock-dev                   # tests
     iproute2                                    # test labs
 )
 
