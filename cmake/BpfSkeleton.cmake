@@ -30,7 +30,7 @@ function(tricolor_bpf_skeleton name src)
   endif()
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} -g -O2 -target bpf -Wall -Werror -D__TARGET_ARCH_${BPF_TARGET_ARCH}
+    COMMAND ${BPF_CLANG} -g -O2 -target bpf -mcpu=v3 -Wall -Werror -D__TARGET_ARCH_${BPF_TARGET_ARCH}
             ${BPF_INCLUDES} -MD -MF ${obj}.d -c ${CMAKE_CURRENT_SOURCE_DIR}/${src} -o ${obj}
     ${strip_cmd}
     DEPENDS ${src}

@@ -71,4 +71,144 @@ struct tc_replay_io {
     __u32 pad;
 };
 
+/* ---- Data path (bpf/tricolor.bpf.c) ------------------------------------------------------- */
+
+#define TC_MAX_POLICIES 16384    /* policy ids 0..TC_MAX_POLICIES-1 */
+#define TC_MAX_MASKS 64          /* distinct match shapes in one policy set */
+#define TC_MAX_RULES 131072      /* classifier entries, both sets together */
+#define TC_DEFAULT_FLOWS 1048576 /* per-key flow table capacity unless set at load */
+#define TC_NR_SETS 2             /* policy sets: one active, one being built */
+#define TC_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
+
+/* What a policy can match, extracted from the packet. IPv4 addresses are stored as IPv4-mapped
+ * IPv6 (::ffff:a.b.c.d) so one layout serves both families; ports are in host order so that
+ * ranges expand to prefixes. 48 bytes, viewed as 12 words when masked. */
+struct tc_class_key {
+    __u32 ifindex;
+    __u16 vlan;  /* outer VLAN id, 0 when untagged */
+    __u8 dscp;   /* DS field >> 2 */
+    __u8 proto;  /* IP protocol (IPv6: the upper-layer header after extensions) */
+    __u16 sport; /* host order; 0 when the packet carries no ports */
+    __u16 dport;
+    __u8 flags; /* TC_KEY_F_* */
+    __u8 pad[3];
+    __u32 src[4]; /* network order */
+    __u32 dst[4];
+};
+#define TC_CLASS_KEY_WORDS 12
+
+#define TC_KEY_F_IPV6 0x1u  /* the packet is IPv6 (addresses are not mapped IPv4) */
+#define TC_KEY_F_PORTS 0x2u /* sport/dport are the packet's (not a later fragment, not portless)   \
+                             */
+
+/* A classifier entry: one mask's masked key in one policy set. */
+struct tc_rule_key {
+    __u32 set_mask; /* set << 16 | mask index */
+    struct tc_class_key key;
+};
+
+struct tc_rule {
+    __u32 slot; /* index of the policy's config in tc_policy_cfg for this set */
+    __u32 rank; /* total order of the set's policies: lower wins (priority, then specificity) */
+};
+
+struct tc_mask {
+    struct tc_class_key mask;
+    __u32 min_rank; /* best rank of any rule under this mask: masks are probed in this order */
+    __u32 pad;
+};
+
+struct tc_set_info {
+    __u32 n_masks;
+    __u32 n_policies;
+};
+
+/* What to do with a packet of one colour. */
+enum tc_action_kind {
+    TC_ACT_KIND_PASS = 0,
+    TC_ACT_KIND_DROP = 1,
+    TC_ACT_KIND_DSCP = 2,     /* value: DSCP 0..63 */
+    TC_ACT_KIND_MARK = 3,     /* tc only; value: skb->mark */
+    TC_ACT_KIND_PRIORITY = 4, /* tc only; value: skb->priority (a classid MAJ:MIN is MAJ<<16|MIN) */
+};
+
+struct tc_action {
+    __u32 kind; /* enum tc_action_kind */
+    __u32 value;
+};
+
+/* How a policy splits traffic into buckets. */
+enum tc_per {
+    TC_PER_AGGREGATE = 0,
+    TC_PER_SRC = 1, /* per source address, masked to prefix4/prefix6 */
+    TC_PER_DST = 2,
+    TC_PER_5TUPLE = 3,
+};
+
+enum tc_length_mode {
+    TC_LEN_L3 = 0, /* the IP packet, as the RFCs define it */
+    TC_LEN_L2 = 1, /* from the Ethernet header */
+};
+
+/* A policy's configuration, as the data path reads it. */
+struct tc_policy {
+    struct tc_meter_config meter;
+    __u64 color_map[2]; /* colour-aware: incoming colour of DSCP d is bits 2(d%32)..+1 of [d/32] */
+    struct tc_action action[TC_NR_COLORS];
+    __u32 policy_id;  /* stable identity: indexes counters and aggregate state */
+    __u8 per;         /* enum tc_per */
+    __u8 prefix4;     /* TC_PER_SRC/DST: IPv4 prefix length of the key */
+    __u8 prefix6;     /* and IPv6 */
+    __u8 length_mode; /* enum tc_length_mode */
+    __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
+    __u32 pad;
+};
+
+/* Packets and bytes per colour. */
+struct tc_counters {
+    __u64 packets[TC_NR_COLORS];
+    __u64 bytes[TC_NR_COLORS];
+};
+
+/* Key of the per-flow table; fields the policy's `per` does not use are zero. */
+struct tc_flow_key {
+    __u32 policy_id;
+    __u8 proto;
+    __u8 pad;
+    __u16 sport;
+    __u16 dport;
+    __u16 pad2;
+    __u32 src[4];
+    __u32 dst[4];
+};
+
+#define TC_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
+
+/* A bucket pair with its lock and counters: the value of the flow table and of the
+ * aggregate-state array. 32 bytes of state (lock, flags, meter) and 48 of counters. */
+struct tc_flow {
+    __u32 lock; /* 0 free, 1 held: taken with cmpxchg, released with xchg */
+    __u32 flags;
+    struct tc_meter_state meter;
+    struct tc_counters counters;
+};
+
+/* Per-CPU counters of traffic that no policy metered. */
+struct tc_global_counters {
+    __u64 unclassified_packets; /* IP traffic no policy matched */
+    __u64 unclassified_bytes;
+    __u64 non_ip_packets; /* not IPv4/IPv6 (ARP, LLDP, ...) */
+    __u64 non_ip_bytes;
+    __u64 malformed_packets; /* truncated or invalid headers */
+    __u64 malformed_bytes;
+    __u64 table_full;    /* packets of new flows metered in the aggregate bucket: flow table full */
+    __u64 lock_timeouts; /* packets coloured red because a flow lock stayed taken */
+};
+
+/* Runtime settings the daemon writes into the program's .bss. */
+struct tc_runtime {
+    __u32 active_set;     /* 0 or 1 */
+    __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */
+};
+
 #endif /* TRICOLOR_ABI_H */

@@ -99,6 +99,11 @@ TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc
                                     __u64 now_ns, __u32 len, __u32 in_color) {
     __u64 cost;
 
+    /* A policy update may have shrunk the buckets: tokens are kept, capped to the new sizes. */
+    if (st->c_tokens > cfg->c_size)
+        st->c_tokens = cfg->c_size;
+    if (st->e_tokens > cfg->e_size)
+        st->e_tokens = cfg->e_size;
     tc_meter_refill(cfg, st, now_ns);
     cost = tc_meter_cost(cfg, len);
     if (!(cfg->flags & TC_METER_F_COLOR_AWARE) || in_color > TC_RED)

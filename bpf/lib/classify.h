@@ -1,0 +1,59 @@
+/* classify.h: tuple-space search. Policies with the same match shape (mask) share one hash;
+ * a packet probes one lookup per shape of the active set, in order of the best rank under each
+ * shape, and stops once no later shape can beat what it found. The probe loop runs under
+ * bpf_loop so the verifier checks its body once, whatever the number of shapes. */
+#ifndef TRICOLOR_CLASSIFY_H
+#define TRICOLOR_CLASSIFY_H
+
+#include "maps.h"
+#include "parse.h"
+
+struct tc_probe_ctx {
+    const struct tc_class_key *key;
+    __u32 set;
+    __u32 n_masks;
+    __u32 best_rank;
+    __u32 best_slot;
+};
+
+static long tc_probe_mask(__u32 i, void *arg) {
+    struct tc_probe_ctx *ctx = arg;
+    struct tc_rule_key rk;
+
+    if (i >= ctx->n_masks)
+        return 1;
+    __u32 idx = (ctx->set & 1) * TC_MAX_MASKS + (i & (TC_MAX_MASKS - 1));
+    struct tc_mask *m = bpf_map_lookup_elem(&tc_masks, &idx);
+    if (!m || m->min_rank > ctx->best_rank)
+        return 1; /* shapes are sorted: nothing later can win */
+    const __u32 *words = (const __u32 *)ctx->key;
+    const __u32 *mw = (const __u32 *)&m->mask;
+    __u32 *kw = (__u32 *)&rk.key;
+    rk.set_mask = (ctx->set & 1) << 16 | i;
+#pragma unroll
+    for (int w = 0; w < TC_CLASS_KEY_WORDS; w++)
+        kw[w] = words[w] & mw[w];
+    struct tc_rule *r = bpf_map_lookup_elem(&tc_rules, &rk);
+    if (r && r->rank < ctx->best_rank) {
+        ctx->best_rank = r->rank;
+        ctx->best_slot = r->slot;
+    }
+    return 0;
+}
+
+/* The config of the policy @key falls under in @set, or NULL. */
+static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *key, __u32 set) {
+    set &= 1;
+    struct tc_set_info *info = bpf_map_lookup_elem(&tc_sets, &set);
+    if (!info)
+        return NULL;
+    struct tc_probe_ctx ctx = {
+        .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
+    bpf_loop(TC_MAX_MASKS, tc_probe_mask, &ctx, 0);
+    if (ctx.best_rank == ~0u)
+        return NULL;
+    __u32 idx = set * TC_MAX_POLICIES + (ctx.best_slot & (TC_MAX_POLICIES - 1));
+    return bpf_map_lookup_elem(&tc_policy_cfg, &idx);
+}
+
+#endif /* TRICOLOR_CLASSIFY_H */

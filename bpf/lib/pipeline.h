@@ -1,0 +1,88 @@
+/* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and
+ * tc entry points. The context-specific parts (frame length, GSO, skb fields, verdicts) are
+ * passed in by the caller. */
+#ifndef TRICOLOR_PIPELINE_H
+#define TRICOLOR_PIPELINE_H
+
+#include "maps.h"
+#include "parse.h"
+#include "classify.h"
+#include "flow.h"
+#include "act.h"
+
+struct tc_runtime tc_runtime = {};
+
+/* What the entry point must do after the pipeline. */
+struct tc_verdict {
+    __u32 drop;
+    __u32 kind; /* enum tc_action_kind of the colour's action */
+    __u32 value;
+};
+
+/* The metered length: the IP packet (or the frame, in l2 mode) plus the policy's overhead,
+ * for each of @segs GSO segments (1 for a plain packet), each with its own headers. */
+static __always_inline __u32 tc_metered_len(const struct tc_policy *pol, const struct tc_pkt *p,
+                                            __u32 l3_total, __u32 segs, __u32 l2_extra) {
+    __u32 len = l3_total + (segs - 1) * p->l3l4_hlen;
+    if (pol->length_mode == TC_LEN_L2)
+        len += segs * (p->l3_off + l2_extra);
+    return len + segs * pol->overhead;
+}
+
+/* @l3_total: the IP bytes of the whole (possibly GSO) packet; @segs: segments it will be. */
+static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end, __u32 frame_len,
+                                                     struct tc_pkt *p, __u32 segs, __u32 l2_extra,
+                                                     __u32 gso) {
+    struct tc_verdict v = {};
+    __u32 zero = 0;
+    struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
+    int res = tc_parse(data, data_end, frame_len, p);
+
+    if (res != TC_PARSE_OK) {
+        if (g && res == TC_PARSE_NON_IP) {
+            g->non_ip_packets++;
+            g->non_ip_bytes += frame_len;
+        } else if (g) {
+            g->malformed_packets++;
+            g->malformed_bytes += frame_len;
+        }
+        v.drop = res == TC_PARSE_MALFORMED && tc_runtime.drop_malformed;
+        return v;
+    }
+    /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
+    __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
+
+    struct tc_policy *pol = tc_classify(&p->key, tc_runtime.active_set & 1);
+    if (!pol) {
+        if (g) {
+            g->unclassified_packets++;
+            g->unclassified_bytes += l3_total;
+        }
+        return v;
+    }
+    struct tc_flow *f = tc_flow_find(pol, p, g);
+    if (!f)
+        return v;
+    __u32 len = tc_metered_len(pol, p, l3_total, segs, l2_extra);
+    __u32 in_color = TC_GREEN;
+    if (pol->meter.flags & TC_METER_F_COLOR_AWARE)
+        in_color = tc_color_of_dscp(pol, p->key.dscp);
+    __u32 color = tc_flow_meter(pol, f, len, in_color, g);
+    if (color >= TC_NR_COLORS)
+        color = TC_RED;
+
+    __u32 id = pol->policy_id;
+    struct tc_counters *c = bpf_map_lookup_elem(&tc_policy_stats, &id);
+    if (c) {
+        c->packets[color] += segs;
+        c->bytes[color] += len;
+    }
+    v.kind = pol->action[color].kind;
+    v.value = pol->action[color].value;
+    v.drop = v.kind == TC_ACT_KIND_DROP;
+    if (v.kind == TC_ACT_KIND_DSCP)
+        tc_set_dscp(data, data_end, p, v.value);
+    return v;
+}
+
+#endif /* TRICOLOR_PIPELINE_H */

@@ -1,0 +1,56 @@
+/* tricolor.bpf.c: the data path's entry points. Each is a few lines around the shared pipeline
+ * (lib/pipeline.h): XDP for ingress at the driver, tc (clsact, either direction) for everything
+ * XDP cannot do: skb mark, priority/classid and GSO packets. */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "tricolor_abi.h"
+#include "pipeline.h"
+
+SEC("xdp.frags")
+int tricolor_xdp(struct xdp_md *ctx) {
+    void *data = (void *)(long)ctx->data;
+    void *data_end = (void *)(long)ctx->data_end;
+    struct tc_pkt p = {};
+
+    p.key.ifindex = ctx->ingress_ifindex;
+    /* Multi-buffer frames are charged their full length. */
+    __u32 frame_len = bpf_xdp_get_buff_len(ctx);
+    struct tc_verdict v = tc_pipeline(data, data_end, frame_len, &p, 1, 0, 0);
+    return v.drop ? XDP_DROP : XDP_PASS;
+}
+
+SEC("tc")
+int tricolor_tc(struct __sk_buff *skb) {
+    struct tc_pkt p = {};
+    __u32 segs = 1, gso = 0, l2_extra = 0;
+
+    /* Headers beyond the linear part are pulled in once; 128 bytes hold any header we parse
+     * except long IPv6 extension chains, which then count as malformed. */
+    if (skb->data_end - skb->data < 128 && skb->len > skb->data_end - skb->data)
+        bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128);
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+
+    p.key.ifindex = skb->ifindex;
+    if (skb->vlan_present) {
+        /* An offloaded tag is not in the data; it is the outer one. */
+        p.key.vlan = skb->vlan_tci & 0x0fff;
+        l2_extra = 4;
+    }
+    if (skb->gso_segs > 1) {
+        segs = skb->gso_segs;
+        gso = 1;
+    }
+    struct tc_verdict v = tc_pipeline(data, data_end, skb->len, &p, segs, l2_extra, gso);
+    if (v.drop)
+        return TC_ACT_SHOT;
+    if (v.kind == TC_ACT_KIND_MARK)
+        skb->mark = v.value;
+    else if (v.kind == TC_ACT_KIND_PRIORITY)
+        skb->priority = v.value;
+    return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,573 @@
+// The data path (bpf/tricolor.bpf.c) through BPF_PROG_TEST_RUN: parsing and truncation,
+// classification precedence, metering against the model, actions' output bytes, counters,
+// tc contexts with GSO, policy updates, and two CPUs on one flow.
+#include "packet.hpp"
+#include "test_util.hpp"
+#include "tricolor/datapath.hpp"
+#include "tricolor/replay.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bpf/bpf.h>
+#include <linux/pkt_cls.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <random>
+#include <sstream>
+#include <thread>
+
+using namespace tricolor;
+using test::Packet;
+
+namespace {
+
+constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
+
+Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t cir = 8000000,
+              uint64_t cbs = 3000, uint64_t second = 3000) {
+    Policy p;
+    p.id = id;
+    p.name = std::move(name);
+    p.meter.algo = algo;
+    p.meter.cir = cir;
+    p.meter.cbs = cbs;
+    if (algo == Algo::trtcm) {
+        p.meter.pir = cir * 2;
+        p.meter.pbs = second;
+    } else {
+        p.meter.ebs = second;
+        if (algo == Algo::rfc4115)
+            p.meter.eir = cir;
+    }
+    return p;
+}
+
+Prefix prefix(const char *text) {
+    return parse_prefix(text).value();
+}
+
+class DatapathTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        DatapathOptions o;
+        o.testing = true;
+        o.flow_capacity = 4096;
+        dp = std::make_unique<Datapath>(o);
+        dp->set_clock(1000000000);
+    }
+    void apply(const std::vector<Policy> &ps) {
+        auto r = dp->apply(ps);
+        ASSERT_TRUE(r.has_value()) << r.error();
+    }
+    uint64_t packets(uint32_t id) {
+        auto c = dp->policy_counters()[id];
+        return c.packets[0] + c.packets[1] + c.packets[2];
+    }
+    std::unique_ptr<Datapath> dp;
+};
+
+Packet v4udp() {
+    return Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1000, 2000).payload(100);
+}
+
+// ---- parse ------------------------------------------------------------------------------------
+
+TEST_F(DatapathTest, UnmatchedIpPassesAsUnclassified) {
+    auto r = dp->run_xdp(v4udp().build());
+    EXPECT_EQ(r.retval, kXdpPass);
+    auto g = dp->global_counters();
+    EXPECT_EQ(g.unclassified_packets, 1u);
+    EXPECT_EQ(g.unclassified_bytes, 128u); // IP 20 + UDP 8 + 100
+    EXPECT_EQ(g.malformed_packets, 0u);
+}
+
+TEST_F(DatapathTest, NonIpIsCountedApartAndPasses) {
+    apply({policy(1, "all")});
+    auto r = dp->run_xdp(Packet().ethertype(0x0806).payload(28).build());
+    EXPECT_EQ(r.retval, kXdpPass);
+    EXPECT_EQ(dp->global_counters().non_ip_packets, 1u);
+    EXPECT_EQ(packets(1), 0u);
+}
+
+struct Template {
+    const char *name;
+    Packet packet;
+};
+
+std::vector<Template> templates() {
+    return {
+        {"ipv4 udp", v4udp()},
+        {"ipv4 tcp with options", Packet().ipv4("198.18.0.1", "198.18.0.2").tcp(1, 2, 12)},
+        {"ipv4 options + sctp",
+         Packet().ipv4("198.18.0.1", "198.18.0.2").ip_options(8).sctp(5, 6).payload(4)},
+        {"ipv4 icmp", Packet().ipv4("198.18.0.1", "198.18.0.2").icmp()},
+        {"qinq ipv4 udp",
+         Packet().vlan(100, 0x88a8).vlan(200).ipv4("198.18.0.1", "198.18.0.2").udp(7, 8)},
+        {"ipv6 udp", Packet().ipv6("2001:db8::1", "2001:db8::2").udp(1, 2).payload(10)},
+        {"ipv6 ext chain",
+         Packet().ipv6("2001:db8::1", "2001:db8::2").ext(0, 8).ext(43, 24).ext(60, 16).tcp(3, 4)},
+        {"ipv6 first fragment",
+         Packet().ipv6("2001:db8::1", "2001:db8::2").fragment(0, true).udp(1, 2)},
+        {"ipv6 ah", Packet().ipv6("2001:db8::1", "2001:db8::2").ext(51, 24).udp(1, 2)},
+        {"vlan ipv6 icmp", Packet().vlan(5).ipv6("2001:db8::1", "2001:db8::2").icmp()},
+    };
+}
+
+TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
+    Policy all = policy(1, "all", Algo::srtcm, 8000000, 1000000, 0);
+    apply({all});
+    uint64_t n = 0;
+    for (auto &t : templates()) {
+        SCOPED_TRACE(t.name);
+        auto r = dp->run_xdp(t.packet.build());
+        EXPECT_EQ(r.retval, kXdpPass);
+        EXPECT_EQ(packets(1), ++n);
+        EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
+    }
+}
+
+TEST_F(DatapathTest, TruncationAtEveryOffsetIsMalformedAndNeverMetered) {
+    apply({policy(1, "all", Algo::srtcm, 8000000, 1000000, 0)});
+    uint64_t malformed = 0;
+    for (auto &t : templates()) {
+        auto frame = t.packet.build();
+        for (size_t len = 14; len < frame.size(); ++len) {
+            SCOPED_TRACE(::testing::Message() << t.name << " cut to " << len);
+            std::vector<uint8_t> cut(frame.begin(), frame.begin() + len);
+            auto r = dp->run_xdp(cut);
+            EXPECT_EQ(r.retval, kXdpPass); // passed by default
+            ASSERT_EQ(dp->global_counters().malformed_packets, ++malformed);
+        }
+    }
+    EXPECT_EQ(packets(1), 0u);
+    // ...or dropped, when the operator asks.
+    dp->set_drop_malformed(true);
+    auto frame = v4udp().build();
+    frame.resize(30);
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop);
+}
+
+TEST_F(DatapathTest, InconsistentHeadersAreMalformed) {
+    apply({policy(1, "all", Algo::srtcm, 8000000, 1000000, 0)});
+    auto frame = v4udp().build();
+    auto bad = [&](std::vector<uint8_t> f, const char *what) {
+        SCOPED_TRACE(what);
+        uint64_t before = dp->global_counters().malformed_packets;
+        dp->run_xdp(f);
+        EXPECT_EQ(dp->global_counters().malformed_packets, before + 1);
+    };
+    auto f = frame;
+    f[14] = 0x44; // IHL 4 (16 bytes)
+    bad(f, "ihl below 5");
+    f = frame;
+    f[14] = 0x65;
+    bad(f, "version 6 in an IPv4 ethertype");
+    f = frame;
+    f[16] = 0;
+    f[17] = 10; // total length below the header
+    bad(f, "total length < ihl");
+    f = frame;
+    f[17] += 1; // one byte more than the frame holds
+    bad(f, "total length beyond the frame");
+    auto tcp = Packet().ipv4("198.18.0.1", "198.18.0.2").tcp(1, 2).build();
+    tcp[14 + 20 + 12] = 0x40; // data offset 4
+    bad(tcp, "tcp doff below 5");
+    // Ethernet padding after the IP packet is fine.
+    uint64_t before = dp->global_counters().malformed_packets;
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).trailer(18).build());
+    EXPECT_EQ(dp->global_counters().malformed_packets, before);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 28u); // the IP packet, not the padding
+}
+
+// ---- classification -----------------------------------------------------------------------------
+
+TEST_F(DatapathTest, ClassificationPrecedence) {
+    Policy wide = policy(1, "wide");
+    wide.match.dst = prefix("198.18.0.0/15");
+    wide.priority = 10;
+    Policy narrow = policy(2, "narrow");
+    narrow.match.dst = prefix("198.18.1.0/24");
+    narrow.priority = 10;
+    Policy udp_ports = policy(3, "udp-ports");
+    udp_ports.match.proto = 17;
+    udp_ports.match.dport = PortRange{5000, 5010};
+    udp_ports.priority = 5;
+    Policy vlan = policy(4, "vlan");
+    vlan.match.vlan = 42;
+    vlan.priority = 1;
+    Policy v6 = policy(5, "v6");
+    v6.match.src = prefix("2001:db8::/32");
+    v6.priority = 10;
+    Policy dscp = policy(6, "ef");
+    dscp.match.dscp = 46;
+    dscp.match.dst = prefix("198.18.0.0/15");
+    dscp.priority = 7;
+    apply({wide, narrow, udp_ports, vlan, v6, dscp});
+
+    struct Case {
+        const char *what;
+        Packet packet;
+        uint32_t expected; // policy id, 0 for unclassified
+    };
+    std::vector<Case> cases = {
+        {"in /15 only", Packet().ipv4("198.18.9.9", "198.19.0.1").udp(1, 80), 1},
+        {"longest prefix at equal priority", Packet().ipv4("198.18.9.9", "198.18.1.7").udp(1, 80),
+         2},
+        {"lower priority number wins over prefix",
+         Packet().ipv4("198.18.9.9", "198.18.1.7").udp(1, 5005), 3},
+        {"port range edge low", Packet().ipv4("198.18.9.9", "198.18.1.7").udp(1, 5000), 3},
+        {"port range edge high", Packet().ipv4("198.18.9.9", "198.18.1.7").udp(1, 5010), 3},
+        {"just outside the range", Packet().ipv4("198.18.9.9", "198.18.1.7").udp(1, 5011), 2},
+        {"tcp is not udp", Packet().ipv4("198.18.9.9", "198.18.1.7").tcp(1, 5005), 2},
+        {"vlan first", Packet().vlan(42).ipv4("198.18.9.9", "198.18.1.7").udp(1, 5005), 4},
+        {"other vlan", Packet().vlan(43).ipv4("198.18.9.9", "198.18.1.7").udp(1, 80), 2},
+        {"outside every prefix", Packet().ipv4("198.18.9.9", "198.20.0.1").udp(1, 80), 0},
+        {"ipv6 prefix", Packet().ipv6("2001:db8:1::1", "2001:db8::2").udp(1, 80), 5},
+        {"ipv6 outside", Packet().ipv6("2001:db9::1", "2001:db8::2").udp(1, 80), 0},
+        {"dscp ef", Packet().ipv4("198.18.9.9", "198.18.1.7").dscp(46).udp(1, 80), 6},
+        {"ipv4-mapped v6 is not v4",
+         Packet().ipv6("::ffff:198.18.9.9", "::ffff:198.18.1.7").udp(1, 80), 0},
+    };
+    for (auto &c : cases) {
+        SCOPED_TRACE(c.what);
+        auto before = dp->policy_counters();
+        uint64_t unclassified = dp->global_counters().unclassified_packets;
+        dp->run_xdp(c.packet.build());
+        auto after = dp->policy_counters();
+        for (uint32_t id = 1; id <= 6; ++id) {
+            uint64_t b = before[id].packets[0] + before[id].packets[1] + before[id].packets[2];
+            uint64_t a = after[id].packets[0] + after[id].packets[1] + after[id].packets[2];
+            EXPECT_EQ(a - b, id == c.expected ? 1u : 0u) << "policy " << id;
+        }
+        EXPECT_EQ(dp->global_counters().unclassified_packets - unclassified, c.expected ? 0u : 1u);
+    }
+}
+
+TEST_F(DatapathTest, LaterFragmentsMatchPortlessPoliciesOnly) {
+    Policy ports = policy(1, "udp-5000");
+    ports.match.proto = 17;
+    ports.match.dport = PortRange{5000, 5000};
+    ports.priority = 1;
+    Policy proto = policy(2, "udp");
+    proto.match.proto = 17;
+    proto.priority = 2;
+    apply({ports, proto});
+    dp->run_xdp(Packet()
+                    .ipv4("198.18.0.1", "198.18.0.2")
+                    .fragment(0, true)
+                    .udp(1, 5000)
+                    .payload(64)
+                    .build());
+    EXPECT_EQ(packets(1), 1u);
+    dp->run_xdp(Packet()
+                    .ipv4("198.18.0.1", "198.18.0.2")
+                    .fragment(9, false)
+                    .udp(1, 5000)
+                    .payload(64)
+                    .build());
+    EXPECT_EQ(packets(1), 1u);
+    EXPECT_EQ(packets(2), 1u); // the later fragment has no ports: it falls to the portless policy
+    dp->run_xdp(Packet()
+                    .ipv6("2001:db8::1", "2001:db8::2")
+                    .fragment(9, false)
+                    .udp(1, 5000)
+                    .payload(64)
+                    .build());
+    EXPECT_EQ(packets(2), 2u);
+}
+
+// ---- metering ---------------------------------------------------------------------------------
+
+// The data path colours every vector's trace as the model does. IP packets cannot be shorter
+// than their headers, so lengths below 28 are raised to 28 in both.
+TEST_F(DatapathTest, ColoursEqualTheModelOnTheVectors) {
+    for (const auto &v : test::load_vectors()) {
+        SCOPED_TRACE(v.name);
+        auto parsed = parse_meter_spec(test::spec_from_args(v.args));
+        ASSERT_TRUE(parsed.has_value());
+        Policy p;
+        p.id = 7;
+        p.name = v.name;
+        p.meter = parsed->params;
+        apply({});
+        apply({p}); // a fresh id each vector: buckets start full
+        std::istringstream in(test::read_file(v.trace_path));
+        auto trace = parse_trace(in).value();
+        Meter model(make_meter_config(p.meter));
+        uint64_t counts[3] = {};
+        for (auto pk : trace) {
+            pk.bytes = std::max<uint32_t>(pk.bytes, 28);
+            Color want = model.mark(pk.time_ns, pk.bytes, pk.color);
+            dp->set_clock(pk.time_ns);
+            uint8_t dscp = pk.color == Color::green ? 10 : pk.color == Color::yellow ? 12 : 14;
+            dp->run_xdp(Packet()
+                            .ipv4("198.18.0.1", "198.18.0.2")
+                            .dscp(dscp)
+                            .udp(1, 2)
+                            .l3_size(pk.bytes)
+                            .build());
+            counts[static_cast<int>(want)]++;
+            auto c = dp->policy_counters()[7];
+            ASSERT_EQ(c.packets[static_cast<int>(want)], counts[static_cast<int>(want)])
+                << "t=" << pk.time_ns << " len=" << pk.bytes;
+        }
+    }
+}
+
+TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
+    Policy p = policy(1, "small", Algo::srtcm, 8000, 1000, 1000); // 1000 B/s: no refill here
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // green
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // yellow
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // red: dropped by default
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TC_GREEN], 1u);
+    EXPECT_EQ(c.packets[TC_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TC_RED], 1u);
+    EXPECT_EQ(c.bytes[TC_GREEN], 1000u);
+    EXPECT_EQ(c.bytes[TC_RED], 1000u);
+    dp->set_clock(1000000000 + 1000000000); // one second: 1000 bytes back
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+    EXPECT_EQ(dp->policy_counters()[1].packets[TC_GREEN], 2u);
+}
+
+TEST_F(DatapathTest, L2LengthAndOverhead) {
+    Policy p = policy(1, "l2", Algo::srtcm, 8000, 1000000, 0);
+    p.length = TC_LEN_L2;
+    p.overhead = 24;
+    apply({p});
+    dp->run_xdp(Packet().vlan(3).ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build());
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 18u + 100 + 24);
+}
+
+TEST_F(DatapathTest, ColourAwareTakesDscpThroughTheMap) {
+    Policy p = policy(1, "aware", Algo::srtcm, 8000, 100000, 100000);
+    p.meter.color_aware = true;
+    apply({p});
+    auto send = [&](uint8_t dscp) {
+        dp->run_xdp(
+            Packet().ipv4("198.18.0.1", "198.18.0.2").dscp(dscp).udp(1, 2).l3_size(100).build());
+    };
+    send(10); // AF11 green
+    send(12); // AF12 yellow
+    send(14); // AF13 red
+    send(46); // EF: green under the AF map
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TC_GREEN], 2u);
+    EXPECT_EQ(c.packets[TC_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TC_RED], 1u);
+}
+
+// ---- actions ----------------------------------------------------------------------------------
+
+TEST_F(DatapathTest, DscpRemarkKeepsEcnAndFixesTheIpv4Checksum) {
+    Policy p = policy(1, "remark", Algo::srtcm, 8000, 32, 0); // exactly one 32-byte packet
+    p.actions[TC_GREEN] = parse_action("dscp:af41").value();
+    p.actions[TC_RED] = parse_action("dscp:cs1").value();
+    apply({p});
+    for (uint8_t ecn : {0, 1, 2, 3}) {
+        SCOPED_TRACE(int(ecn));
+        auto frame = Packet()
+                         .ipv4("198.18.0.1", "198.18.0.2")
+                         .ip_options(4)
+                         .dscp(46)
+                         .ecn(ecn)
+                         .udp(1, 2)
+                         .build();
+        auto r = dp->run_xdp(frame); // red after the first: the bucket holds 100 bytes
+        ASSERT_EQ(r.retval, kXdpPass);
+        ASSERT_EQ(r.data_out.size(), frame.size());
+        uint8_t want = ecn == 0 ? 34 : 8;
+        EXPECT_EQ(r.data_out[15] >> 2, want);
+        EXPECT_EQ(r.data_out[15] & 3, ecn);
+        EXPECT_EQ(test::ipv4_checksum(&r.data_out[14], 24), 0) << "checksum must stay valid";
+        // Nothing else changed.
+        auto expect = frame;
+        expect[15] = r.data_out[15];
+        expect[24] = r.data_out[24];
+        expect[25] = r.data_out[25];
+        EXPECT_EQ(r.data_out, expect);
+    }
+}
+
+TEST_F(DatapathTest, DscpRemarkOnIpv6KeepsEcnAndFlowLabel) {
+    Policy p = policy(1, "remark6", Algo::srtcm, 8000, 100000, 0);
+    p.actions[TC_GREEN] = parse_action("dscp:ef").value();
+    apply({p});
+    auto frame =
+        Packet().vlan(9).ipv6("2001:db8::1", "2001:db8::2").dscp(10).ecn(3).udp(1, 2).build();
+    auto r = dp->run_xdp(frame);
+    ASSERT_EQ(r.retval, kXdpPass);
+    size_t l3 = 18;
+    uint32_t word = uint32_t(r.data_out[l3]) << 24 | r.data_out[l3 + 1] << 16 |
+                    r.data_out[l3 + 2] << 8 | r.data_out[l3 + 3];
+    EXPECT_EQ(word >> 28, 6u);
+    EXPECT_EQ((word >> 22) & 0x3f, 46u);
+    EXPECT_EQ((word >> 20) & 3, 3u);
+    EXPECT_EQ(word & 0xfffff, 0xabcdeu);
+}
+
+TEST_F(DatapathTest, TcMarkPriorityAndClassid) {
+    Policy p = policy(1, "tc", Algo::srtcm, 8000, 1000, 1000);
+    p.actions[TC_GREEN] = parse_action("mark:77").value();
+    p.actions[TC_YELLOW] = parse_action("classid:1:10").value();
+    p.actions[TC_RED] = parse_action("priority:5").value();
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    auto g = dp->run_tc(frame);
+    EXPECT_EQ(g.retval, unsigned(TC_ACT_OK));
+    EXPECT_EQ(g.skb_out.mark, 77u);
+    auto y = dp->run_tc(frame);
+    EXPECT_EQ(y.skb_out.priority, 0x00010010u);
+    auto r = dp->run_tc(frame);
+    EXPECT_EQ(r.retval, unsigned(TC_ACT_OK)); // red's action is priority, not drop
+    EXPECT_EQ(r.skb_out.priority, 5u);
+    p.actions[TC_RED] = parse_action("drop").value();
+    apply({p});
+    EXPECT_EQ(dp->run_tc(frame).retval, unsigned(TC_ACT_SHOT));
+}
+
+TEST_F(DatapathTest, TcGsoPacketIsChargedPerSegmentWithHeaders) {
+    Policy p = policy(1, "gso", Algo::srtcm, 8000, 1000000, 0);
+    apply({p});
+    // A 3-segment TCP super-packet: 3 x 1000 payload, one set of headers in the buffer (a test
+    // run's skb is linear and at most a page, so no more segments fit).
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").tcp(1, 2).payload(3000).build();
+    __sk_buff in{};
+    in.gso_segs = 3;
+    in.gso_size = 1000;
+    auto r = dp->run_tc(frame, &in);
+    EXPECT_EQ(r.retval, unsigned(TC_ACT_OK));
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TC_GREEN], 3u);                  // counted as the wire's packets
+    EXPECT_EQ(c.bytes[TC_GREEN], 3u * (20 + 20 + 1000)); // each segment with its headers
+}
+
+// ---- per-flow state, updates
+// ---------------------------------------------------------------------
+
+TEST_F(DatapathTest, PerSourceKeysGiveOneFlowPerSender) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0);
+    p.per = TC_PER_SRC;
+    apply({p});
+    for (int rep = 0; rep < 2; ++rep)
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+            dp->run_xdp(Packet().ipv4(src, "198.19.0.1").udp(rep, 2).l3_size(600).build());
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows) {
+        EXPECT_EQ(f.key.policy_id, 1u);
+        EXPECT_EQ(f.state.counters.packets[TC_GREEN], 1u); // 1000-byte bucket: one 600-byte packet
+        EXPECT_EQ(f.state.counters.packets[TC_RED], 1u);
+    }
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TC_GREEN], 3u);
+    EXPECT_EQ(c.packets[TC_RED], 3u);
+}
+
+TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {
+    Policy p = policy(1, "p", Algo::srtcm, 8000, 3000, 0);
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    dp->run_xdp(frame); // 2000 tokens left
+    p.meter.cbs = 1500; // shrink: tokens are capped to 1500
+    apply({p});
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // 1500 -> 500
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // 500 < 1000
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TC_GREEN], 2u); // counters kept across the update
+    EXPECT_EQ(c.packets[TC_RED], 1u);
+    EXPECT_EQ(dp->policy_state(1).meter.c_tokens, 500 * TC_TOKENS_PER_BYTE);
+    // A policy removed and added again is new: full buckets, zero counters.
+    apply({});
+    apply({p});
+    EXPECT_EQ(packets(1), 0u);
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+}
+
+TEST_F(DatapathTest, RefusedApplyChangesNothing) {
+    Policy good = policy(1, "good");
+    apply({good});
+    uint32_t set = dp->active_set();
+    Policy bad = policy(2, "bad");
+    bad.meter.cbs = 0;
+    Policy dup = policy(1, "dup-id");
+    auto r = dp->apply({good, bad, dup});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'bad': CBS 0 bytes"));
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'dup-id': id 1 is used twice"));
+    EXPECT_EQ(dp->active_set(), set);
+    dp->run_xdp(v4udp().build());
+    EXPECT_EQ(packets(1), 1u);
+}
+
+TEST_F(DatapathTest, TooManyShapesIsRefused) {
+    std::vector<Policy> ps;
+    for (uint32_t i = 0; i < 70; ++i) {
+        Policy p = policy(i, "p" + std::to_string(i));
+        p.match.dst = Prefix{false, {198, 18, 0, 0}, static_cast<uint8_t>(i % 33)};
+        p.match.dport = PortRange{uint16_t(i), uint16_t(i)};
+        p.match.src = Prefix{false, {}, static_cast<uint8_t>(i / 33)};
+        ps.push_back(p);
+    }
+    auto r = dp->apply(ps);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("distinct match shapes"));
+}
+
+TEST_F(DatapathTest, SixteenThousandPoliciesClassify) {
+    std::vector<Policy> ps;
+    for (uint32_t i = 0; i < TC_MAX_POLICIES; ++i) {
+        Policy p = policy(i, "p" + std::to_string(i));
+        p.match.dst = Prefix{false, {198, 18, uint8_t(i >> 8), uint8_t(i & 0xff)}, 32};
+        ps.push_back(p);
+    }
+    apply(ps);
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.18.12.34").udp(1, 2).build());
+    EXPECT_EQ(packets(12 * 256 + 34), 1u);
+}
+
+// ---- concurrency --------------------------------------------------------------------------------
+
+// Two threads on different CPUs hammer one aggregate flow with the clock stopped: the meter
+// may admit at most what the buckets hold, exactly, however the runs interleave.
+TEST_F(DatapathTest, TwoCpusOnOneFlowNeverOverAdmit) {
+    if (std::thread::hardware_concurrency() < 2)
+        GTEST_SKIP() << "needs two CPUs";
+    Policy p = policy(1, "shared", Algo::srtcm, 8, 64 * 1000, 64 * 1000); // 1 B/s
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build();
+    std::atomic<bool> go{false};
+    auto hammer = [&](int cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+        while (!go)
+            ;
+        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                    .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 200000);
+        bpf_prog_test_run_opts(dp->xdp_prog_fd(), &opts);
+    };
+    std::thread a(hammer, 0), b(hammer, 1);
+    go = true;
+    a.join();
+    b.join();
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[0] + c.packets[1] + c.packets[2], 400000u);
+    EXPECT_LE(c.bytes[TC_GREEN], 64000u);  // never more than CBS...
+    EXPECT_LE(c.bytes[TC_YELLOW], 64000u); // ...or EBS
+    // ...and nothing short of them but what a lock timeout coloured red (each could have
+    // taken 100 bytes): with no timeouts, exactly CBS and EBS.
+    uint64_t timeouts = dp->global_counters().lock_timeouts;
+    EXPECT_GE(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW] + 100 * timeouts, 128000u);
+    EXPECT_EQ(dp->policy_state(1).counters.bytes[TC_GREEN], c.bytes[TC_GREEN]);
+}
+
+} // namespace

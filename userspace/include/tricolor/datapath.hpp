@@ -1,0 +1,125 @@
+// datapath.hpp: one class over the data path's BPF objects (bpf/tricolor.bpf.c): load, replace
+// the policy set atomically, read counters and flows, and (in testing mode) run the programs
+// through BPF_PROG_TEST_RUN without touching any interface.
+#pragma once
+
+#include "tricolor/meter.hpp"
+#include "tricolor/units.hpp"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <linux/bpf.h>
+
+extern "C" {
+#include "tricolor_abi.h"
+}
+
+namespace tricolor {
+
+struct Prefix {
+    bool ipv6 = false;
+    std::array<uint8_t, 16> addr{}; // IPv4 in the first 4 bytes
+    uint8_t len = 0;
+};
+// "198.18.0.0/15", "2001:db8::/32", or a bare address (a host prefix).
+Result<Prefix> parse_prefix(std::string_view text);
+std::string to_string(const Prefix &p);
+
+struct PortRange {
+    uint16_t lo = 0, hi = 65535;
+};
+// "80" or "1024-65535".
+Result<PortRange> parse_port_range(std::string_view text);
+
+struct Match {
+    std::optional<Prefix> src, dst;
+    std::optional<uint8_t> proto;
+    std::optional<PortRange> sport, dport;
+    std::optional<uint8_t> dscp;
+    std::optional<uint16_t> vlan;
+    std::optional<uint32_t> ifindex;
+};
+
+struct Action {
+    tc_action_kind kind = TC_ACT_KIND_PASS;
+    uint32_t value = 0;
+};
+// "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
+Result<Action> parse_action(std::string_view text);
+std::string to_string(const Action &a);
+
+// The AF colour map of SPEC §7: AFx1 green, AFx2 yellow, AFx3 red, everything else green.
+std::array<Color, 64> af_color_map();
+
+struct Policy {
+    uint32_t id = 0; // stable identity, < TC_MAX_POLICIES: indexes counters and state
+    std::string name;
+    MeterParams meter;
+    Match match;
+    uint32_t priority = 0; // lower first; ties go to the longest prefix
+    tc_per per = TC_PER_AGGREGATE;
+    uint8_t prefix4 = 32, prefix6 = 128; // for per src/N, dst/N
+    std::array<Action, TC_NR_COLORS> actions{
+        Action{TC_ACT_KIND_PASS, 0}, Action{TC_ACT_KIND_PASS, 0}, Action{TC_ACT_KIND_DROP, 0}};
+    std::array<Color, 64> color_map = af_color_map();
+    tc_length_mode length = TC_LEN_L3;
+    uint32_t overhead = 0;
+};
+
+struct DatapathOptions {
+    uint32_t flow_capacity = TC_DEFAULT_FLOWS;
+    // Load with the test clock (tc_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
+    bool testing = false;
+};
+
+struct Flow {
+    tc_flow_key key;
+    tc_flow state;
+};
+
+class Datapath {
+  public:
+    explicit Datapath(const DatapathOptions &options = {}); // throws std::runtime_error
+    ~Datapath();
+    Datapath(const Datapath &) = delete;
+    Datapath &operator=(const Datapath &) = delete;
+
+    // Replaces the whole policy set, all or nothing: everything is checked first, then the
+    // inactive set is built and made active with one store. Policies whose id was already
+    // active keep their buckets and counters; new ids start from zero.
+    Result<void> apply(const std::vector<Policy> &policies);
+    // Checks a policy set without touching the data path (what apply would refuse).
+    Result<void> check(const std::vector<Policy> &policies) const;
+
+    std::map<uint32_t, tc_counters> policy_counters() const; // summed over CPUs, active ids
+    tc_global_counters global_counters() const;
+    std::vector<Flow> flows() const;
+    tc_flow policy_state(uint32_t policy_id) const;
+
+    void set_drop_malformed(bool drop);
+    uint32_t active_set() const;
+    int xdp_prog_fd() const;
+    int tc_prog_fd() const;
+
+    // Testing mode only.
+    void set_clock(uint64_t now_ns);
+    struct TestRun {
+        uint32_t retval = 0;
+        std::vector<uint8_t> data_out;
+        __sk_buff skb_out{}; // tc only
+    };
+    TestRun run_xdp(const std::vector<uint8_t> &frame) const;
+    TestRun run_tc(const std::vector<uint8_t> &frame, const __sk_buff *skb_in = nullptr) const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace tricolor

@@ -1,0 +1,626 @@
+// datapath.cpp: the data path facade. A policy set is compiled into tuple-space rules: every
+// policy becomes one or more (mask, masked key) entries, port ranges expanded into prefixes,
+// and the masks sorted by the best rank under each so the kernel can stop probing early.
+#include "tricolor/datapath.hpp"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+
+#include "tricolor_dp.skel.h"
+
+namespace tricolor {
+namespace {
+
+std::string errno_text(int err) {
+    return std::strerror(err < 0 ? -err : err);
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T &out) {
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
+}
+
+// Prefix of @len bits as a big-endian 128-bit mask, word by word in network order.
+void prefix_mask(uint32_t out[4], unsigned len) {
+    for (int i = 0; i < 4; ++i) {
+        unsigned bits = len > 32u * i ? std::min(32u, len - 32u * i) : 0;
+        out[i] = htonl(bits == 0 ? 0 : (bits == 32 ? ~0u : ~0u << (32 - bits)));
+    }
+}
+
+void store_prefix(const Prefix &p, uint32_t key[4], uint32_t mask[4]) {
+    if (p.ipv6) {
+        std::memcpy(key, p.addr.data(), 16);
+        prefix_mask(mask, p.len);
+    } else {
+        key[0] = key[1] = 0;
+        key[2] = htonl(0x0000ffff);
+        std::memcpy(&key[3], p.addr.data(), 4);
+        prefix_mask(mask, 96 + p.len);
+    }
+}
+
+// Splits [lo, hi] into aligned power-of-two blocks: (value, mask) pairs.
+std::vector<std::pair<uint16_t, uint16_t>> port_prefixes(PortRange r) {
+    std::vector<std::pair<uint16_t, uint16_t>> out;
+    uint32_t lo = r.lo, hi = r.hi;
+    while (lo <= hi) {
+        uint32_t size = 1;
+        while ((lo & (size * 2 - 1)) == 0 && lo + size * 2 - 1 <= hi && size < 65536)
+            size *= 2;
+        out.emplace_back(static_cast<uint16_t>(lo), static_cast<uint16_t>(~(size - 1) & 0xffff));
+        lo += size;
+    }
+    return out;
+}
+
+unsigned specificity(const Match &m) {
+    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
+}
+
+struct Entry {
+    tc_class_key mask;
+    tc_class_key key;
+    uint32_t slot;
+    uint32_t rank;
+};
+
+struct KeyLess {
+    bool operator()(const tc_class_key &a, const tc_class_key &b) const {
+        return std::memcmp(&a, &b, sizeof(a)) < 0;
+    }
+};
+
+// The entries of one policy.
+std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
+    tc_class_key key{}, mask{};
+    const Match &m = p.match;
+    if (m.ifindex) {
+        key.ifindex = *m.ifindex;
+        mask.ifindex = ~0u;
+    }
+    if (m.vlan) {
+        key.vlan = *m.vlan;
+        mask.vlan = 0xffff;
+    }
+    if (m.dscp) {
+        key.dscp = *m.dscp;
+        mask.dscp = 0xff;
+    }
+    if (m.proto) {
+        key.proto = *m.proto;
+        mask.proto = 0xff;
+    }
+    if (m.src || m.dst) {
+        bool v6 = m.src ? m.src->ipv6 : m.dst->ipv6;
+        key.flags |= v6 ? TC_KEY_F_IPV6 : 0;
+        mask.flags |= TC_KEY_F_IPV6;
+    }
+    if (m.src)
+        store_prefix(*m.src, key.src, mask.src);
+    if (m.dst)
+        store_prefix(*m.dst, key.dst, mask.dst);
+    for (int i = 0; i < 4; ++i) {
+        key.src[i] &= mask.src[i];
+        key.dst[i] &= mask.dst[i];
+    }
+    std::vector<std::pair<uint16_t, uint16_t>> any{{0, 0}};
+    auto sports = m.sport ? port_prefixes(*m.sport) : any;
+    auto dports = m.dport ? port_prefixes(*m.dport) : any;
+    if (m.sport || m.dport) {
+        key.flags |= TC_KEY_F_PORTS;
+        mask.flags |= TC_KEY_F_PORTS;
+    }
+    std::vector<Entry> out;
+    for (auto [sv, sm] : sports)
+        for (auto [dv, dm] : dports) {
+            Entry e{mask, key, slot, rank};
+            e.key.sport = sv;
+            e.mask.sport = sm;
+            e.key.dport = dv;
+            e.mask.dport = dm;
+            out.push_back(e);
+        }
+    return out;
+}
+
+constexpr size_t kMaxEntriesPerPolicy = 1024;
+
+// Deletes the flows whose policy id @drop says to.
+template <typename Pred>
+void delete_flows_if(int flows_fd, Pred drop) {
+    std::vector<tc_flow_key> gone;
+    tc_flow_key k{}, nk{};
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(flows_fd, prev, &nk) == 0) {
+        if (drop(nk.policy_id))
+            gone.push_back(nk);
+        k = nk;
+        prev = &k;
+    }
+    for (const auto &g : gone)
+        bpf_map_delete_elem(flows_fd, &g);
+}
+
+} // namespace
+
+// ---- parsing of match and action values ------------------------------------------------------
+
+Result<Prefix> parse_prefix(std::string_view text) {
+    auto fail = [&](std::string_view why) {
+        return std::unexpected(fmt::format("invalid prefix '{}': {}", text, why));
+    };
+    Prefix p;
+    std::string addr(text.substr(0, text.find('/')));
+    p.ipv6 = addr.find(':') != std::string::npos;
+    if (inet_pton(p.ipv6 ? AF_INET6 : AF_INET, addr.c_str(), p.addr.data()) != 1)
+        return fail(p.ipv6 ? "not an IPv6 address" : "not an IPv4 address");
+    unsigned max = p.ipv6 ? 128 : 32;
+    p.len = static_cast<uint8_t>(max);
+    if (auto slash = text.find('/'); slash != std::string_view::npos) {
+        unsigned len = 0;
+        if (!parse_number(text.substr(slash + 1), len) || len > max)
+            return fail(fmt::format("prefix length must be 0 to {}", max));
+        p.len = static_cast<uint8_t>(len);
+    }
+    // Host bits set below the prefix are a typo more often than not: refuse them.
+    uint32_t key[4], mask[4];
+    store_prefix(p, key, mask);
+    for (int i = 0; i < 4; ++i)
+        if (key[i] & ~mask[i])
+            return fail("host bits are set beyond the prefix length");
+    return p;
+}
+
+std::string to_string(const Prefix &p) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    inet_ntop(p.ipv6 ? AF_INET6 : AF_INET, p.addr.data(), buf, sizeof(buf));
+    return fmt::format("{}/{}", buf, p.len);
+}
+
+Result<PortRange> parse_port_range(std::string_view text) {
+    auto fail = [&] {
+        return std::unexpected(fmt::format(
+            "invalid port '{}': use a port 0-65535 or a range LO-HI with LO <= HI", text));
+    };
+    PortRange r;
+    auto dash = text.find('-');
+    uint32_t lo = 0, hi = 0;
+    if (dash == std::string_view::npos) {
+        if (!parse_number(text, lo) || lo > 65535)
+            return fail();
+        hi = lo;
+    } else if (!parse_number(text.substr(0, dash), lo) ||
+               !parse_number(text.substr(dash + 1), hi) || lo > 65535 || hi > 65535 || lo > hi) {
+        return fail();
+    }
+    r.lo = static_cast<uint16_t>(lo);
+    r.hi = static_cast<uint16_t>(hi);
+    return r;
+}
+
+namespace {
+struct DscpName {
+    std::string_view name;
+    uint8_t value;
+};
+constexpr DscpName kDscpNames[] = {
+    {"ef", 46},   {"af11", 10}, {"af12", 12}, {"af13", 14}, {"af21", 18}, {"af22", 20},
+    {"af23", 22}, {"af31", 26}, {"af32", 28}, {"af33", 30}, {"af41", 34}, {"af42", 36},
+    {"af43", 38}, {"cs0", 0},   {"cs1", 8},   {"cs2", 16},  {"cs3", 24},  {"cs4", 32},
+    {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
+};
+} // namespace
+
+Result<Action> parse_action(std::string_view text) {
+    auto fail = [&](std::string_view why) {
+        return std::unexpected(fmt::format("invalid action '{}': {}", text, why));
+    };
+    if (text == "pass")
+        return Action{TC_ACT_KIND_PASS, 0};
+    if (text == "drop")
+        return Action{TC_ACT_KIND_DROP, 0};
+    auto colon = text.find(':');
+    if (colon == std::string_view::npos)
+        return fail("use pass, drop, dscp:N|NAME, mark:N, priority:N or classid:MAJ:MIN");
+    std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
+    uint32_t v = 0;
+    if (kind == "dscp") {
+        for (const auto &d : kDscpNames)
+            if (arg == d.name)
+                return Action{TC_ACT_KIND_DSCP, d.value};
+        if (!parse_number(arg, v) || v > 63)
+            return fail("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
+        return Action{TC_ACT_KIND_DSCP, v};
+    }
+    if (kind == "mark") {
+        if (!parse_number(arg, v))
+            return fail("mark must be a number 0 to 4294967295");
+        return Action{TC_ACT_KIND_MARK, v};
+    }
+    if (kind == "priority") {
+        if (!parse_number(arg, v))
+            return fail("priority must be a number 0 to 4294967295");
+        return Action{TC_ACT_KIND_PRIORITY, v};
+    }
+    if (kind == "classid") {
+        // tc writes class ids in hex: 1:10 is 0x0001:0x0010.
+        auto c2 = arg.find(':');
+        uint32_t maj = 0, min = 0;
+        auto hex = [](std::string_view s, uint32_t &out) {
+            auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
+            return ec == std::errc() && ptr == s.data() + s.size() && !s.empty() && out <= 0xffff;
+        };
+        if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
+            !hex(arg.substr(c2 + 1), min))
+            return fail("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
+        return Action{TC_ACT_KIND_PRIORITY, maj << 16 | min};
+    }
+    return fail(fmt::format("unknown action '{}'", kind));
+}
+
+std::string to_string(const Action &a) {
+    switch (a.kind) {
+    case TC_ACT_KIND_PASS:
+        return "pass";
+    case TC_ACT_KIND_DROP:
+        return "drop";
+    case TC_ACT_KIND_DSCP:
+        for (const auto &d : kDscpNames)
+            if (d.value == a.value)
+                return fmt::format("dscp:{}", d.name);
+        return fmt::format("dscp:{}", a.value);
+    case TC_ACT_KIND_MARK:
+        return fmt::format("mark:{}", a.value);
+    case TC_ACT_KIND_PRIORITY:
+        return fmt::format("priority:{}", a.value);
+    }
+    return "?";
+}
+
+std::array<Color, 64> af_color_map() {
+    std::array<Color, 64> map;
+    map.fill(Color::green);
+    for (int cls = 1; cls <= 4; ++cls) {
+        map[cls * 8 + 4] = Color::yellow; // AFx2
+        map[cls * 8 + 6] = Color::red;    // AFx3
+    }
+    return map;
+}
+
+// ---- the facade ------------------------------------------------------------------------------
+
+struct Datapath::Impl {
+    tricolor_dp *skel = nullptr;
+    bool testing = false;
+    std::map<uint32_t, Policy> active; // id -> policy of the active set
+    ~Impl() { tricolor_dp::destroy(skel); }
+
+    int fd(bpf_map *m) const { return bpf_map__fd(m); }
+};
+
+Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
+    impl_->testing = o.testing;
+    impl_->skel = tricolor_dp::open();
+    if (!impl_->skel)
+        throw std::runtime_error(
+            fmt::format("cannot open the BPF data path: {}", errno_text(errno)));
+    if (o.flow_capacity == 0)
+        throw std::runtime_error("the flow table needs a capacity of at least 1");
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tc_flows, o.flow_capacity); err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
+    impl_->skel->rodata->tc_test_clock = o.testing ? 1 : 0;
+    if (int err = tricolor_dp::load(impl_->skel); err < 0) {
+        std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
+        throw std::runtime_error(
+            fmt::format("cannot load the BPF data path: {}{}", errno_text(err), hint));
+    }
+}
+
+Datapath::~Datapath() = default;
+
+Result<void> Datapath::check(const std::vector<Policy> &policies) const {
+    std::vector<std::string> errors;
+    std::set<uint32_t> ids;
+    std::set<std::string> names;
+    if (policies.size() > TC_MAX_POLICIES)
+        errors.push_back(fmt::format("{} policies: at most {}", policies.size(), TC_MAX_POLICIES));
+    size_t rules = 0;
+    std::set<tc_class_key, KeyLess> masks;
+    for (const auto &p : policies) {
+        auto fail = [&](const std::string &why) {
+            errors.push_back(fmt::format("policy '{}': {}", p.name, why));
+        };
+        if (p.id >= TC_MAX_POLICIES)
+            fail(fmt::format("id {} is not below {}", p.id, TC_MAX_POLICIES));
+        if (!ids.insert(p.id).second)
+            fail(fmt::format("id {} is used twice", p.id));
+        if (!names.insert(p.name).second)
+            fail("the name is used twice");
+        auto v = validate(p.meter);
+        for (const auto &e : v.errors)
+            fail(e);
+        const Match &m = p.match;
+        if (m.src && m.dst && m.src->ipv6 != m.dst->ipv6)
+            fail("src and dst prefixes are of different families");
+        if (m.dscp && *m.dscp > 63)
+            fail(fmt::format("dscp {} is not 0 to 63", *m.dscp));
+        if (m.vlan && *m.vlan > 4095)
+            fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
+        if (p.prefix4 > 32 || p.prefix6 > 128)
+            fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
+        for (const auto &a : p.actions)
+            if (a.kind == TC_ACT_KIND_DSCP && a.value > 63)
+                fail(fmt::format("dscp:{} is not 0 to 63", a.value));
+        auto es = entries_of(p, 0, 0);
+        if (es.size() > kMaxEntriesPerPolicy)
+            fail(fmt::format("its port ranges expand to {} classifier entries (at most {}): "
+                             "split the policy or widen the ranges",
+                             es.size(), kMaxEntriesPerPolicy));
+        rules += es.size();
+        for (const auto &e : es)
+            masks.insert(e.mask);
+    }
+    if (masks.size() > TC_MAX_MASKS)
+        errors.push_back(fmt::format(
+            "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
+            "the data path probes at most {}",
+            masks.size(), TC_MAX_MASKS));
+    if (rules > TC_MAX_RULES / TC_NR_SETS)
+        errors.push_back(fmt::format("the policies expand to {} classifier entries; at most {}",
+                                     rules, TC_MAX_RULES / TC_NR_SETS));
+    if (!errors.empty()) {
+        std::string all;
+        for (const auto &e : errors)
+            all += (all.empty() ? "" : "\n") + e;
+        return std::unexpected(all);
+    }
+    return {};
+}
+
+Result<void> Datapath::apply(const std::vector<Policy> &policies) {
+    if (auto ok = check(policies); !ok)
+        return ok;
+    auto *skel = impl_->skel;
+    const uint32_t active = skel->bss->tc_runtime.active_set & 1, next = active ^ 1;
+    auto fail = [&](std::string_view what, int err) {
+        return std::unexpected(fmt::format("cannot {}: {} (the active policy set is unchanged)",
+                                           what, errno_text(err)));
+    };
+
+    // Rank: priority, then the longer prefix, then the name: a total order.
+    std::vector<const Policy *> order;
+    for (const auto &p : policies)
+        order.push_back(&p);
+    std::ranges::sort(order, [](const Policy *a, const Policy *b) {
+        auto ka = std::tuple(a->priority, -static_cast<int>(specificity(a->match)), a->name);
+        auto kb = std::tuple(b->priority, -static_cast<int>(specificity(b->match)), b->name);
+        return ka < kb;
+    });
+    std::vector<Entry> entries;
+    for (uint32_t rank = 0; rank < order.size(); ++rank) {
+        auto slot = static_cast<uint32_t>(order[rank] - policies.data());
+        auto es = entries_of(*order[rank], slot, rank);
+        entries.insert(entries.end(), es.begin(), es.end());
+    }
+    // Masks in order of the best rank they hold.
+    std::map<tc_class_key, uint32_t, KeyLess> min_rank;
+    for (const auto &e : entries) {
+        auto [it, fresh] = min_rank.emplace(e.mask, e.rank);
+        if (!fresh)
+            it->second = std::min(it->second, e.rank);
+    }
+    std::vector<std::pair<uint32_t, tc_class_key>> masks;
+    for (const auto &[m, r] : min_rank)
+        masks.emplace_back(r, m);
+    std::ranges::sort(masks, [](const auto &a, const auto &b) { return a.first < b.first; });
+
+    // 1. Clear what an earlier apply left in the inactive set.
+    int rules_fd = impl_->fd(skel->maps.tc_rules);
+    {
+        std::vector<tc_rule_key> stale;
+        tc_rule_key k{}, next_key{};
+        void *prev = nullptr;
+        while (bpf_map_get_next_key(rules_fd, prev, &next_key) == 0) {
+            if ((next_key.set_mask >> 16) == next)
+                stale.push_back(next_key);
+            k = next_key;
+            prev = &k;
+        }
+        for (const auto &s : stale)
+            bpf_map_delete_elem(rules_fd, &s);
+    }
+    // 2. Configs, masks and rules of the inactive set.
+    for (uint32_t slot = 0; slot < policies.size(); ++slot) {
+        const Policy &p = policies[slot];
+        tc_policy cfg{};
+        cfg.meter = make_meter_config(p.meter);
+        for (int d = 0; d < 64; ++d)
+            cfg.color_map[d / 32] |= static_cast<uint64_t>(p.color_map[d]) << (2 * (d % 32));
+        for (int c = 0; c < TC_NR_COLORS; ++c)
+            cfg.action[c] = {static_cast<uint32_t>(p.actions[c].kind), p.actions[c].value};
+        cfg.policy_id = p.id;
+        cfg.per = static_cast<uint8_t>(p.per);
+        cfg.prefix4 = p.prefix4;
+        cfg.prefix6 = p.prefix6;
+        cfg.length_mode = static_cast<uint8_t>(p.length);
+        cfg.overhead = p.overhead;
+        uint32_t idx = next * TC_MAX_POLICIES + slot;
+        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_cfg), &idx, &cfg, 0))
+            return fail("write a policy config", err);
+    }
+    std::map<tc_class_key, uint32_t, KeyLess> mask_index;
+    for (uint32_t i = 0; i < masks.size(); ++i) {
+        tc_mask m{};
+        m.mask = masks[i].second;
+        m.min_rank = masks[i].first;
+        mask_index[m.mask] = i;
+        uint32_t idx = next * TC_MAX_MASKS + i;
+        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_masks), &idx, &m, 0))
+            return fail("write a classifier mask", err);
+    }
+    for (const auto &e : entries) {
+        tc_rule_key rk{};
+        rk.set_mask = next << 16 | mask_index[e.mask];
+        rk.key = e.key;
+        tc_rule r{e.slot, e.rank};
+        tc_rule existing{};
+        // Two policies with the same match: only the better rank can ever win.
+        if (bpf_map_lookup_elem(rules_fd, &rk, &existing) == 0 && existing.rank <= e.rank)
+            continue;
+        if (int err = bpf_map_update_elem(rules_fd, &rk, &r, 0))
+            return fail("write a classifier rule", err);
+    }
+    // 3. Fresh state, counters and no flows for ids that were not active: an id can be reused.
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<tc_counters> zero_counters(ncpus);
+    std::set<uint32_t> fresh, kept;
+    for (const auto &p : policies)
+        (impl_->active.contains(p.id) ? kept : fresh).insert(p.id);
+    for (uint32_t id : fresh) {
+        tc_flow zero{};
+        bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_state), &id, &zero, 0);
+        bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_stats), &id, zero_counters.data(), 0);
+    }
+    int flows_fd = impl_->fd(skel->maps.tc_flows);
+    if (!fresh.empty())
+        delete_flows_if(flows_fd, [&](uint32_t id) { return fresh.contains(id); });
+    tc_set_info info{static_cast<uint32_t>(masks.size()), static_cast<uint32_t>(policies.size())};
+    if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_sets), &next, &info, 0))
+        return fail("write the policy set header", err);
+
+    // 4. One store makes the new set active.
+    __atomic_store_n(&skel->bss->tc_runtime.active_set, next, __ATOMIC_RELEASE);
+
+    // 5. The flows of policies that are gone.
+    delete_flows_if(flows_fd,
+                    [&](uint32_t id) { return !kept.contains(id) && !fresh.contains(id); });
+
+    impl_->active.clear();
+    for (const auto &p : policies)
+        impl_->active[p.id] = p;
+    return {};
+}
+
+std::map<uint32_t, tc_counters> Datapath::policy_counters() const {
+    std::map<uint32_t, tc_counters> out;
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<tc_counters> per_cpu(ncpus);
+    for (const auto &[id, p] : impl_->active) {
+        tc_counters sum{};
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_stats), &id,
+                                per_cpu.data()) == 0)
+            for (const auto &c : per_cpu)
+                for (int i = 0; i < TC_NR_COLORS; ++i) {
+                    sum.packets[i] += c.packets[i];
+                    sum.bytes[i] += c.bytes[i];
+                }
+        out[id] = sum;
+    }
+    return out;
+}
+
+tc_global_counters Datapath::global_counters() const {
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<tc_global_counters> per_cpu(ncpus);
+    tc_global_counters sum{};
+    uint32_t zero = 0;
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_global_stats), &zero, per_cpu.data()) !=
+        0)
+        return sum;
+    constexpr size_t n = sizeof(tc_global_counters) / sizeof(uint64_t);
+    auto *s = reinterpret_cast<uint64_t *>(&sum);
+    for (const auto &c : per_cpu) {
+        auto *v = reinterpret_cast<const uint64_t *>(&c);
+        for (size_t i = 0; i < n; ++i)
+            s[i] += v[i];
+    }
+    return sum;
+}
+
+std::vector<Flow> Datapath::flows() const {
+    std::vector<Flow> out;
+    int fd = impl_->fd(impl_->skel->maps.tc_flows);
+    tc_flow_key k{}, nk{};
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &nk) == 0) {
+        Flow f{nk, {}};
+        if (bpf_map_lookup_elem(fd, &nk, &f.state) == 0)
+            out.push_back(f);
+        k = nk;
+        prev = &k;
+    }
+    return out;
+}
+
+tc_flow Datapath::policy_state(uint32_t id) const {
+    tc_flow f{};
+    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_state), &id, &f);
+    return f;
+}
+
+void Datapath::set_drop_malformed(bool drop) {
+    __atomic_store_n(&impl_->skel->bss->tc_runtime.drop_malformed, drop ? 1u : 0u,
+                     __ATOMIC_RELEASE);
+}
+
+uint32_t Datapath::active_set() const {
+    return impl_->skel->bss->tc_runtime.active_set;
+}
+int Datapath::xdp_prog_fd() const {
+    return bpf_program__fd(impl_->skel->progs.tricolor_xdp);
+}
+int Datapath::tc_prog_fd() const {
+    return bpf_program__fd(impl_->skel->progs.tricolor_tc);
+}
+
+void Datapath::set_clock(uint64_t now_ns) {
+    if (!impl_->testing)
+        throw std::logic_error("set_clock needs a Datapath loaded in testing mode");
+    impl_->skel->bss->tc_test_clock_ns = now_ns;
+}
+
+Datapath::TestRun Datapath::run_xdp(const std::vector<uint8_t> &frame) const {
+    TestRun r;
+    r.data_out.resize(frame.size() + 256);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.data_out.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()),
+                .data_size_out = static_cast<uint32_t>(r.data_out.size()), .repeat = 1);
+    if (int err = bpf_prog_test_run_opts(xdp_prog_fd(), &opts); err < 0)
+        throw std::runtime_error(fmt::format("XDP test run failed: {}", errno_text(err)));
+    r.retval = opts.retval;
+    r.data_out.resize(opts.data_size_out);
+    return r;
+}
+
+Datapath::TestRun Datapath::run_tc(const std::vector<uint8_t> &frame,
+                                   const __sk_buff *skb_in) const {
+    TestRun r;
+    __sk_buff in{};
+    if (skb_in)
+        in = *skb_in;
+    r.data_out.resize(frame.size() + 256);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.data_out.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()),
+                .data_size_out = static_cast<uint32_t>(r.data_out.size()), .ctx_in = &in,
+                .ctx_out = &r.skb_out, .ctx_size_in = sizeof(in), .ctx_size_out = sizeof(r.skb_out),
+                .repeat = 1);
+    if (int err = bpf_prog_test_run_opts(tc_prog_fd(), &opts); err < 0)
+        throw std::runtime_error(fmt::format("tc test run failed: {}", errno_text(err)));
+    r.retval = opts.retval;
+    r.data_out.resize(opts.data_size_out);
+    return r;
+}
+
+} // namespace tricolor
