@@ -56,9 +56,12 @@ struct {
 } tc_policy_stats SEC(".maps");
 
 /* Per-key buckets. Exact, not LRU: evicting a busy flow would hand it a fresh burst. The
- * capacity is set at load time (bpf_map__set_max_entries). */
+ * capacity is set at load time (bpf_map__set_max_entries). Not preallocated: the daemon deletes
+ * idle flows, and a deleted element must not be reused while a packet on another CPU may still
+ * hold it (without prealloc, elements are freed after an RCU grace period). */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
     __uint(max_entries, TC_DEFAULT_FLOWS);
     __type(key, struct tc_flow_key);
     __type(value, struct tc_flow);

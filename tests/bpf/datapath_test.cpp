@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -56,7 +57,7 @@ class DatapathTest : public ::testing::Test {
         quiet_libbpf_logging();
         DatapathOptions o;
         o.testing = true;
-        o.flow_capacity = 4096;
+        o.flow_capacity = 8192;
         dp = std::make_unique<Datapath>(o);
         dp->set_clock(1000000000);
     }
@@ -568,6 +569,109 @@ TEST_F(DatapathTest, TwoCpusOnOneFlowNeverOverAdmit) {
     uint64_t timeouts = dp->global_counters().lock_timeouts;
     EXPECT_GE(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW] + 100 * timeouts, 128000u);
     EXPECT_EQ(dp->policy_state(1).counters.bytes[TC_GREEN], c.bytes[TC_GREEN]);
+}
+
+} // namespace
+
+namespace {
+
+class SmallTableTest : public DatapathTest {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        DatapathOptions o;
+        o.testing = true;
+        o.flow_capacity = 4;
+        dp = std::make_unique<Datapath>(o);
+        dp->set_clock(1000000000);
+    }
+};
+
+// A full table never hands out a fresh burst: new flows are metered in the policy's aggregate
+// bucket and counted; flows whose buckets are full can be reclaimed without changing a colour.
+TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlows) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0); // 1000 B/s, 1000 B buckets
+    p.per = TC_PER_SRC;
+    apply({p});
+    auto from = [](int i) {
+        return Packet()
+            .ipv4("198.18.0." + std::to_string(i), "198.19.0.1")
+            .udp(1, 2)
+            .l3_size(600)
+            .build();
+    };
+    for (int i = 1; i <= 4; ++i)
+        EXPECT_EQ(dp->run_xdp(from(i)).retval, kXdpPass);
+    EXPECT_EQ(dp->flows().size(), 4u);
+    // Sources 5 and 6 find no room: they share the aggregate bucket (1000 bytes: one passes).
+    EXPECT_EQ(dp->run_xdp(from(5)).retval, kXdpPass);
+    EXPECT_EQ(dp->run_xdp(from(6)).retval, kXdpDrop);
+    EXPECT_EQ(dp->global_counters().table_full, 2u);
+    EXPECT_EQ(dp->flows().size(), 4u);
+    EXPECT_EQ(dp->policy_state(1).counters.packets[TC_GREEN], 1u);
+
+    // 0.4 s later each flow holds 400 + 400 = 800 of 1000 bytes: not idle, nothing reclaimed.
+    dp->set_clock(1400000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 0u);
+    // At 0.6 s they are full again: all four go, and a new source gets a flow of its own.
+    dp->set_clock(1600000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 4u);
+    EXPECT_EQ(dp->flows().size(), 0u);
+    EXPECT_EQ(dp->run_xdp(from(7)).retval, kXdpPass);
+    EXPECT_EQ(dp->flows().size(), 1u);
+    EXPECT_EQ(dp->global_counters().table_full, 2u);
+}
+
+TEST_F(DatapathTest, PerKeyModes) {
+    struct Mode {
+        const char *name;
+        tc_per per;
+        uint8_t prefix4;
+        size_t flows; // from the six packets below
+    };
+    // Sources .1 .2 in 198.18.0.0/24 and .1 in 198.18.1.0/24, each to two destinations.
+    for (const Mode &m : {Mode{"src", TC_PER_SRC, 32, 3}, Mode{"src/24", TC_PER_SRC, 24, 2},
+                          Mode{"dst", TC_PER_DST, 32, 2}, Mode{"dst/8", TC_PER_DST, 8, 1},
+                          Mode{"5tuple", TC_PER_5TUPLE, 32, 6}}) {
+        SCOPED_TRACE(m.name);
+        Policy p = policy(1, m.name, Algo::srtcm, 8000, 100000, 0);
+        p.per = m.per;
+        p.prefix4 = m.prefix4;
+        apply({});
+        apply({p});
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.1.1"})
+            for (const char *dst : {"198.19.0.1", "198.19.0.2"})
+                dp->run_xdp(Packet().ipv4(src, dst).udp(1, 2).build());
+        EXPECT_EQ(dp->flows().size(), m.flows);
+    }
+}
+
+TEST_F(DatapathTest, MultiBufferFramesAreChargedTheirFullLength) {
+    apply({policy(1, "jumbo", Algo::srtcm, 8000, 100000, 0)});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(9000).build();
+    ASSERT_GT(frame.size(), 4096u); // more than the linear part of a test-run XDP buffer
+    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 9000u);
+    EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
+}
+
+} // namespace
+
+namespace {
+
+TEST_F(DatapathTest, ListsMoreFlowsThanOneBatch) {
+    Policy p = policy(1, "5tuple", Algo::srtcm, 8000, 100000, 0);
+    p.per = TC_PER_5TUPLE;
+    apply({p});
+    for (uint16_t port = 1; port <= 5000; ++port)
+        dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(port, 2).build());
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 5000u);
+    std::set<uint16_t> ports;
+    for (const auto &f : flows)
+        ports.insert(f.key.sport);
+    EXPECT_EQ(ports.size(), 5000u); // each once, across batches of 4096
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <set>
 #include <stdexcept>
 
@@ -513,21 +514,66 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     return {};
 }
 
+namespace {
+
+// Reads every entry of @fd in batches of keys K and values V (V per CPU: @values_per_key of
+// them), calling @each(key, values). Falls back to one lookup a key where batching is missing.
+template <typename K, typename V, typename F>
+void for_each_entry(int fd, size_t values_per_key, F each) {
+    size_t chunk = 4096;
+    std::vector<K> keys(chunk);
+    std::vector<V> values(chunk * values_per_key);
+    uint32_t in_batch = 0, out_batch = 0;
+    bool first = true;
+    for (;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
+                                       values.data(), &count, nullptr);
+        if (err < 0 && err != -ENOENT && err != -ENOSPC && first) {
+            // No batch support for this map: walk it key by key.
+            K k{}, nk{};
+            void *prev = nullptr;
+            std::vector<V> v(values_per_key);
+            while (bpf_map_get_next_key(fd, prev, &nk) == 0) {
+                if (bpf_map_lookup_elem(fd, &nk, v.data()) == 0)
+                    each(nk, v.data());
+                k = nk;
+                prev = &k;
+            }
+            return;
+        }
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk * values_per_key);
+            continue;
+        }
+        for (uint32_t i = 0; i < count; ++i)
+            each(keys[i], &values[i * values_per_key]);
+        if (err < 0) // ENOENT: that was the last batch
+            return;
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
+} // namespace
+
 std::map<uint32_t, tc_counters> Datapath::policy_counters() const {
     std::map<uint32_t, tc_counters> out;
-    int ncpus = libbpf_num_possible_cpus();
-    std::vector<tc_counters> per_cpu(ncpus);
-    for (const auto &[id, p] : impl_->active) {
-        tc_counters sum{};
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_stats), &id,
-                                per_cpu.data()) == 0)
-            for (const auto &c : per_cpu)
-                for (int i = 0; i < TC_NR_COLORS; ++i) {
-                    sum.packets[i] += c.packets[i];
-                    sum.bytes[i] += c.bytes[i];
-                }
-        out[id] = sum;
-    }
+    size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    for_each_entry<uint32_t, tc_counters>(impl_->fd(impl_->skel->maps.tc_policy_stats), ncpus,
+                                          [&](uint32_t id, const tc_counters *per_cpu) {
+                                              if (!impl_->active.contains(id))
+                                                  return;
+                                              tc_counters sum{};
+                                              for (size_t c = 0; c < ncpus; ++c)
+                                                  for (int i = 0; i < TC_NR_COLORS; ++i) {
+                                                      sum.packets[i] += per_cpu[c].packets[i];
+                                                      sum.bytes[i] += per_cpu[c].bytes[i];
+                                                  }
+                                              out[id] = sum;
+                                          });
     return out;
 }
 
@@ -551,16 +597,10 @@ tc_global_counters Datapath::global_counters() const {
 
 std::vector<Flow> Datapath::flows() const {
     std::vector<Flow> out;
-    int fd = impl_->fd(impl_->skel->maps.tc_flows);
-    tc_flow_key k{}, nk{};
-    void *prev = nullptr;
-    while (bpf_map_get_next_key(fd, prev, &nk) == 0) {
-        Flow f{nk, {}};
-        if (bpf_map_lookup_elem(fd, &nk, &f.state) == 0)
-            out.push_back(f);
-        k = nk;
-        prev = &k;
-    }
+    for_each_entry<tc_flow_key, tc_flow>(impl_->fd(impl_->skel->maps.tc_flows), 1,
+                                         [&](const tc_flow_key &k, const tc_flow *v) {
+                                             out.push_back(Flow{k, *v});
+                                         });
     return out;
 }
 
@@ -568,6 +608,36 @@ tc_flow Datapath::policy_state(uint32_t id) const {
     tc_flow f{};
     bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_state), &id, &f);
     return f;
+}
+
+uint64_t Datapath::now_ns() const {
+    if (impl_->testing)
+        return impl_->skel->bss->tc_test_clock_ns;
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts); // what bpf_ktime_get_ns() reads
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+size_t Datapath::reclaim_idle_flows() {
+    std::map<uint32_t, tc_meter_config> configs;
+    for (const auto &[id, p] : impl_->active)
+        configs[id] = make_meter_config(p.meter);
+    const uint64_t now = now_ns();
+    int fd = impl_->fd(impl_->skel->maps.tc_flows);
+    size_t reclaimed = 0;
+    for (const auto &f : flows()) {
+        auto cfg = configs.find(f.key.policy_id);
+        if (cfg == configs.end() || f.state.lock)
+            continue;
+        // Exactly what the next packet would see: the shared refill code on a copy.
+        tc_meter_state s = f.state.meter;
+        tc_meter_refill(&cfg->second, &s, now);
+        bool full = (f.state.flags & TC_FLOW_F_STARTED) == 0 ||
+                    (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size);
+        if (full && bpf_map_delete_elem(fd, &f.key) == 0)
+            ++reclaimed;
+    }
+    return reclaimed;
 }
 
 void Datapath::set_drop_malformed(bool drop) {

@@ -102,6 +102,12 @@ class Datapath {
     std::vector<Flow> flows() const;
     tc_flow policy_state(uint32_t policy_id) const;
 
+    // Deletes the flows whose buckets are full now (idle at least their fill time): such a
+    // flow is indistinguishable from a new one, so no colour changes. Returns how many.
+    size_t reclaim_idle_flows();
+    // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
+    uint64_t now_ns() const;
+
     void set_drop_malformed(bool drop);
     uint32_t active_set() const;
     int xdp_prog_fd() const;
