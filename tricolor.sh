@@ -2,6 +2,7 @@
 # tricolor.sh: one entry point for a fresh Debian 12 machine.
 #   ./tricolor.sh build   install the packages tricolor needs, configure and build
 #   ./tricolor.sh test    the same, then run every test through ctest
+#   ./tricolor.sh bench   the same build, then the benchmarks (ratios to baselines in the run)
 # Run as root (BPF programs are loaded by the tests). BUILD_DIR overrides ./build.
 set -euo pipefail
 
@@ -54,9 +55,10 @@ run_tests() {
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh build|test [ctest args...]
+usage: ./tricolor.sh build|test|bench [ctest args...]
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
+  bench  build, then the data-path benchmark (not part of the tests)
 USAGE
 }
 
@@ -74,6 +76,12 @@ test)
     mount_bpffs
     build
     run_tests "$@"
+    ;;
+bench)
+    need_root
+    install_deps
+    build
+    "$BUILD_DIR/tests/datapath_bench"
     ;;
 -h | --help | help)
     usage

@@ -16,7 +16,7 @@ struct tc_probe_ctx {
     __u32 best_slot;
 };
 
-static long tc_probe_mask(__u32 i, void *arg) {
+static __always_inline long tc_probe_mask(__u32 i, void *arg) {
     struct tc_probe_ctx *ctx = arg;
     struct tc_rule_key rk;
 
@@ -41,6 +41,10 @@ static long tc_probe_mask(__u32 i, void *arg) {
     return 0;
 }
 
+static long tc_probe_next_mask(__u32 i, void *arg) {
+    return tc_probe_mask(i + 1, arg);
+}
+
 /* The config of the policy @key falls under in @set, or NULL. */
 static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *key, __u32 set) {
     set &= 1;
@@ -49,7 +53,11 @@ static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *
         return NULL;
     struct tc_probe_ctx ctx = {
         .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
-    bpf_loop(TC_MAX_MASKS, tc_probe_mask, &ctx, 0);
+    /* The first shape inline: most policy sets have one or two, and a bpf_loop call costs more
+     * than a probe. */
+    if (ctx.n_masks == 0 || tc_probe_mask(0, &ctx) == 0)
+        if (ctx.n_masks > 1)
+            bpf_loop(TC_MAX_MASKS - 1, tc_probe_next_mask, &ctx, 0);
     if (ctx.best_rank == ~0u)
         return NULL;
     __u32 idx = set * TC_MAX_POLICIES + (ctx.best_slot & (TC_MAX_POLICIES - 1));

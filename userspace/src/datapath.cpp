@@ -322,6 +322,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         throw std::runtime_error(
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     impl_->skel->rodata->tc_test_clock = o.testing ? 1 : 0;
+    impl_->skel->rodata->tc_bench_spread_src = o.bench_spread_sources ? 1 : 0;
     if (int err = tricolor_dp::load(impl_->skel); err < 0) {
         std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
         throw std::runtime_error(

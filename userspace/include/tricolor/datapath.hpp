@@ -76,6 +76,8 @@ struct DatapathOptions {
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
     // Load with the test clock (tc_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
+    // Benchmark only: each run meters a different IPv4 source of 2^20 (tc_bench_spread_src).
+    bool bench_spread_sources = false;
 };
 
 struct Flow {
