@@ -675,3 +675,25 @@ TEST_F(DatapathTest, ListsMoreFlowsThanOneBatch) {
 }
 
 } // namespace
+
+namespace {
+
+TEST_F(DatapathTest, UpsertAndRemoveOnePolicyAtATime) {
+    ASSERT_TRUE(dp->upsert(policy(1, "a")).has_value());
+    ASSERT_TRUE(dp->upsert(policy(2, "b")).has_value());
+    EXPECT_EQ(dp->policies().size(), 2u);
+    dp->run_xdp(v4udp().build());
+    Policy changed = policy(1, "a", Algo::srtcm, 16000000);
+    ASSERT_TRUE(dp->upsert(changed).has_value());
+    EXPECT_EQ(dp->policies().size(), 2u);
+    EXPECT_EQ(dp->policies()[0].meter.cir, 16000000u);
+    EXPECT_EQ(packets(1) + packets(2), 1u); // counters kept across the update
+    auto bad = policy(3, "b");              // a second "b"
+    EXPECT_THAT(dp->upsert(bad).error(), ::testing::HasSubstr("the name is used twice"));
+    EXPECT_EQ(dp->policies().size(), 2u);
+    ASSERT_TRUE(dp->remove(2).has_value());
+    EXPECT_EQ(dp->policies().size(), 1u);
+    EXPECT_THAT(dp->remove(2).error(), ::testing::HasSubstr("no policy with id 2"));
+}
+
+} // namespace

@@ -560,6 +560,32 @@ void for_each_entry(int fd, size_t values_per_key, F each) {
 
 } // namespace
 
+std::vector<Policy> Datapath::policies() const {
+    std::vector<Policy> out;
+    for (const auto &[id, p] : impl_->active)
+        out.push_back(p);
+    return out;
+}
+
+Result<void> Datapath::upsert(const Policy &policy) {
+    auto set = policies();
+    auto it = std::ranges::find(set, policy.id, &Policy::id);
+    if (it != set.end())
+        *it = policy;
+    else
+        set.push_back(policy);
+    return apply(set);
+}
+
+Result<void> Datapath::remove(uint32_t policy_id) {
+    auto set = policies();
+    auto it = std::ranges::find(set, policy_id, &Policy::id);
+    if (it == set.end())
+        return std::unexpected(fmt::format("no policy with id {}", policy_id));
+    set.erase(it);
+    return apply(set);
+}
+
 std::map<uint32_t, tc_counters> Datapath::policy_counters() const {
     std::map<uint32_t, tc_counters> out;
     size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());

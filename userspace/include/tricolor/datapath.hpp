@@ -96,6 +96,12 @@ class Datapath {
     // inactive set is built and made active with one store. Policies whose id was already
     // active keep their buckets and counters; new ids start from zero.
     Result<void> apply(const std::vector<Policy> &policies);
+    // One policy at a time, each an apply of the whole set with that change: atomic too.
+    // upsert adds the policy or replaces the one with its id (keeping its tokens and counters).
+    Result<void> upsert(const Policy &policy);
+    Result<void> remove(uint32_t policy_id);
+    std::vector<Policy> policies() const; // the active set, by id
+
     // Checks a policy set without touching the data path (what apply would refuse).
     Result<void> check(const std::vector<Policy> &policies) const;
 
