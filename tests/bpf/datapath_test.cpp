@@ -32,17 +32,7 @@ Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t c
     Policy p;
     p.id = id;
     p.name = std::move(name);
-    p.meter.algo = algo;
-    p.meter.cir = cir;
-    p.meter.cbs = cbs;
-    if (algo == Algo::trtcm) {
-        p.meter.pir = cir * 2;
-        p.meter.pbs = second;
-    } else {
-        p.meter.ebs = second;
-        if (algo == Algo::rfc4115)
-            p.meter.eir = cir;
-    }
+    p.meter = test::meter_params(algo, cir, cbs, algo == Algo::trtcm ? cir * 2 : cir, second);
     return p;
 }
 
@@ -52,12 +42,13 @@ Prefix prefix(const char *text) {
 
 class DatapathTest : public ::testing::Test {
   protected:
+    virtual uint32_t flow_capacity() const { return 8192; }
     void SetUp() override {
         TRICOLOR_REQUIRE_ROOT();
         quiet_libbpf_logging();
         DatapathOptions o;
         o.testing = true;
-        o.flow_capacity = 8192;
+        o.flow_capacity = flow_capacity();
         dp = std::make_unique<Datapath>(o);
         dp->set_clock(1000000000);
     }
@@ -577,15 +568,7 @@ namespace {
 
 class SmallTableTest : public DatapathTest {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
-        DatapathOptions o;
-        o.testing = true;
-        o.flow_capacity = 4;
-        dp = std::make_unique<Datapath>(o);
-        dp->set_clock(1000000000);
-    }
+    uint32_t flow_capacity() const override { return 4; }
 };
 
 // A full table never hands out a fresh burst: new flows are metered in the policy's aggregate

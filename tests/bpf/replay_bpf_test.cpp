@@ -17,16 +17,9 @@ TEST(BpfReplay, MatchesEveryVectorExactly) {
     auto vectors = test::load_vectors();
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
-        SCOPED_TRACE(v.name);
-        auto parsed = parse_meter_spec(test::spec_from_args(v.args));
-        ASSERT_TRUE(parsed.has_value()) << parsed.error();
-        std::istringstream in(test::read_file(v.trace_path));
-        auto trace = parse_trace(in);
-        ASSERT_TRUE(trace.has_value()) << trace.error();
-        BpfEngine engine(make_meter_config(parsed->params));
-        std::ostringstream out;
-        run_replay(engine, *trace, out);
-        EXPECT_EQ(test::first_difference(out.str(), v.expected), "");
+        auto out = test::replay_vector(
+            v, [](const tc_meter_config &c) { return std::make_unique<BpfEngine>(c); });
+        EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
 }
 

@@ -79,6 +79,39 @@ MeterSpec spec_from_args(const std::vector<std::string> &args) {
     return spec;
 }
 
+std::string
+replay_vector(const Vector &v,
+              const std::function<std::unique_ptr<ReplayEngine>(const tc_meter_config &)> &make) {
+    auto parsed = parse_meter_spec(spec_from_args(v.args));
+    if (!parsed)
+        throw std::runtime_error(v.name + ": " + parsed.error());
+    std::istringstream in(read_file(v.trace_path));
+    auto trace = parse_trace(in);
+    if (!trace)
+        throw std::runtime_error(v.name + ": " + trace.error());
+    auto engine = make(make_meter_config(parsed->params));
+    std::ostringstream out;
+    run_replay(*engine, *trace, out);
+    return out.str();
+}
+
+MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_rate,
+                         uint64_t second_size) {
+    MeterParams p;
+    p.algo = algo;
+    p.cir = cir;
+    p.cbs = cbs;
+    if (algo == Algo::trtcm) {
+        p.pir = second_rate;
+        p.pbs = second_size;
+    } else {
+        p.ebs = second_size;
+        if (algo == Algo::rfc4115)
+            p.eir = second_rate;
+    }
+    return p;
+}
+
 RunResult run_command(const std::vector<std::string> &argv, const std::string &input) {
     // Temporary files rather than pipes: no deadlock whatever the command prints.
     char in_path[] = "/tmp/tricolor-test-in-XXXXXX";

@@ -3,6 +3,10 @@
 #pragma once
 
 #include "tricolor/meter.hpp"
+#include "tricolor/replay.hpp"
+
+#include <functional>
+#include <memory>
 
 #include <string>
 #include <vector>
@@ -21,6 +25,16 @@ struct Vector {
 std::vector<Vector> load_vectors();
 // The replay flags of a vector as the library's textual meter spec.
 MeterSpec spec_from_args(const std::vector<std::string> &args);
+
+// Replays vector @v through the engine @make builds from its meter config; the output text.
+std::string
+replay_vector(const Vector &v,
+              const std::function<std::unique_ptr<ReplayEngine>(const tc_meter_config &)> &make);
+
+// Parameters with the second bucket each algorithm has: trtcm P (@second_rate, @second_size),
+// rfc4115 E (EIR @second_rate, EBS @second_size), srtcm E (EBS @second_size; the rate is CIR's).
+MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_rate,
+                         uint64_t second_size);
 
 struct RunResult {
     int exit_code = -1;

@@ -46,16 +46,9 @@ TEST(MeterVectors, ModelMatchesEveryVectorExactly) {
     auto vectors = test::load_vectors();
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
-        SCOPED_TRACE(v.name);
-        auto parsed = parse_meter_spec(test::spec_from_args(v.args));
-        ASSERT_TRUE(parsed.has_value()) << parsed.error();
-        std::istringstream in(test::read_file(v.trace_path));
-        auto trace = parse_trace(in);
-        ASSERT_TRUE(trace.has_value()) << trace.error();
-        ModelEngine engine(make_meter_config(parsed->params));
-        std::ostringstream out;
-        run_replay(engine, *trace, out);
-        EXPECT_EQ(test::first_difference(out.str(), v.expected), "");
+        auto out = test::replay_vector(
+            v, [](const tc_meter_config &c) { return std::make_unique<ModelEngine>(c); });
+        EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
 }
 
@@ -221,20 +214,11 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
     std::mt19937_64 rng(0x7c0102 + static_cast<int>(algo) * 4 + aware * 2 + packet_mode);
     for (double load : {0.5, 1.0, 2.0, 5.0}) {
         SCOPED_TRACE(load);
-        MeterParams p;
-        p.algo = algo;
+        uint64_t cir = packet_mode ? 1000 : 10000000, cbs = packet_mode ? 10 : 15000;
+        MeterParams p =
+            test::meter_params(algo, cir, cbs, algo == Algo::trtcm ? cir * 3 : cir / 2, cbs * 2);
         p.color_aware = aware;
         p.packet_mode = packet_mode;
-        p.cir = packet_mode ? 1000 : 10000000;
-        p.cbs = packet_mode ? 10 : 15000;
-        if (algo == Algo::trtcm) {
-            p.pir = p.cir * 3;
-            p.pbs = p.cbs * 2;
-        } else {
-            p.ebs = p.cbs * 2;
-            if (algo == Algo::rfc4115)
-                p.eir = p.cir / 2;
-        }
         MeteredRun r = run_meter(p, random_trace(rng, p, 20000, load));
         expect_window_bound(r, p, {Color::green}, p.cir, p.cbs, "green");
         switch (algo) {
@@ -278,15 +262,8 @@ INSTANTIATE_TEST_SUITE_P(AllModes, MeterProperties,
 TEST(MeterProperties, ColorBlindIsColorAwareOfAllGreen) {
     std::mt19937_64 rng(42);
     for (Algo algo : {Algo::srtcm, Algo::trtcm, Algo::rfc4115}) {
-        MeterParams p = params(algo, 8000000, 3000);
-        if (algo == Algo::trtcm) {
-            p.pir = 16000000;
-            p.pbs = 6000;
-        } else {
-            p.ebs = 6000;
-            if (algo == Algo::rfc4115)
-                p.eir = 4000000;
-        }
+        MeterParams p =
+            test::meter_params(algo, 8000000, 3000, algo == Algo::trtcm ? 16000000 : 4000000, 6000);
         auto trace = random_trace(rng, p, 5000, 3.0);
         MeteredRun blind = run_meter(p, trace);
         for (auto &pk : trace)
@@ -301,15 +278,9 @@ TEST(MeterProperties, AfterAnIdleTheBucketsAreFull) {
     std::mt19937_64 rng(7);
     for (Algo algo : {Algo::srtcm, Algo::trtcm, Algo::rfc4115}) {
         SCOPED_TRACE(to_string(algo));
-        MeterParams p = params(algo, 1000000, 3000);
-        if (algo == Algo::trtcm) {
-            p.pir = 2000000;
-            p.pbs = 9000;
-        } else {
-            p.ebs = 6000;
-            if (algo == Algo::rfc4115)
-                p.eir = 300000;
-        }
+        MeterParams p =
+            test::meter_params(algo, 1000000, 3000, algo == Algo::trtcm ? 2000000 : 300000,
+                               algo == Algo::trtcm ? 9000 : 6000);
         Meter m = meter_for(p);
         for (const auto &pk : random_trace(rng, p, 2000, 4.0))
             m.mark(pk.time_ns, pk.bytes, pk.color);
