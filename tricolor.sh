@@ -14,7 +14,7 @@ PACKAGES=(
     build-essential cmake pkg-config            # C++ toolchain
     clang llvm bpftool libbpf-dev linux-libc-dev # BPF programs and skeletons
     libelf-dev zlib1g-dev                       # libbpf's link dependencies
-    libcli11-dev libfmt-dev                     # tricolorctl
+    libcli11-dev libfmt-dev nlohmann-json3-dev  # tricolorctl, tricolord
     libgtest-dev libgmock-dev                   # tests
     iproute2                                    # test labs
 )

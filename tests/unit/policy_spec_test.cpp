@@ -1,0 +1,132 @@
+// Policy objects (SPEC §7): every field parsed, every bad value refused naming the field.
+#include "tricolor/policy_spec.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace tricolor;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+namespace {
+
+json base() {
+    return json{{"name", "web"}, {"algo", "srtcm"}, {"cir", "10mbit"}, {"cbs", "15k"}};
+}
+
+TEST(PolicySpec, EveryFieldIsRead) {
+    json spec = {{"name", "all"},
+                 {"algo", "trtcm"},
+                 {"cir", "10mbit"},
+                 {"cbs", "15k"},
+                 {"pir", "20mbit"},
+                 {"pbs", 30000},
+                 {"match",
+                  {{"src", "198.18.0.0/15"},
+                   {"dst", "198.19.1.0/24"},
+                   {"proto", "udp"},
+                   {"sport", "1024-65535"},
+                   {"dport", 5000},
+                   {"dscp", 46},
+                   {"vlan", "100"},
+                   {"iface", "lo"}}},
+                 {"priority", 7},
+                 {"per", "src/24"},
+                 {"green", "pass"},
+                 {"yellow", "dscp:af12"},
+                 {"red", "classid:1:10"},
+                 {"color_aware", true},
+                 {"color_map", "af"},
+                 {"packet_mode", false},
+                 {"length", "l2"},
+                 {"overhead", 24}};
+    auto p = to_policy(spec, 9);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->id, 9u);
+    EXPECT_EQ(p->name, "all");
+    EXPECT_EQ(p->meter.algo, Algo::trtcm);
+    EXPECT_EQ(p->meter.cir, 10000000u);
+    EXPECT_EQ(p->meter.pbs, 30000u);
+    EXPECT_TRUE(p->meter.color_aware);
+    EXPECT_EQ(to_string(*p->match.src), "198.18.0.0/15");
+    EXPECT_EQ(p->match.proto, 17);
+    EXPECT_EQ(p->match.sport->lo, 1024);
+    EXPECT_EQ(p->match.dport->hi, 5000);
+    EXPECT_EQ(p->match.dscp, 46);
+    EXPECT_EQ(p->match.vlan, 100);
+    EXPECT_EQ(p->match.ifindex, 1u);
+    EXPECT_EQ(p->priority, 7u);
+    EXPECT_EQ(p->per, TC_PER_SRC);
+    EXPECT_EQ(p->prefix4, 24);
+    EXPECT_EQ(p->actions[TC_YELLOW].kind, TC_ACT_KIND_DSCP);
+    EXPECT_EQ(p->actions[TC_YELLOW].value, 12u);
+    EXPECT_EQ(p->actions[TC_RED].value, 0x00010010u);
+    EXPECT_EQ(p->length, TC_LEN_L2);
+    EXPECT_EQ(p->overhead, 24u);
+}
+
+TEST(PolicySpec, DefaultsAreAggregateL3PassPassDrop) {
+    auto p = to_policy(base(), 1).value();
+    EXPECT_EQ(p.per, TC_PER_AGGREGATE);
+    EXPECT_EQ(p.length, TC_LEN_L3);
+    EXPECT_EQ(p.actions[TC_GREEN].kind, TC_ACT_KIND_PASS);
+    EXPECT_EQ(p.actions[TC_YELLOW].kind, TC_ACT_KIND_PASS);
+    EXPECT_EQ(p.actions[TC_RED].kind, TC_ACT_KIND_DROP);
+}
+
+struct Bad {
+    const char *what;
+    json patch;
+    const char *error;
+};
+
+TEST(PolicySpec, EachBadFieldIsNamed) {
+    const std::vector<Bad> cases = {
+        {"bad unit", {{"cir", "10mbyte"}}, "invalid rate '10mbyte'"},
+        {"PIR below CIR",
+         {{"algo", "trtcm"}, {"pir", "1mbit"}, {"pbs", "1k"}},
+         "PIR 1mbit is below"},
+        {"bad prefix", {{"match", {{"src", "198.18.0.1/33"}}}}, "match.src: invalid prefix"},
+        {"host bits", {{"match", {{"dst", "198.18.0.1/24"}}}}, "host bits"},
+        {"port too big", {{"match", {{"dport", "70000"}}}}, "match.dport: invalid port '70000'"},
+        {"reversed range", {{"match", {{"sport", "90-80"}}}}, "invalid port '90-80'"},
+        {"unknown proto", {{"match", {{"proto", "quic"}}}}, "match.proto: 'quic'"},
+        {"unknown iface", {{"match", {{"iface", "nosuchif0"}}}}, "no interface named 'nosuchif0'"},
+        {"dscp range", {{"match", {{"dscp", 64}}}}, "match.dscp"},
+        {"vlan range", {{"match", {{"vlan", 4096}}}}, "match.vlan"},
+        {"unknown action", {{"red", "explode"}}, "red: invalid action 'explode'"},
+        {"dscp action range", {{"yellow", "dscp:64"}}, "DSCP must be 0 to 63"},
+        {"bad per", {{"per", "src/200"}}, "per: 'src/200'"},
+        {"unknown per", {{"per", "flow"}}, "per: 'flow' is not"},
+        {"bad length", {{"length", "l4"}}, "length: 'l4'"},
+        {"unknown field", {{"burst", "1k"}}, "burst: unknown field"},
+        {"unknown match field", {{"match", {{"port", 80}}}}, "match.port: unknown field"},
+        {"bool as string", {{"color_aware", "yes"}}, "color_aware: expected true or false"},
+        {"negative priority", {{"priority", -1}}, "priority: '-1'"},
+        {"mixed families",
+         {{"match", {{"src", "198.18.0.0/15"}, {"dst", "2001:db8::/32"}}}},
+         "different address families"},
+        {"name with space", {{"name", "a b"}}, "name: 'a b'"},
+    };
+    for (const auto &c : cases) {
+        SCOPED_TRACE(c.what);
+        auto r = to_policy(merge_policy(base(), c.patch), 1);
+        ASSERT_FALSE(r.has_value());
+        EXPECT_THAT(r.error(), HasSubstr(c.error));
+    }
+    auto missing = to_policy(json{{"name", "x"}}, 1);
+    ASSERT_FALSE(missing.has_value());
+    EXPECT_THAT(missing.error(), HasSubstr("algo: missing"));
+    EXPECT_THAT(missing.error(), HasSubstr("cir: missing"));
+    EXPECT_THAT(missing.error(), HasSubstr("cbs: missing"));
+}
+
+TEST(PolicySpec, MergeReplacesFieldsAndNullRemovesThem) {
+    json spec = merge_policy(base(), {{"ebs", "30k"}, {"match", {{"dport", 80}}}});
+    spec = merge_policy(spec, {{"cir", "20mbit"}, {"ebs", nullptr}});
+    EXPECT_EQ(spec["cir"], "20mbit");
+    EXPECT_FALSE(spec.contains("ebs"));
+    EXPECT_EQ(spec["match"]["dport"], 80);
+}
+
+} // namespace

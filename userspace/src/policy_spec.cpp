@@ -1,0 +1,273 @@
+// policy_spec.cpp: parsing a policy object into the data path's Policy.
+#include "tricolor/policy_spec.hpp"
+
+#include <fmt/format.h>
+#include <net/if.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace tricolor {
+
+using nlohmann::json;
+
+const std::vector<std::string> &policy_fields() {
+    static const std::vector<std::string> fields = {
+        "name",        "algo",      "cir",         "cbs",    "ebs",     "pir",    "pbs",
+        "eir",         "match",     "priority",    "per",    "green",   "yellow", "red",
+        "color_aware", "color_map", "packet_mode", "length", "overhead"};
+    return fields;
+}
+
+const std::vector<std::string> &match_fields() {
+    static const std::vector<std::string> fields = {"src",   "dst",  "proto", "sport",
+                                                    "dport", "dscp", "vlan",  "iface"};
+    return fields;
+}
+
+namespace {
+
+// Collects problems; each names the field.
+class Reader {
+  public:
+    explicit Reader(std::vector<std::string> &errors, std::string prefix = "")
+        : errors_(errors), prefix_(std::move(prefix)) {}
+
+    void error(const std::string &field, const std::string &why) {
+        errors_.push_back(fmt::format("{}{}: {}", prefix_, field, why));
+    }
+
+    // A text value: strings as they are, whole numbers as their digits.
+    std::optional<std::string> text(const json &obj, const std::string &field) {
+        auto it = obj.find(field);
+        if (it == obj.end() || it->is_null())
+            return std::nullopt;
+        if (it->is_string())
+            return it->get<std::string>();
+        if (it->is_number_unsigned())
+            return std::to_string(it->get<uint64_t>());
+        if (it->is_number_integer())
+            return std::to_string(it->get<int64_t>());
+        error(field, fmt::format("expected a string, got {}", it->dump()));
+        return std::nullopt;
+    }
+
+    std::optional<bool> flag(const json &obj, const std::string &field) {
+        auto it = obj.find(field);
+        if (it == obj.end() || it->is_null())
+            return std::nullopt;
+        if (!it->is_boolean()) {
+            error(field, fmt::format("expected true or false, got {}", it->dump()));
+            return std::nullopt;
+        }
+        return it->get<bool>();
+    }
+
+    // A whole number in [0, max], given as a number or as decimal text.
+    std::optional<uint64_t> number(const json &obj, const std::string &field, uint64_t max) {
+        auto t = text(obj, field);
+        if (!t)
+            return std::nullopt;
+        uint64_t v = 0;
+        auto [ptr, ec] = std::from_chars(t->data(), t->data() + t->size(), v);
+        if (ec != std::errc() || ptr != t->data() + t->size() || t->empty() || v > max) {
+            error(field, fmt::format("'{}' is not a whole number from 0 to {}", *t, max));
+            return std::nullopt;
+        }
+        return v;
+    }
+
+  private:
+    std::vector<std::string> &errors_;
+    std::string prefix_;
+};
+
+std::optional<uint8_t> parse_proto(std::string_view t) {
+    if (t == "tcp")
+        return 6;
+    if (t == "udp")
+        return 17;
+    if (t == "icmp")
+        return 1;
+    if (t == "icmpv6" || t == "ipv6-icmp")
+        return 58;
+    if (t == "sctp")
+        return 132;
+    unsigned v = 0;
+    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || ptr != t.data() + t.size() || t.empty() || v > 255)
+        return std::nullopt;
+    return static_cast<uint8_t>(v);
+}
+
+} // namespace
+
+Result<Policy> to_policy(const json &spec, uint32_t id) {
+    std::vector<std::string> errors;
+    Reader r(errors);
+    Policy p;
+    p.id = id;
+    if (!spec.is_object())
+        return std::unexpected(fmt::format("a policy must be an object, got {}", spec.dump()));
+    for (const auto &[key, value] : spec.items())
+        if (std::ranges::find(policy_fields(), key) == policy_fields().end())
+            r.error(key, "unknown field");
+
+    auto name = r.text(spec, "name");
+    if (!name || name->empty())
+        r.error("name", "every policy needs a name");
+    else if (name->size() > 63 || name->find_first_of(" \t\n\"/") != std::string::npos)
+        r.error("name", fmt::format("'{}' must be 1 to 63 characters without spaces, quotes or "
+                                    "slashes",
+                                    *name));
+    else
+        p.name = *name;
+
+    MeterSpec m;
+    m.algo = r.text(spec, "algo").value_or("");
+    if (m.algo.empty())
+        r.error("algo", "missing: srtcm, trtcm or rfc4115");
+    m.cir = r.text(spec, "cir").value_or("");
+    if (m.cir.empty())
+        r.error("cir", "missing");
+    m.cbs = r.text(spec, "cbs").value_or("");
+    if (m.cbs.empty())
+        r.error("cbs", "missing");
+    m.ebs = r.text(spec, "ebs");
+    m.pir = r.text(spec, "pir");
+    m.pbs = r.text(spec, "pbs");
+    m.eir = r.text(spec, "eir");
+    m.color_aware = r.flag(spec, "color_aware").value_or(false);
+    m.packet_mode = r.flag(spec, "packet_mode").value_or(false);
+    if (!m.algo.empty() && !m.cir.empty() && !m.cbs.empty()) {
+        auto meter = parse_meter_spec(m);
+        if (meter)
+            p.meter = meter->params;
+        else
+            errors.push_back(meter.error());
+    }
+    if (auto cm = r.text(spec, "color_map"); cm && *cm != "af")
+        r.error("color_map", fmt::format("'{}' is not a known map (af)", *cm));
+
+    if (auto it = spec.find("match"); it != spec.end() && !it->is_null()) {
+        if (!it->is_object()) {
+            r.error("match",
+                    "expected an object of src, dst, proto, sport, dport, dscp, vlan, iface");
+        } else {
+            const json &mt = *it;
+            Reader mr(errors, "match.");
+            for (const auto &[key, value] : mt.items())
+                if (std::ranges::find(match_fields(), key) == match_fields().end())
+                    mr.error(key, "unknown field");
+            for (const char *side : {"src", "dst"})
+                if (auto t = mr.text(mt, side)) {
+                    auto pr = parse_prefix(*t);
+                    if (pr)
+                        (std::string(side) == "src" ? p.match.src : p.match.dst) = *pr;
+                    else
+                        mr.error(side, pr.error());
+                }
+            if (p.match.src && p.match.dst && p.match.src->ipv6 != p.match.dst->ipv6)
+                r.error("match", "src and dst are of different address families");
+            if (auto t = mr.text(mt, "proto")) {
+                if (auto v = parse_proto(*t))
+                    p.match.proto = *v;
+                else
+                    mr.error("proto", fmt::format("'{}' is not tcp, udp, icmp, icmpv6, sctp or "
+                                                  "a number 0-255",
+                                                  *t));
+            }
+            for (const char *side : {"sport", "dport"})
+                if (auto t = mr.text(mt, side)) {
+                    auto pr = parse_port_range(*t);
+                    if (pr)
+                        (std::string(side) == "sport" ? p.match.sport : p.match.dport) = *pr;
+                    else
+                        mr.error(side, pr.error());
+                }
+            if (auto v = mr.number(mt, "dscp", 63))
+                p.match.dscp = static_cast<uint8_t>(*v);
+            if (auto v = mr.number(mt, "vlan", 4095))
+                p.match.vlan = static_cast<uint16_t>(*v);
+            if (auto t = mr.text(mt, "iface")) {
+                unsigned idx = if_nametoindex(t->c_str());
+                if (idx == 0)
+                    mr.error("iface", fmt::format("no interface named '{}'", *t));
+                else
+                    p.match.ifindex = idx;
+            }
+        }
+    }
+    if (auto v = r.number(spec, "priority", 65535))
+        p.priority = static_cast<uint32_t>(*v);
+    if (auto t = r.text(spec, "per")) {
+        std::string_view s = *t;
+        auto with_len = [&](std::string_view base, tc_per per) {
+            if (s == base) {
+                p.per = per;
+                return true;
+            }
+            if (!s.starts_with(std::string(base) + "/"))
+                return false;
+            unsigned len = 0;
+            auto num = s.substr(base.size() + 1);
+            auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), len);
+            if (ec != std::errc() || ptr != num.data() + num.size() || num.empty() || len > 128) {
+                r.error("per", fmt::format("'{}': the prefix length must be 0 to 128", s));
+                return true;
+            }
+            p.per = per;
+            // One N for both families: IPv4 keys use min(N, 32).
+            p.prefix4 = static_cast<uint8_t>(std::min(len, 32u));
+            p.prefix6 = static_cast<uint8_t>(len);
+            return true;
+        };
+        if (s == "aggregate")
+            p.per = TC_PER_AGGREGATE;
+        else if (s == "5tuple")
+            p.per = TC_PER_5TUPLE;
+        else if (!with_len("src", TC_PER_SRC) && !with_len("dst", TC_PER_DST))
+            r.error("per",
+                    fmt::format("'{}' is not aggregate, src, dst, src/N, dst/N or 5tuple", s));
+    }
+    const char *colors[] = {"green", "yellow", "red"};
+    for (int c = 0; c < TC_NR_COLORS; ++c)
+        if (auto t = r.text(spec, colors[c])) {
+            auto a = parse_action(*t);
+            if (a)
+                p.actions[c] = *a;
+            else
+                r.error(colors[c], a.error());
+        }
+    if (auto t = r.text(spec, "length")) {
+        if (*t == "l3")
+            p.length = TC_LEN_L3;
+        else if (*t == "l2")
+            p.length = TC_LEN_L2;
+        else
+            r.error("length", fmt::format("'{}' is not l3 or l2", *t));
+    }
+    if (auto v = r.number(spec, "overhead", 65535))
+        p.overhead = static_cast<uint32_t>(*v);
+
+    if (!errors.empty()) {
+        std::string all;
+        for (const auto &e : errors)
+            all +=
+                (all.empty() ? "" : "\n") + (p.name.empty() ? "" : "policy '" + p.name + "': ") + e;
+        return std::unexpected(all);
+    }
+    return p;
+}
+
+json merge_policy(json spec, const json &patch) {
+    for (const auto &[key, value] : patch.items()) {
+        if (value.is_null())
+            spec.erase(key);
+        else
+            spec[key] = value;
+    }
+    return spec;
+}
+
+} // namespace tricolor
