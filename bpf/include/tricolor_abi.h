@@ -78,6 +78,10 @@ struct tc_replay_io {
 #define TC_MAX_RULES 131072      /* classifier entries, both sets together */
 #define TC_DEFAULT_FLOWS 1048576 /* per-key flow table capacity unless set at load */
 #define TC_NR_SETS 2             /* policy sets: one active, one being built */
+#define TC_POLICY_NAME_LEN 64
+/* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and
+ * migrates from the old directory deliberately; it never reuses a map it cannot read. */
+#define TC_ABI_VERSION 1
 #define TC_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
 
 /* What a policy can match, extracted from the packet. IPv4 addresses are stored as IPv4-mapped
@@ -97,9 +101,10 @@ struct tc_class_key {
 };
 #define TC_CLASS_KEY_WORDS 12
 
-#define TC_KEY_F_IPV6 0x1u  /* the packet is IPv6 (addresses are not mapped IPv4) */
-#define TC_KEY_F_PORTS 0x2u /* sport/dport are the packet's (not a later fragment, not portless)   \
-                             */
+#define TC_KEY_F_IPV6 0x1u /* the packet is IPv6 (addresses are not mapped IPv4) */
+#define TC_KEY_F_PORTS                                                                             \
+    0x2u /* sport/dport are the packet's (not a later fragment, not portless)                      \
+          */
 
 /* A classifier entry: one mask's masked key in one policy set. */
 struct tc_rule_key {
@@ -162,6 +167,8 @@ struct tc_policy {
     __u8 length_mode; /* enum tc_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
     __u32 pad;
+    char name[TC_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
+                                      names back to ids, keeping their buckets and counters */
 };
 
 /* Packets and bytes per colour. */
@@ -205,7 +212,7 @@ struct tc_global_counters {
     __u64 lock_timeouts; /* packets coloured red because a flow lock stayed taken */
 };
 
-/* Runtime settings the daemon writes into the program's .bss. */
+/* Runtime settings: the one entry of the (mmapable, pinned) tc_runtime map. */
 struct tc_runtime {
     __u32 active_set;     /* 0 or 1 */
     __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */

@@ -74,4 +74,12 @@ struct {
     __type(value, struct tc_global_counters);
 } tc_global_stats SEC(".maps");
 
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tc_runtime);
+} tc_runtime SEC(".maps");
+
 #endif /* TRICOLOR_MAPS_H */

@@ -10,8 +10,6 @@
 #include "flow.h"
 #include "act.h"
 
-struct tc_runtime tc_runtime = {};
-
 /* Benchmark only: spread each run's IPv4 source over 2^20 addresses (10.0.0.0/12) in a
  * scattered order, so one BPF_PROG_TEST_RUN with a repeat count walks a table of a million
  * flows. Frozen in .rodata at load, so production programs do not contain it. */
@@ -42,6 +40,9 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
     struct tc_verdict v = {};
     __u32 zero = 0;
     struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
+    struct tc_runtime *rt = bpf_map_lookup_elem(&tc_runtime, &zero);
+    if (!rt)
+        return v;
     int res = tc_parse(data, data_end, frame_len, p);
 
     if (res != TC_PARSE_OK) {
@@ -52,7 +53,7 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
             g->malformed_packets++;
             g->malformed_bytes += frame_len;
         }
-        v.drop = res == TC_PARSE_MALFORMED && tc_runtime.drop_malformed;
+        v.drop = res == TC_PARSE_MALFORMED && rt->drop_malformed;
         return v;
     }
     if (tc_bench_spread_src) {
@@ -63,7 +64,7 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
-    struct tc_policy *pol = tc_classify(&p->key, tc_runtime.active_set & 1);
+    struct tc_policy *pol = tc_classify(&p->key, rt->active_set & 1);
     if (!pol) {
         if (g) {
             g->unclassified_packets++;

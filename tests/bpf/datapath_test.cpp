@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <random>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -677,6 +678,60 @@ TEST_F(DatapathTest, UpsertAndRemoveOnePolicyAtATime) {
     ASSERT_TRUE(dp->remove(2).has_value());
     EXPECT_EQ(dp->policies().size(), 1u);
     EXPECT_THAT(dp->remove(2).error(), ::testing::HasSubstr("no policy with id 2"));
+}
+
+} // namespace
+
+namespace {
+
+// What a daemon restart relies on: a new Datapath on the same pin directory finds the active
+// set, every counter and every token where the old one left them.
+TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
+    TRICOLOR_REQUIRE_ROOT();
+    quiet_libbpf_logging();
+    std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
+    Datapath::remove_pins(pin);
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 64;
+    o.pin_dir = pin;
+    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    {
+        Datapath a(o);
+        EXPECT_FALSE(a.adopted());
+        ASSERT_TRUE(a.apply({p}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, kXdpPass); // 2000 left
+    }
+    {
+        Datapath b(o);
+        EXPECT_TRUE(b.adopted());
+        ASSERT_EQ(b.policies().size(), 1u);
+        EXPECT_EQ(b.policies()[0].id, 3u);
+        EXPECT_EQ(b.policies()[0].name, "kept");
+        b.set_clock(5000000000);
+        // Still policing before any apply: the pinned set is the active one.
+        EXPECT_EQ(b.run_xdp(frame).retval, kXdpPass); // 1000 left
+        ASSERT_TRUE(b.apply({p}).has_value());        // same id: kept
+        EXPECT_EQ(b.run_xdp(frame).retval, kXdpPass); // 0 left
+        EXPECT_EQ(b.run_xdp(frame).retval, kXdpDrop);
+        auto c = b.policy_counters()[3];
+        EXPECT_EQ(c.packets[TC_GREEN], 3u); // one counted by a, two by b
+        EXPECT_EQ(c.packets[TC_RED], 1u);
+    }
+    {
+        DatapathOptions bigger = o;
+        bigger.flow_capacity = 128;
+        try {
+            Datapath c(bigger);
+            ADD_FAILURE() << "a pinned table of another capacity must be refused";
+        } catch (const std::runtime_error &e) {
+            EXPECT_THAT(e.what(), ::testing::HasSubstr("do not match this build"));
+        }
+    }
+    Datapath::remove_pins(pin);
+    EXPECT_FALSE(std::filesystem::exists(pin));
 }
 
 } // namespace

@@ -9,6 +9,10 @@
 #include <charconv>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+
+#include <sys/mman.h>
+#include <unistd.h>
 #include <set>
 #include <stdexcept>
 
@@ -304,8 +308,15 @@ std::array<Color, 64> af_color_map() {
 struct Datapath::Impl {
     tricolor_dp *skel = nullptr;
     bool testing = false;
+    bool adopted = false;
+    std::string pin_path;
+    tc_runtime *runtime = nullptr;     // the mmapped entry of the tc_runtime map
     std::map<uint32_t, Policy> active; // id -> policy of the active set
-    ~Impl() { tricolor_dp::destroy(skel); }
+    ~Impl() {
+        if (runtime)
+            munmap(runtime, sysconf(_SC_PAGESIZE));
+        tricolor_dp::destroy(skel);
+    }
 
     int fd(bpf_map *m) const { return bpf_map__fd(m); }
 };
@@ -321,13 +332,75 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tc_flows, o.flow_capacity); err < 0)
         throw std::runtime_error(
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
+    if (!o.pin_dir.empty()) {
+        namespace fs = std::filesystem;
+        impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TC_ABI_VERSION);
+        std::error_code ec;
+        fs::create_directories(impl_->pin_path, ec);
+        if (ec)
+            throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
+                                                 impl_->pin_path, ec.message()));
+        impl_->adopted = fs::exists(impl_->pin_path + "/tc_runtime");
+        bpf_map *m;
+        bpf_object__for_each_map(m, impl_->skel->obj) {
+            if (bpf_map__is_internal(m))
+                continue;
+            std::string path = impl_->pin_path + "/" + bpf_map__name(m);
+            if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
+                throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
+                                                     bpf_map__name(m), path, errno_text(err)));
+        }
+    }
     impl_->skel->rodata->tc_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tc_bench_spread_src = o.bench_spread_sources ? 1 : 0;
     if (int err = tricolor_dp::load(impl_->skel); err < 0) {
         std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
+        if (impl_->adopted)
+            hint += fmt::format(" (the maps pinned in {} do not match this build: a different "
+                                "flow capacity? remove them to start afresh)",
+                                impl_->pin_path);
         throw std::runtime_error(
             fmt::format("cannot load the BPF data path: {}{}", errno_text(err), hint));
     }
+    void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
+                     impl_->fd(impl_->skel->maps.tc_runtime), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map tc_runtime: {}", errno_text(errno)));
+    impl_->runtime = static_cast<tc_runtime *>(mem);
+    if (impl_->adopted)
+        adopt();
+}
+
+void Datapath::adopt() {
+    // The active set's ids and names: apply() keeps their buckets and counters.
+    uint32_t set = impl_->runtime->active_set & 1;
+    tc_set_info info{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_sets), &set, &info) != 0)
+        return;
+    for (uint32_t slot = 0; slot < info.n_policies && slot < TC_MAX_POLICIES; ++slot) {
+        uint32_t idx = set * TC_MAX_POLICIES + slot;
+        tc_policy cfg{};
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_cfg), &idx, &cfg) != 0)
+            continue;
+        Policy p;
+        p.id = cfg.policy_id;
+        p.name.assign(cfg.name, strnlen(cfg.name, sizeof(cfg.name)));
+        impl_->active[p.id] = p;
+    }
+}
+
+bool Datapath::adopted() const {
+    return impl_->adopted;
+}
+std::string Datapath::pin_path() const {
+    return impl_->pin_path;
+}
+
+void Datapath::remove_pins(const std::string &pin_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::remove_all(fmt::format("{}/abi{}", pin_dir, TC_ABI_VERSION), ec);
+    fs::remove(pin_dir, ec); // only if empty
 }
 
 Datapath::~Datapath() = default;
@@ -395,7 +468,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     if (auto ok = check(policies); !ok)
         return ok;
     auto *skel = impl_->skel;
-    const uint32_t active = skel->bss->tc_runtime.active_set & 1, next = active ^ 1;
+    const uint32_t active = impl_->runtime->active_set & 1, next = active ^ 1;
     auto fail = [&](std::string_view what, int err) {
         return std::unexpected(fmt::format("cannot {}: {} (the active policy set is unchanged)",
                                            what, errno_text(err)));
@@ -458,6 +531,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         cfg.prefix6 = p.prefix6;
         cfg.length_mode = static_cast<uint8_t>(p.length);
         cfg.overhead = p.overhead;
+        std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
         uint32_t idx = next * TC_MAX_POLICIES + slot;
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_cfg), &idx, &cfg, 0))
             return fail("write a policy config", err);
@@ -503,7 +577,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         return fail("write the policy set header", err);
 
     // 4. One store makes the new set active.
-    __atomic_store_n(&skel->bss->tc_runtime.active_set, next, __ATOMIC_RELEASE);
+    __atomic_store_n(&impl_->runtime->active_set, next, __ATOMIC_RELEASE);
 
     // 5. The flows of policies that are gone.
     delete_flows_if(flows_fd,
@@ -668,12 +742,11 @@ size_t Datapath::reclaim_idle_flows() {
 }
 
 void Datapath::set_drop_malformed(bool drop) {
-    __atomic_store_n(&impl_->skel->bss->tc_runtime.drop_malformed, drop ? 1u : 0u,
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(&impl_->runtime->drop_malformed, drop ? 1u : 0u, __ATOMIC_RELEASE);
 }
 
 uint32_t Datapath::active_set() const {
-    return impl_->skel->bss->tc_runtime.active_set;
+    return impl_->runtime->active_set;
 }
 int Datapath::xdp_prog_fd() const {
     return bpf_program__fd(impl_->skel->progs.tricolor_xdp);

@@ -74,6 +74,10 @@ struct Policy {
 
 struct DatapathOptions {
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
+    // Pin every map under <pin_dir>/abi<TC_ABI_VERSION>/ and reuse what is pinned there, so a
+    // new Datapath adopts the state (buckets, counters, active set) of an earlier one. Empty:
+    // nothing is pinned.
+    std::string pin_dir;
     // Load with the test clock (tc_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
     // Benchmark only: each run meters a different IPv4 source of 2^20 (tc_bench_spread_src).
@@ -101,6 +105,14 @@ class Datapath {
     Result<void> upsert(const Policy &policy);
     Result<void> remove(uint32_t policy_id);
     std::vector<Policy> policies() const; // the active set, by id
+
+    // True when the maps were found pinned and reused: then policies() holds the adopted set's
+    // ids and names (their configs come back with the next apply).
+    bool adopted() const;
+    // The directory the maps are pinned in ("" without pinning).
+    std::string pin_path() const;
+    // Removes the pinned maps of @pin_dir (the data path stops when nothing else holds them).
+    static void remove_pins(const std::string &pin_dir);
 
     // Checks a policy set without touching the data path (what apply would refuse).
     Result<void> check(const std::vector<Policy> &policies) const;
@@ -132,6 +144,7 @@ class Datapath {
     TestRun run_tc(const std::vector<uint8_t> &frame, const __sk_buff *skb_in = nullptr) const;
 
   private:
+    void adopt();
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
