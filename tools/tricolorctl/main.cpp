@@ -1,4 +1,5 @@
 // tricolorctl: the command-line tool. Exit codes (SPEC §7): 0 done, 1 refused, 2 bad usage.
+#include "daemon_cmds.hpp"
 #include "replay_cmd.hpp"
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,12 @@ int main(int argc, char **argv) {
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Show help for every command");
 
+    tricolor::cli::GlobalOptions global;
+    app.add_flag("-j,--json", global.json, "JSON output (errors as {\"error\": ...})");
+    app.add_option("--socket", global.socket,
+                   "tricolord's control socket (default $TRICOLOR_SOCKET, then "
+                   "/run/tricolor/tricolor.sock)");
+    auto run_daemon_command = tricolor::cli::add_daemon_commands(app, global);
     tricolor::cli::ReplayOptions replay;
     tricolor::cli::add_replay_command(app, replay);
 
@@ -29,6 +36,8 @@ int main(int argc, char **argv) {
     try {
         if (app.got_subcommand("replay"))
             return tricolor::cli::run_replay_command(replay);
+        if (int rc = run_daemon_command(); rc >= 0)
+            return rc;
     } catch (const std::exception &e) {
         std::cerr << "tricolorctl: " << e.what() << "\n";
         return tricolor::cli::kExitRefused;

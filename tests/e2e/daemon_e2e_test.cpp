@@ -1,0 +1,250 @@
+// tricolord and tricolorctl driven as a user drives them, with real traffic through a veth pair
+// into the root namespace where the data path is attached.
+#include "lab.hpp"
+
+#include "tricolor/control.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+using namespace tricolor;
+using namespace tricolor::test;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+namespace {
+
+json parse_json(const RunResult &r) {
+    auto j = json::parse(r.out, nullptr, false);
+    if (j.is_discarded())
+        ADD_FAILURE() << "not JSON: " << r.out << r.err;
+    return j;
+}
+
+uint64_t total_packets(const json &stats, const std::string &name) {
+    for (const auto &p : stats["policies"])
+        if (p["name"] == name)
+            return p["green"]["packets"].get<uint64_t>() + p["yellow"]["packets"].get<uint64_t>() +
+                   p["red"]["packets"].get<uint64_t>();
+    return 0;
+}
+
+class E2E : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        lab = std::make_unique<Lab>();
+        daemon = std::make_unique<Daemon>(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    }
+    void TearDown() override {
+        if (HasFailure() && daemon)
+            std::cerr << "daemon log:\n" << daemon->log();
+        daemon.reset();
+        lab.reset();
+    }
+    RunResult ok(std::vector<std::string> args) {
+        auto r = daemon->ctl(args);
+        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+        return r;
+    }
+    // Sends @count datagrams of @size payload bytes from the namespace to the host end.
+    void send(long count, long size, double pps = 0) {
+        auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(count),
+                             std::to_string(size), std::to_string(pps)});
+        ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    }
+    json stats() { return parse_json(ok({"-j", "stats"})); }
+
+    std::unique_ptr<Lab> lab;
+    std::unique_ptr<Daemon> daemon;
+};
+
+TEST_F(E2E, PolicyLifecycle) {
+    ok({"attach", lab->host_if});
+    ok({"policy",  "add",   "web",   "--algo", "srtcm",   "--cir",    "10mbit",
+        "--cbs",   "15k",   "--ebs", "30k",    "--match", "src",      lab->ns_v4 + "/32",
+        "--match", "proto", "udp",   "--per",  "src",     "--yellow", "dscp:af12"});
+    auto list = parse_json(ok({"-j", "policy", "list"}));
+    ASSERT_EQ(list["policies"].size(), 1u);
+    EXPECT_EQ(list["policies"][0]["cir"], "10mbit");
+    ok({"policy", "set", "web", "--cir", "20mbit"});
+    auto show = parse_json(ok({"-j", "policy", "show", "web"}));
+    EXPECT_EQ(show["policy"]["cir"], "20mbit");
+    EXPECT_EQ(show["policy"]["ebs"], "30k"); // untouched fields stay
+    auto status = parse_json(ok({"-j", "status"}));
+    ASSERT_EQ(status["attachments"].size(), 1u);
+    EXPECT_TRUE(status["attachments"][0]["attached"].get<bool>());
+    // The change persisted to the config file.
+    auto cfg = json::parse(read_file(daemon->config()));
+    EXPECT_EQ(cfg["policies"][0]["cir"], "20mbit");
+    EXPECT_EQ(cfg["attachments"][0]["iface"], lab->host_if);
+    ok({"policy", "del", "web"});
+    EXPECT_TRUE(parse_json(ok({"-j", "policy", "list"}))["policies"].empty());
+    ok({"detach", lab->host_if});
+    EXPECT_TRUE(parse_json(ok({"-j", "status"}))["attachments"].empty());
+}
+
+TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
+    ok({"policy", "add", "base", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    std::string before = ok({"-j", "policy", "list"}).out;
+    std::string config_before = read_file(daemon->config());
+    struct Bad {
+        std::vector<std::string> args;
+        int exit_code;
+        const char *message;
+    };
+    const std::vector<Bad> cases = {
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "10zbit", "--cbs", "15k"},
+         1,
+         "invalid rate '10zbit'"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "2tbit", "--cbs", "15k"},
+         1,
+         "out of range"},
+        {{"policy", "add", "p", "--algo", "trtcm", "--cir", "2mbit", "--cbs", "15k", "--pir",
+          "1mbit", "--pbs", "15k"},
+         1,
+         "PIR 1mbit is below CIR 2mbit"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+          "src", "198.18.0.0/33"},
+         1,
+         "invalid prefix"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+          "dport", "70000"},
+         1,
+         "invalid port '70000'"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--red",
+          "explode"},
+         1,
+         "invalid action 'explode'"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+          "iface", "nosuchif9"},
+         1,
+         "no interface named 'nosuchif9'"},
+        {{"policy", "add", "base", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"},
+         1,
+         "exists"},
+        {{"policy", "set", "ghost", "--cir", "1mbit"}, 1, "no policy named 'ghost'"},
+        {{"policy", "set", "base", "--cbs", "0"}, 1, "CBS 0 bytes"},
+        {{"policy", "del", "ghost"}, 1, "no policy named 'ghost'"},
+        {{"attach", "nosuchif9"}, 1, "no interface named 'nosuchif9'"},
+        {{"attach", lab->host_if, "--hook", "xdp", "--direction", "egress"},
+         1,
+         "XDP only sees ingress"},
+        {{"policy", "add", "p", "--algo", "wfq", "--cir", "1mbit", "--cbs", "1k"}, 2, "wfq not in"},
+        {{"policy", "add", "p", "--cir", "1mbit", "--cbs", "1k"}, 2, "--algo is required"},
+        {{"stats", "ghost"}, 1, "no policy named 'ghost'"},
+    };
+    for (const auto &c : cases) {
+        SCOPED_TRACE(c.message);
+        auto r = daemon->ctl(c.args);
+        EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+        EXPECT_THAT(r.err, HasSubstr(c.message));
+        EXPECT_EQ(ok({"-j", "policy", "list"}).out, before);
+    }
+    EXPECT_EQ(read_file(daemon->config()), config_before);
+    // Under -j a refusal is a JSON error on stderr.
+    auto j = daemon->ctl({"-j", "policy", "del", "ghost"});
+    EXPECT_EQ(j.exit_code, 1);
+    EXPECT_EQ(json::parse(j.err)["error"], "no policy named 'ghost'");
+}
+
+TEST_F(E2E, MalformedSocketRequestsAreRefusedAndTheDaemonLives) {
+    auto raw = [&](const std::string &line) {
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::strcpy(addr.sun_path, daemon->socket().c_str());
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+        EXPECT_EQ(write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+        shutdown(fd, SHUT_WR);
+        std::string reply;
+        char buf[4096];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+            reply.append(buf, static_cast<size_t>(n));
+        close(fd);
+        return json::parse(reply, nullptr, false);
+    };
+    for (const auto &[line, message] : std::vector<std::pair<std::string, std::string>>{
+             {"this is not json\n", "not valid JSON"},
+             {"[1,2,3]\n", "must be a JSON object"},
+             {"{}\n", "needs \"cmd\""},
+             {"{\"cmd\": 7}\n", "needs \"cmd\""},
+             {"{\"cmd\": \"reboot\"}\n", "unknown command 'reboot'"},
+             {"{\"cmd\": \"policy_add\"}\n", "needs \"policy\""},
+             {"{\"cmd\": \"policy_add\", \"policy\": {\"name\": \"x\"}}\n", "algo: missing"},
+             {"{\"cmd\": \"policy_set\", \"name\": \"x\"}\n", "needs \"patch\""},
+             {"{\"cmd\": \"attach\", \"iface\": 5}\n", "needs \"iface\""},
+             {"{\"cmd\": \"apply\", \"policies\": {}}\n", "needs \"policies\""},
+             {"", "not valid JSON"},
+         }) {
+        SCOPED_TRACE(line);
+        auto reply = raw(line);
+        ASSERT_TRUE(reply.is_object());
+        EXPECT_FALSE(reply["ok"].get<bool>());
+        EXPECT_THAT(reply["error"].get<std::string>(), HasSubstr(message));
+    }
+    EXPECT_EQ(daemon->ctl({"status"}).exit_code, 0);
+}
+
+TEST_F(E2E, TrafficIsColouredCountedAndRedDropped) {
+    ok({"attach", lab->host_if});
+    // 1 byte/s with 15k + 15k buckets: nothing refills during the test.
+    ok({"policy", "add", "udp", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
+        "--match", "proto", "udp", "--match", "dst", lab->host_v4});
+    // Receive on the host end while the namespace sends 100 datagrams of 1000 bytes.
+    RunResult received;
+    std::thread rx([&] {
+        received = run_command({udp_tool_path(), "recv", lab->host_v4, "9000", "2"});
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    send(100, 1000);
+    rx.join();
+    auto s = stats();
+    ASSERT_EQ(s["policies"].size(), 1u);
+    auto p = s["policies"][0];
+    EXPECT_EQ(total_packets(s, "udp"), 100u); // every datagram metered
+    // IPv4 20 + UDP 8 + 1000 = 1028 bytes: 14 fit in each 15360-byte bucket.
+    EXPECT_EQ(p["green"]["packets"], 14);
+    EXPECT_EQ(p["yellow"]["packets"], 14);
+    EXPECT_EQ(p["red"]["packets"], 72);
+    EXPECT_EQ(p["green"]["bytes"], 14 * 1028);
+    EXPECT_THAT(received.out, HasSubstr("packets 28 ")); // red was dropped, the rest delivered
+    auto flows = parse_json(ok({"-j", "flows"}));
+    EXPECT_TRUE(flows["flows"].empty()); // aggregate: no per-key flows
+}
+
+TEST_F(E2E, Kill9LeavesThePolicyEnforcedAndARestartAdoptsEveryCounter) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "agg", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "udp", "--per", "src"});
+    send(50, 1000);
+    auto before = stats();
+    EXPECT_EQ(total_packets(before, "agg"), 50u);
+    daemon->kill9();
+    send(50, 1000); // no daemon: still policed and counted
+    daemon->start();
+    auto after = stats();
+    EXPECT_EQ(total_packets(after, "agg"), 100u);
+    auto p = after["policies"][0];
+    EXPECT_EQ(p["green"]["packets"], 14); // the bucket was not refilled by the restart
+    EXPECT_EQ(p["red"]["packets"], 86);
+    auto flows = parse_json(ok({"-j", "flows"}));
+    ASSERT_EQ(flows["flows"].size(), 1u);
+    EXPECT_EQ(flows["flows"][0]["key"], "src " + lab->ns_v4);
+    // The restarted daemon still manages the policy and the attachment.
+    ok({"policy", "set", "agg", "--cir", "16bit"});
+    EXPECT_TRUE(parse_json(ok({"-j", "status"}))["attachments"][0]["attached"].get<bool>());
+    send(10, 1000);
+    EXPECT_EQ(total_packets(stats(), "agg"), 110u);
+}
+
+} // namespace

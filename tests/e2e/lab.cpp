@@ -1,0 +1,148 @@
+// lab.cpp: see lab.hpp.
+#include "lab.hpp"
+
+#include "tricolor/control.hpp"
+#include "tricolor/datapath.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tricolor::test {
+
+namespace {
+
+int next_lab = 0;
+
+void must(const std::vector<std::string> &argv) {
+    auto r = run_command(argv);
+    if (r.exit_code != 0) {
+        std::string cmd;
+        for (const auto &a : argv)
+            cmd += a + " ";
+        throw std::runtime_error(fmt::format("lab setup failed: {}: {}", cmd, r.err));
+    }
+}
+
+} // namespace
+
+std::string tricolord_path() {
+    return TRICOLORD_PATH;
+}
+std::string tricolorctl_path() {
+    return TRICOLORCTL_PATH;
+}
+std::string udp_tool_path() {
+    return UDP_TOOL_PATH;
+}
+
+Lab::Lab() {
+    int n = (getpid() + next_lab++) % 200 + 10; // 198.18.n.0/24 and 2001:db8:n::/64
+    ns = fmt::format("tce2e{}", n);
+    host_if = fmt::format("tce{}h", n);
+    ns_if = fmt::format("tce{}n", n);
+    host_v4 = fmt::format("198.18.{}.2", n);
+    ns_v4 = fmt::format("198.18.{}.1", n);
+    host_v6 = fmt::format("2001:db8:{:x}::2", n);
+    ns_v6 = fmt::format("2001:db8:{:x}::1", n);
+    run_command({"/sbin/ip", "netns", "del", ns});
+    run_command({"/sbin/ip", "link", "del", host_if});
+    must({"/sbin/ip", "netns", "add", ns});
+    must({"/sbin/ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if});
+    must({"/sbin/ip", "link", "set", ns_if, "netns", ns});
+    must({"/sbin/ip", "addr", "add", host_v4 + "/24", "dev", host_if});
+    must({"/sbin/ip", "-6", "addr", "add", host_v6 + "/64", "dev", host_if, "nodad"});
+    must({"/sbin/ip", "link", "set", host_if, "up"});
+    must({"/sbin/ip", "-n", ns, "addr", "add", ns_v4 + "/24", "dev", ns_if});
+    must({"/sbin/ip", "-n", ns, "-6", "addr", "add", ns_v6 + "/64", "dev", ns_if, "nodad"});
+    must({"/sbin/ip", "-n", ns, "link", "set", ns_if, "up"});
+    must({"/sbin/ip", "-n", ns, "link", "set", "lo", "up"});
+}
+
+Lab::~Lab() {
+    run_command({"/sbin/ip", "link", "del", host_if});
+    run_command({"/sbin/ip", "netns", "del", ns});
+}
+
+RunResult Lab::in_ns(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"/sbin/ip", "netns", "exec", ns});
+    return run_command(argv);
+}
+
+Daemon::Daemon(std::string name) {
+    dir_ = fmt::format("/tmp/tricolor-e2e-{}-{}", getpid(), name);
+    pin_dir_ = fmt::format("/sys/fs/bpf/tricolor-e2e-{}-{}", getpid(), name);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    Datapath::remove_pins(pin_dir_);
+    start();
+}
+
+Daemon::~Daemon() {
+    if (pid_ > 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+    Datapath::remove_pins(pin_dir_);
+    std::filesystem::remove_all(dir_);
+}
+
+void Daemon::start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+        int log = open((dir_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(log, 1);
+        dup2(log, 2);
+        std::string path = tricolord_path();
+        std::string sock = socket(), cfg = config();
+        execl(path.c_str(), path.c_str(), "--socket", sock.c_str(), "--config", cfg.c_str(),
+              "--pin-dir", pin_dir_.c_str(), "--flows", "65536", static_cast<char *>(nullptr));
+        _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+        if (control_request(socket(), {{"cmd", "status"}}))
+            return;
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error("tricolord exited at start: " + log());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    throw std::runtime_error("tricolord did not answer within 5 s: " + log());
+}
+
+void Daemon::kill9() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+}
+
+void Daemon::terminate() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+}
+
+RunResult Daemon::ctl(std::vector<std::string> args) const {
+    args.insert(args.begin(), {tricolorctl_path(), "--socket", socket()});
+    return run_command(args);
+}
+
+std::string Daemon::log() const {
+    try {
+        return read_file(dir_ + "/log");
+    } catch (...) {
+        return "";
+    }
+}
+
+} // namespace tricolor::test

@@ -1,0 +1,129 @@
+// udp_tool: the e2e tests' traffic, run inside a test namespace.
+//   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]   COUNT datagrams of SIZE payload bytes
+//   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
+// Addresses are the tests' own (198.18.0.0/15, 2001:db8::/32); nothing else is ever a target.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+bool resolve(const char *addr, int port, sockaddr_storage &ss, socklen_t &len) {
+    std::memset(&ss, 0, sizeof(ss));
+    auto *v4 = reinterpret_cast<sockaddr_in *>(&ss);
+    auto *v6 = reinterpret_cast<sockaddr_in6 *>(&ss);
+    if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        len = sizeof(*v4);
+        return true;
+    }
+    if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        len = sizeof(*v6);
+        return true;
+    }
+    return false;
+}
+
+int usage() {
+    std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]\n"
+                         "       udp_tool recv ADDR PORT SECONDS\n");
+    return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 5)
+        return usage();
+    std::string mode = argv[1];
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (!resolve(argv[2], std::atoi(argv[3]), ss, len)) {
+        std::fprintf(stderr, "udp_tool: bad address %s\n", argv[2]);
+        return 2;
+    }
+    int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+    bool v6 = ss.ss_family == AF_INET6;
+    if (mode == "send" && argc >= 6) {
+        long count = std::atol(argv[4]), size = std::atol(argv[5]);
+        double pps = argc > 6 ? std::atof(argv[6]) : 0;
+        int tos = argc > 7 ? std::atoi(argv[7]) : 0;
+        if (tos)
+            setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos,
+                       sizeof(tos));
+        std::vector<char> payload(static_cast<size_t>(size), 'x');
+        auto start = std::chrono::steady_clock::now();
+        long sent = 0;
+        for (long i = 0; i < count; ++i) {
+            if (pps > 0) {
+                auto due = start + std::chrono::duration<double>(i / pps);
+                std::this_thread::sleep_until(due);
+            }
+            if (sendto(fd, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr *>(&ss),
+                       len) == size)
+                ++sent;
+        }
+        double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::printf("sent %ld seconds %.6f\n", sent, secs);
+        return sent == count ? 0 : 1;
+    }
+    if (mode == "recv") {
+        int one = 1;
+        setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_RECVTCLASS : IP_RECVTOS, &one,
+                   sizeof(one));
+        if (bind(fd, reinterpret_cast<sockaddr *>(&ss), len) < 0) {
+            std::perror("bind");
+            return 1;
+        }
+        std::printf("ready\n");
+        std::fflush(stdout);
+        double seconds = std::atof(argv[4]);
+        auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        long packets = 0, bytes = 0;
+        std::map<int, long> tos_count;
+        timeval tv{0, 100000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        while (std::chrono::steady_clock::now() < end) {
+            char buf[65536], ctrl[256];
+            iovec iov{buf, sizeof(buf)};
+            msghdr msg{};
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = ctrl;
+            msg.msg_controllen = sizeof(ctrl);
+            ssize_t n = recvmsg(fd, &msg, 0);
+            if (n < 0)
+                continue;
+            ++packets;
+            bytes += n;
+            for (cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+                if ((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) ||
+                    (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)) {
+                    int t = c->cmsg_type == IP_TOS
+                                ? *reinterpret_cast<unsigned char *>(CMSG_DATA(c))
+                                : *reinterpret_cast<int *>(CMSG_DATA(c));
+                    tos_count[t]++;
+                }
+        }
+        std::printf("packets %ld bytes %ld", packets, bytes);
+        for (auto [t, n] : tos_count)
+            std::printf(" tos %d:%ld", t, n);
+        std::printf("\n");
+        return 0;
+    }
+    return usage();
+}

@@ -1,0 +1,483 @@
+// daemon_cmds.cpp: each command builds one request, sends it to tricolord and prints the answer:
+// a table for people, or the daemon's JSON with -j. Refusals print the daemon's message and
+// exit 1; usage errors exit 2 before anything is sent.
+#include "daemon_cmds.hpp"
+
+#include "replay_cmd.hpp"
+#include "tricolor/control.hpp"
+#include "tricolor/units.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+namespace tricolor::cli {
+
+using nlohmann::json;
+
+namespace {
+
+struct PolicyFlags {
+    std::string name;
+    std::optional<std::string> algo, cir, cbs, ebs, pir, pbs, eir, priority, per, green, yellow,
+        red, color_map, length, overhead;
+    std::vector<std::pair<std::string, std::string>> match;
+    bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
+};
+
+void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
+    cmd->add_option("NAME", f.name, "Policy name")->required();
+    auto *algo = cmd->add_option("--algo", f.algo, "srtcm, trtcm or rfc4115")
+                     ->check(CLI::IsMember({"srtcm", "trtcm", "rfc4115"}));
+    auto *cir = cmd->add_option("--cir", f.cir, "Committed rate (e.g. 10mbit)");
+    auto *cbs = cmd->add_option("--cbs", f.cbs, "Committed burst (e.g. 15k)");
+    if (required) {
+        algo->required();
+        cir->required();
+        cbs->required();
+    }
+    cmd->add_option("--ebs", f.ebs, "Excess burst (srtcm, rfc4115)");
+    cmd->add_option("--pir", f.pir, "Peak rate (trtcm)");
+    cmd->add_option("--pbs", f.pbs, "Peak burst (trtcm)");
+    cmd->add_option("--eir", f.eir, "Excess rate (rfc4115)");
+    cmd->add_option("--match", f.match,
+                    "KEY VALUE: src|dst PREFIX, proto tcp|udp|icmp|N, sport|dport PORT[-PORT], "
+                    "dscp N, vlan N, iface NAME (repeatable; all must hold)");
+    cmd->add_option("--priority", f.priority, "Lower first; ties go to the longest prefix");
+    cmd->add_option("--per", f.per, "aggregate, src, dst, src/N, dst/N or 5tuple");
+    cmd->add_option("--green", f.green, "Action for green: pass, drop, dscp:X, mark:N, ...");
+    cmd->add_option("--yellow", f.yellow, "Action for yellow");
+    cmd->add_option("--red", f.red, "Action for red");
+    cmd->add_flag("--color-aware", f.color_aware, "Take the incoming colour from DSCP");
+    cmd->add_option("--color-map", f.color_map, "DSCP to colour map (af)");
+    cmd->add_flag("--packet-mode", f.packet_mode, "Meter packets: rates in pps, sizes in packets");
+    cmd->add_option("--length", f.length, "l3 (default) or l2");
+    cmd->add_option("--overhead", f.overhead, "Bytes added to every packet");
+    if (!required) {
+        cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
+        cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
+    }
+}
+
+// The fields the user gave, as a policy object (or a patch of one).
+json policy_json(const PolicyFlags &f, bool full) {
+    json j = json::object();
+    if (full)
+        j["name"] = f.name;
+    auto put = [&](const char *key, const std::optional<std::string> &v) {
+        if (v)
+            j[key] = *v;
+    };
+    put("algo", f.algo);
+    put("cir", f.cir);
+    put("cbs", f.cbs);
+    put("ebs", f.ebs);
+    put("pir", f.pir);
+    put("pbs", f.pbs);
+    put("eir", f.eir);
+    put("per", f.per);
+    put("green", f.green);
+    put("yellow", f.yellow);
+    put("red", f.red);
+    put("color_map", f.color_map);
+    put("length", f.length);
+    put("priority", f.priority);
+    put("overhead", f.overhead);
+    if (!f.match.empty()) {
+        json m = json::object();
+        for (const auto &[k, v] : f.match)
+            m[k] = v;
+        j["match"] = m;
+    }
+    if (f.color_aware)
+        j["color_aware"] = true;
+    if (f.no_color_aware)
+        j["color_aware"] = false;
+    if (f.packet_mode)
+        j["packet_mode"] = true;
+    if (f.no_packet_mode)
+        j["packet_mode"] = false;
+    return j;
+}
+
+class Runner {
+  public:
+    explicit Runner(GlobalOptions &g) : g_(g) {}
+
+    std::string socket() const {
+        if (!g_.socket.empty())
+            return g_.socket;
+        if (const char *env = std::getenv("TRICOLOR_SOCKET"); env && *env)
+            return env;
+        return kDefaultSocket;
+    }
+
+    // Sends @req; on refusal prints the message (as {"error":…} under -j) and returns nullopt.
+    std::optional<json> call(json req, int &exit_code) {
+        auto res = control_request(socket(), req);
+        if (!res) {
+            fail(res.error());
+            exit_code = kExitRefused;
+            return std::nullopt;
+        }
+        if (!res->value("ok", false)) {
+            fail(res->value("error", std::string("refused")));
+            exit_code = kExitRefused;
+            return std::nullopt;
+        }
+        res->erase("ok");
+        if (res->contains("warnings") && !g_.json)
+            for (const auto &w : (*res)["warnings"])
+                std::cerr << "warning: " << w.get<std::string>() << "\n";
+        if (res->contains("warning") && !g_.json)
+            std::cerr << "warning: " << (*res)["warning"].get<std::string>() << "\n";
+        exit_code = kExitOk;
+        return *res;
+    }
+
+    void fail(const std::string &message) const {
+        if (g_.json)
+            std::cerr << json{{"error", message}}.dump() << "\n";
+        else
+            std::cerr << "tricolorctl: " << message << "\n";
+    }
+
+    bool json_out() const { return g_.json; }
+
+  private:
+    GlobalOptions &g_;
+};
+
+std::string human_bytes(uint64_t b) {
+    const char *units[] = {"B", "KB", "MB", "GB", "TB"};
+    double v = static_cast<double>(b);
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        ++u;
+    }
+    return u == 0 ? fmt::format("{}B", b) : fmt::format("{:.1f}{}", v, units[u]);
+}
+
+void print_stats_table(const json &s, const json *prev, double seconds) {
+    std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
+                             "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
+    for (const auto &p : s["policies"]) {
+        std::string line = fmt::format("{:<20}", p["name"].get<std::string>());
+        for (const char *c : {"green", "yellow", "red"})
+            line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
+                                human_bytes(p[c]["bytes"].get<uint64_t>()));
+        std::cout << line << "\n";
+        if (prev && seconds > 0)
+            for (const auto &q : (*prev)["policies"])
+                if (q["name"] == p["name"]) {
+                    std::string rates = fmt::format("{:<20}", "  rate");
+                    for (const char *c : {"green", "yellow", "red"}) {
+                        double bits = 8.0 *
+                                      static_cast<double>(p[c]["bytes"].get<uint64_t>() -
+                                                          q[c]["bytes"].get<uint64_t>()) /
+                                      seconds;
+                        rates +=
+                            fmt::format(" {:>23}", format_rate(static_cast<uint64_t>(bits)) + "/s");
+                    }
+                    std::cout << rates << "\n";
+                }
+    }
+    std::cout << fmt::format("unclassified {} packets {}; non-IP {}; malformed {}; table full {}\n",
+                             s["unclassified"]["packets"].get<uint64_t>(),
+                             human_bytes(s["unclassified"]["bytes"].get<uint64_t>()),
+                             s["non_ip"]["packets"].get<uint64_t>(),
+                             s["malformed"]["packets"].get<uint64_t>(),
+                             s["table_full"].get<uint64_t>());
+}
+
+std::string match_text(const json &m) {
+    if (!m.is_object() || m.empty())
+        return "any";
+    std::string out;
+    for (const auto &[k, v] : m.items())
+        out +=
+            (out.empty() ? "" : " ") + k + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+    return out;
+}
+
+std::string field(const json &p, const char *key, const char *fallback = "-") {
+    if (!p.contains(key))
+        return fallback;
+    const auto &v = p[key];
+    return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+} // namespace
+
+std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
+    auto runner = std::make_shared<Runner>(g);
+    auto selected = std::make_shared<std::function<int()>>();
+    auto on = [selected](CLI::App *cmd, std::function<int()> run) {
+        cmd->callback([selected, run] { *selected = run; });
+    };
+
+    // attach / detach
+    struct HookFlags {
+        std::string iface, hook = "xdp", direction = "ingress", xdp_mode = "auto";
+    };
+    auto hf = std::make_shared<HookFlags>();
+    for (const char *name : {"attach", "detach"}) {
+        bool attach = std::string(name) == "attach";
+        auto *cmd = app.add_subcommand(name, attach ? "Attach the data path to an interface"
+                                                    : "Take the data path off an interface");
+        cmd->add_option("IF", hf->iface, "Interface")->required();
+        cmd->add_option("--hook", hf->hook, "xdp or tc")
+            ->check(CLI::IsMember({"xdp", "tc"}))
+            ->capture_default_str();
+        cmd->add_option("--direction", hf->direction, "ingress or egress (tc)")
+            ->check(CLI::IsMember({"ingress", "egress"}))
+            ->capture_default_str();
+        if (attach)
+            cmd->add_option("--xdp-mode", hf->xdp_mode, "native, generic or auto")
+                ->check(CLI::IsMember({"native", "generic", "auto"}))
+                ->capture_default_str();
+        on(cmd, [runner, hf, attach] {
+            int rc = 0;
+            json req = {{"cmd", attach ? "attach" : "detach"},
+                        {"iface", hf->iface},
+                        {"hook", hf->hook},
+                        {"direction", hf->direction}};
+            if (attach)
+                req["xdp_mode"] = hf->xdp_mode;
+            auto r = runner->call(req, rc);
+            if (!r)
+                return rc;
+            if (runner->json_out())
+                std::cout << r->dump() << "\n";
+            else if (attach)
+                std::cout << fmt::format("attached to {} ({} {})\n", hf->iface,
+                                         r->value("mode", "?"), hf->direction);
+            else
+                std::cout << fmt::format("detached from {}\n", hf->iface);
+            return rc;
+        });
+    }
+
+    // policy add|set|del|list|show
+    auto *policy = app.add_subcommand("policy", "Add, change, delete and show policies");
+    policy->require_subcommand(1);
+    auto add_f = std::make_shared<PolicyFlags>();
+    auto *add = policy->add_subcommand("add", "Add a policy");
+    add_policy_flags(add, *add_f, true);
+    on(add, [runner, add_f] {
+        int rc = 0;
+        auto r = runner->call({{"cmd", "policy_add"}, {"policy", policy_json(*add_f, true)}}, rc);
+        if (r && runner->json_out())
+            std::cout << r->dump() << "\n";
+        return rc;
+    });
+    auto set_f = std::make_shared<PolicyFlags>();
+    auto *set = policy->add_subcommand("set", "Change a live policy (flows keep their tokens)");
+    add_policy_flags(set, *set_f, false);
+    on(set, [runner, set_f] {
+        int rc = 0;
+        json patch = policy_json(*set_f, false);
+        if (patch.empty()) {
+            runner->fail("policy set: give at least one field to change");
+            return kExitUsage;
+        }
+        auto r = runner->call({{"cmd", "policy_set"}, {"name", set_f->name}, {"patch", patch}}, rc);
+        if (r && runner->json_out())
+            std::cout << r->dump() << "\n";
+        return rc;
+    });
+    auto name = std::make_shared<std::string>();
+    auto *del = policy->add_subcommand("del", "Delete a policy");
+    del->add_option("NAME", *name, "Policy name")->required();
+    on(del, [runner, name] {
+        int rc = 0;
+        auto r = runner->call({{"cmd", "policy_del"}, {"name", *name}}, rc);
+        if (r && runner->json_out())
+            std::cout << r->dump() << "\n";
+        return rc;
+    });
+    auto *list = policy->add_subcommand("list", "List the policies");
+    on(list, [runner] {
+        int rc = 0;
+        auto r = runner->call({{"cmd", "policy_list"}}, rc);
+        if (!r)
+            return rc;
+        if (runner->json_out()) {
+            std::cout << r->dump() << "\n";
+            return rc;
+        }
+        std::cout << fmt::format("{:<20} {:<8} {:>10} {:>8} {:>10} {:>8} {:<10} {:>5}  {}\n",
+                                 "NAME", "ALGO", "CIR", "CBS", "PIR/EIR", "PBS/EBS", "PER", "PRIO",
+                                 "MATCH");
+        for (const auto &p : (*r)["policies"]) {
+            std::string second_rate = p.contains("pir") ? field(p, "pir") : field(p, "eir");
+            std::string second_size = p.contains("pbs") ? field(p, "pbs") : field(p, "ebs");
+            std::cout << fmt::format("{:<20} {:<8} {:>10} {:>8} {:>10} {:>8} {:<10} {:>5}  {}\n",
+                                     field(p, "name"), field(p, "algo"), field(p, "cir"),
+                                     field(p, "cbs"), second_rate, second_size,
+                                     field(p, "per", "aggregate"), field(p, "priority", "0"),
+                                     match_text(p.value("match", json::object())));
+        }
+        return rc;
+    });
+    auto *show = policy->add_subcommand("show", "Show one policy");
+    show->add_option("NAME", *name, "Policy name")->required();
+    on(show, [runner, name] {
+        int rc = 0;
+        auto r = runner->call({{"cmd", "policy_show"}, {"name", *name}}, rc);
+        if (!r)
+            return rc;
+        if (runner->json_out()) {
+            std::cout << r->dump() << "\n";
+            return rc;
+        }
+        for (const auto &[k, v] : (*r)["policy"].items())
+            std::cout << fmt::format(
+                "{:<12} {}\n", k,
+                k == "match" ? match_text(v) : (v.is_string() ? v.get<std::string>() : v.dump()));
+        return rc;
+    });
+
+    // apply -f FILE [--dry-run]
+    struct ApplyFlags {
+        std::string file;
+        bool dry_run = false;
+    };
+    auto af = std::make_shared<ApplyFlags>();
+    auto *apply =
+        app.add_subcommand("apply", "Replace the whole policy set from a file, all or nothing");
+    apply->add_option("-f,--file", af->file, "JSON file: {\"policies\": [...]}")->required();
+    apply->add_flag("--dry-run", af->dry_run, "Check only; change nothing");
+    on(apply, [runner, af] {
+        std::ifstream in(af->file);
+        if (!in) {
+            runner->fail(fmt::format("cannot read {}", af->file));
+            return kExitUsage;
+        }
+        json doc = json::parse(in, nullptr, false);
+        if (doc.is_discarded() || !doc.is_object() || !doc.contains("policies")) {
+            runner->fail(fmt::format("{} is not a JSON object with \"policies\"", af->file));
+            return kExitUsage;
+        }
+        int rc = 0;
+        auto r = runner->call(
+            {{"cmd", "apply"}, {"policies", doc["policies"]}, {"dry_run", af->dry_run}}, rc);
+        if (!r)
+            return rc;
+        if (runner->json_out())
+            std::cout << r->dump() << "\n";
+        else
+            std::cout << fmt::format("{} {} policies\n", af->dry_run ? "checked" : "applied",
+                                     (*r)["policies"].get<uint64_t>());
+        return rc;
+    });
+
+    // stats [NAME] [--watch]
+    struct StatsFlags {
+        std::string name;
+        bool watch = false;
+        double interval = 1.0;
+        int count = 0;
+    };
+    auto sf = std::make_shared<StatsFlags>();
+    auto *stats = app.add_subcommand("stats", "Packets and bytes per colour per policy");
+    stats->add_option("NAME", sf->name, "Only this policy");
+    stats->add_flag("--watch", sf->watch, "Refresh in place with rates per colour");
+    stats->add_option("--interval", sf->interval, "Seconds between refreshes")
+        ->check(CLI::Range(0.1, 3600.0));
+    stats->add_option("--count", sf->count, "Stop after this many refreshes (0: until Ctrl-C)");
+    on(stats, [runner, sf] {
+        json req = {{"cmd", "stats"}};
+        if (!sf->name.empty())
+            req["name"] = sf->name;
+        int rc = 0;
+        std::optional<json> prev;
+        auto last = std::chrono::steady_clock::now();
+        for (int i = 0;; ++i) {
+            auto r = runner->call(req, rc);
+            if (!r)
+                return rc;
+            auto now = std::chrono::steady_clock::now();
+            double secs = std::chrono::duration<double>(now - last).count();
+            if (runner->json_out()) {
+                std::cout << r->dump() << std::endl;
+            } else {
+                if (sf->watch)
+                    std::cout << "\033[H\033[2J"; // home and clear: refresh in place
+                print_stats_table(*r, prev ? &*prev : nullptr, secs);
+                std::cout.flush();
+            }
+            if (!sf->watch || (sf->count && i + 1 >= sf->count))
+                return rc;
+            prev = *r;
+            last = now;
+            std::this_thread::sleep_for(std::chrono::duration<double>(sf->interval));
+        }
+    });
+
+    // flows [--policy NAME] [--top N]
+    struct FlowFlags {
+        std::string policy;
+        uint64_t top = 0;
+    };
+    auto ff = std::make_shared<FlowFlags>();
+    auto *flows = app.add_subcommand("flows", "The busiest flows with their colour counters");
+    flows->add_option("--policy", ff->policy, "Only this policy's flows");
+    flows->add_option("--top", ff->top, "Only the N busiest (by bytes)");
+    on(flows, [runner, ff] {
+        json req = {{"cmd", "flows"}};
+        if (!ff->policy.empty())
+            req["policy"] = ff->policy;
+        if (ff->top)
+            req["top"] = ff->top;
+        int rc = 0;
+        auto r = runner->call(req, rc);
+        if (!r)
+            return rc;
+        if (runner->json_out()) {
+            std::cout << r->dump() << "\n";
+            return rc;
+        }
+        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", "KEY", "GREEN",
+                                 "YELLOW", "RED");
+        for (const auto &f : (*r)["flows"])
+            std::cout << fmt::format(
+                "{:<16} {:<44} {:>10} {:>10} {:>10}\n", f["policy"].get<std::string>(),
+                f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
+                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]));
+        return rc;
+    });
+
+    auto *status = app.add_subcommand("status", "Attachments, programs and map fill levels");
+    on(status, [runner] {
+        int rc = 0;
+        auto r = runner->call({{"cmd", "status"}}, rc);
+        if (!r)
+            return rc;
+        if (runner->json_out()) {
+            std::cout << r->dump() << "\n";
+            return rc;
+        }
+        for (const auto &a : (*r)["attachments"])
+            std::cout << fmt::format("{:<12} {:<4} {:<8} {:<8} prog {} {}\n",
+                                     a["iface"].get<std::string>(), a["hook"].get<std::string>(),
+                                     a["direction"].get<std::string>(),
+                                     a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
+                                     a["attached"].get<bool>() ? "" : "(NOT ATTACHED)");
+        std::cout << fmt::format(
+            "policies {}/{}, flows {}/{}, pin dir {}, config {}\n",
+            (*r)["policies"]["used"].get<uint64_t>(), (*r)["policies"]["capacity"].get<uint64_t>(),
+            (*r)["flows"]["used"].get<uint64_t>(), (*r)["flows"]["capacity"].get<uint64_t>(),
+            (*r)["pin_dir"].get<std::string>(), (*r)["config"].get<std::string>());
+        return rc;
+    });
+
+    return [selected]() { return *selected ? (*selected)() : -1; };
+}
+
+} // namespace tricolor::cli

@@ -1,0 +1,80 @@
+// daemon.hpp: tricolord's state and request handling. The daemon owns the policy set (specs as
+// users wrote them, with their stable ids) and the attachments; every change is validated
+// whole, applied to the data path all or nothing, then written to the config file.
+#pragma once
+
+#include "tricolor/attach.hpp"
+#include "tricolor/datapath.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tricolor {
+
+struct DaemonOptions {
+    std::string config;
+    std::string socket;
+    std::string pin_dir;
+    uint32_t flow_capacity = TC_DEFAULT_FLOWS;
+    bool detach_on_exit = false;
+};
+
+struct AttachmentSpec {
+    std::string iface;
+    Hook hook = Hook::xdp;
+    Direction direction = Direction::ingress;
+    XdpMode xdp_mode = XdpMode::auto_mode;
+    std::string mode; // what it runs in: native, generic, tc
+};
+
+class Daemon {
+  public:
+    explicit Daemon(DaemonOptions options); // throws on what prevents starting
+    ~Daemon();
+
+    // Answers one request; never throws for a bad request.
+    nlohmann::json handle(const nlohmann::json &request);
+    // Re-reads the config file: all or nothing.
+    Result<void> reload();
+    // Takes the data path off every interface and removes the pinned maps.
+    void detach_all();
+    const DaemonOptions &options() const { return options_; }
+    std::vector<std::string> startup_warnings;
+
+  private:
+    struct Entry {
+        uint32_t id;
+        nlohmann::json spec;
+    };
+
+    Result<void> apply_specs(const std::vector<nlohmann::json> &specs, bool dry_run,
+                             std::vector<std::string> *warnings);
+    Result<AttachResult> do_attach(const AttachmentSpec &a);
+    Result<void> load_config(bool at_start);
+    Result<void> persist() const;
+    nlohmann::json config_json() const;
+    uint32_t id_for(const std::string &name, const std::vector<Entry> &next) const;
+
+    nlohmann::json cmd_attach(const nlohmann::json &r);
+    nlohmann::json cmd_detach(const nlohmann::json &r);
+    nlohmann::json cmd_policy_add(const nlohmann::json &r);
+    nlohmann::json cmd_policy_set(const nlohmann::json &r);
+    nlohmann::json cmd_policy_del(const nlohmann::json &r);
+    nlohmann::json cmd_policy_list(const nlohmann::json &r);
+    nlohmann::json cmd_policy_show(const nlohmann::json &r);
+    nlohmann::json cmd_apply(const nlohmann::json &r);
+    nlohmann::json cmd_stats(const nlohmann::json &r);
+    nlohmann::json cmd_flows(const nlohmann::json &r);
+    nlohmann::json cmd_status(const nlohmann::json &r);
+
+    DaemonOptions options_;
+    std::unique_ptr<Datapath> dp_;
+    std::vector<Entry> policies_;
+    std::vector<AttachmentSpec> attachments_;
+    std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
+};
+
+} // namespace tricolor

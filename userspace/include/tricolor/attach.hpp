@@ -1,0 +1,48 @@
+// attach.hpp: putting the data path on an interface, and taking it off. XDP through netlink
+// and tc through clsact + cls_bpf: both stay attached when the process that attached them exits,
+// which is what lets the daemon restart without a window of unpoliced traffic. Re-attaching
+// replaces our own program atomically; another program on the same hook is never clobbered.
+#pragma once
+
+#include "tricolor/units.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace tricolor {
+
+enum class Hook { xdp, tc };
+enum class Direction { ingress, egress };
+enum class XdpMode { auto_mode, native, generic };
+
+std::string_view to_string(Hook h);
+std::string_view to_string(Direction d);
+std::string_view to_string(XdpMode m);
+
+struct AttachResult {
+    std::string mode;    // "native", "generic" or "tc"
+    std::string warning; // e.g. auto mode fell back to generic
+};
+
+// The program attached at a hook: 0 if none.
+struct HookState {
+    uint32_t prog_id = 0;
+    std::string prog_name;
+    std::string mode; // xdp: native|generic
+};
+
+Result<int> interface_index(const std::string &name);
+
+Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode);
+Result<void> detach_xdp(int ifindex);
+HookState query_xdp(int ifindex);
+
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd);
+Result<void> detach_tc(int ifindex, Direction dir);
+HookState query_tc(int ifindex, Direction dir);
+
+// Our programs' names, as the kernel reports them (15 characters at most).
+inline constexpr const char *kXdpProgName = "tricolor_xdp";
+inline constexpr const char *kTcProgName = "tricolor_tc";
+
+} // namespace tricolor

@@ -1,0 +1,185 @@
+// attach.cpp: see attach.hpp.
+#include "tricolor/attach.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace tricolor {
+namespace {
+
+// cls_bpf filter identity: fixed, so a restart replaces rather than adds.
+constexpr uint32_t kTcHandle = 0x7c1;
+constexpr uint32_t kTcPriority = 0x7c1;
+
+std::string errno_text(int err) {
+    return std::strerror(err < 0 ? -err : err);
+}
+
+std::string ifname(int ifindex) {
+    char buf[IF_NAMESIZE] = {};
+    return if_indextoname(ifindex, buf) ? buf : fmt::format("ifindex {}", ifindex);
+}
+
+std::string prog_name(uint32_t id) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0)
+        return "?";
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
+    close(fd);
+    return name;
+}
+
+bpf_tc_hook tc_hook(int ifindex, Direction dir) {
+    bpf_tc_hook hook{};
+    hook.sz = sizeof(hook);
+    hook.ifindex = ifindex;
+    hook.attach_point = dir == Direction::ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS;
+    return hook;
+}
+
+} // namespace
+
+std::string_view to_string(Hook h) {
+    return h == Hook::xdp ? "xdp" : "tc";
+}
+std::string_view to_string(Direction d) {
+    return d == Direction::ingress ? "ingress" : "egress";
+}
+std::string_view to_string(XdpMode m) {
+    switch (m) {
+    case XdpMode::native:
+        return "native";
+    case XdpMode::generic:
+        return "generic";
+    default:
+        return "auto";
+    }
+}
+
+Result<int> interface_index(const std::string &name) {
+    unsigned idx = if_nametoindex(name.c_str());
+    if (idx == 0)
+        return std::unexpected(fmt::format("no interface named '{}'", name));
+    return static_cast<int>(idx);
+}
+
+HookState query_xdp(int ifindex) {
+    HookState s;
+    LIBBPF_OPTS(bpf_xdp_query_opts, q);
+    if (bpf_xdp_query(ifindex, 0, &q) < 0)
+        return s;
+    if (q.drv_prog_id) {
+        s.prog_id = q.drv_prog_id;
+        s.mode = "native";
+    } else if (q.skb_prog_id) {
+        s.prog_id = q.skb_prog_id;
+        s.mode = "generic";
+    } else if (q.hw_prog_id) {
+        s.prog_id = q.hw_prog_id;
+        s.mode = "offload";
+    }
+    if (s.prog_id)
+        s.prog_name = prog_name(s.prog_id);
+    return s;
+}
+
+Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode) {
+    HookState now = query_xdp(ifindex);
+    if (now.prog_id && now.prog_name != kXdpProgName)
+        return std::unexpected(fmt::format("{} already runs XDP program '{}' (id {}); detach it "
+                                           "first",
+                                           ifname(ifindex), now.prog_name, now.prog_id));
+    auto try_mode = [&](uint32_t flags) -> int {
+        // Replacing our own program in the mode it runs in is one atomic swap in the kernel.
+        LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
+        return bpf_xdp_attach(ifindex, prog_fd, flags, &opts);
+    };
+    AttachResult r;
+    if (now.prog_id) { // ours: keep its mode, swap the program
+        uint32_t flags = now.mode == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+        if (int err = try_mode(flags); err < 0)
+            return std::unexpected(fmt::format("cannot replace the XDP program on {}: {}",
+                                               ifname(ifindex), errno_text(err)));
+        r.mode = now.mode;
+        return r;
+    }
+    if (mode != XdpMode::generic) {
+        int err = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | XDP_FLAGS_DRV_MODE);
+        if (err == 0) {
+            r.mode = "native";
+            return r;
+        }
+        if (mode == XdpMode::native)
+            return std::unexpected(fmt::format("cannot attach XDP in native mode on {}: {}",
+                                               ifname(ifindex), errno_text(err)));
+        r.warning = fmt::format("{} has no native XDP ({}): using generic mode, which runs "
+                                "after the skb is built and costs more",
+                                ifname(ifindex), errno_text(err));
+    }
+    if (int err = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | XDP_FLAGS_SKB_MODE); err < 0)
+        return std::unexpected(
+            fmt::format("cannot attach XDP on {}: {}", ifname(ifindex), errno_text(err)));
+    r.mode = "generic";
+    return r;
+}
+
+Result<void> detach_xdp(int ifindex) {
+    HookState now = query_xdp(ifindex);
+    if (!now.prog_id)
+        return std::unexpected(fmt::format("{} has no XDP program attached", ifname(ifindex)));
+    if (now.prog_name != kXdpProgName)
+        return std::unexpected(fmt::format("the XDP program on {} is '{}', not tricolor's: left "
+                                           "alone",
+                                           ifname(ifindex), now.prog_name));
+    uint32_t flags = now.mode == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+    if (int err = bpf_xdp_detach(ifindex, flags, nullptr); err < 0)
+        return std::unexpected(
+            fmt::format("cannot detach XDP from {}: {}", ifname(ifindex), errno_text(err)));
+    return {};
+}
+
+HookState query_tc(int ifindex, Direction dir) {
+    HookState s;
+    auto hook = tc_hook(ifindex, dir);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    if (bpf_tc_query(&hook, &opts) == 0) {
+        s.prog_id = opts.prog_id;
+        s.prog_name = prog_name(opts.prog_id);
+        s.mode = "tc";
+    }
+    return s;
+}
+
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd) {
+    auto hook = tc_hook(ifindex, dir);
+    if (int err = bpf_tc_hook_create(&hook); err < 0 && err != -EEXIST)
+        return std::unexpected(
+            fmt::format("cannot add a clsact qdisc to {}: {}", ifname(ifindex), errno_text(err)));
+    // A fixed handle and priority with REPLACE: a restart swaps the program in one step.
+    LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE,
+                .handle = kTcHandle, .priority = kTcPriority);
+    if (int err = bpf_tc_attach(&hook, &opts); err < 0)
+        return std::unexpected(fmt::format("cannot attach the tc program to {} {}: {}",
+                                           ifname(ifindex), to_string(dir), errno_text(err)));
+    return AttachResult{"tc", ""};
+}
+
+Result<void> detach_tc(int ifindex, Direction dir) {
+    auto hook = tc_hook(ifindex, dir);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    if (int err = bpf_tc_detach(&hook, &opts); err < 0)
+        return std::unexpected(fmt::format("{} has no tricolor tc program on {}: {}",
+                                           ifname(ifindex), to_string(dir), errno_text(err)));
+    return {};
+}
+
+} // namespace tricolor
