@@ -15,6 +15,7 @@ PACKAGES=(
     clang llvm bpftool libbpf-dev linux-libc-dev # BPF programs and skeletons
     libelf-dev zlib1g-dev                       # libbpf's link dependencies
     libcli11-dev libfmt-dev nlohmann-json3-dev  # tricolorctl, tricolord
+    libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
     libgtest-dev libgmock-dev                   # tests
     iproute2                                    # test labs
 )

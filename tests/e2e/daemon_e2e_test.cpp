@@ -3,6 +3,7 @@
 #include "lab.hpp"
 
 #include "tricolor/control.hpp"
+#include "tricolor/yaml.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 using namespace tricolor;
@@ -84,7 +86,7 @@ TEST_F(E2E, PolicyLifecycle) {
     ASSERT_EQ(status["attachments"].size(), 1u);
     EXPECT_TRUE(status["attachments"][0]["attached"].get<bool>());
     // The change persisted to the config file.
-    auto cfg = json::parse(read_file(daemon->config()));
+    auto cfg = yaml_to_json(read_file(daemon->config())).value();
     EXPECT_EQ(cfg["policies"][0]["cir"], "20mbit");
     EXPECT_EQ(cfg["attachments"][0]["iface"], lab->host_if);
     ok({"policy", "del", "web"});
@@ -245,6 +247,77 @@ TEST_F(E2E, Kill9LeavesThePolicyEnforcedAndARestartAdoptsEveryCounter) {
     EXPECT_TRUE(parse_json(ok({"-j", "status"}))["attachments"][0]["attached"].get<bool>());
     send(10, 1000);
     EXPECT_EQ(total_packets(stats(), "agg"), 110u);
+}
+
+} // namespace
+
+namespace {
+
+void write_file(const std::string &path, const std::string &text) {
+    std::ofstream(path) << text;
+}
+
+TEST_F(E2E, ApplyReplacesTheWholeSetOrNothing) {
+    ok({"policy", "add", "old", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    std::string file = "/tmp/tricolor-e2e-apply-" + std::to_string(getpid()) + ".yaml";
+    write_file(file, "policies:\n"
+                     "  - {name: a, algo: srtcm, cir: 10mbit, cbs: 15k}\n"
+                     "  - name: b\n"
+                     "    algo: trtcm\n"
+                     "    cir: 10mbit\n"
+                     "    cbs: 15k\n"
+                     "    pir: 20mbit\n"
+                     "    pbs: 30k\n"
+                     "    match: {proto: udp, dport: 5000-5010}\n");
+    auto dry = ok({"apply", "-f", file, "--dry-run"});
+    EXPECT_THAT(dry.out, HasSubstr("checked 2 policies"));
+    EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"].size(), 1u);
+    ok({"apply", "-f", file});
+    auto list = parse_json(ok({"-j", "policy", "list"}))["policies"];
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[0]["name"], "a");
+    EXPECT_EQ(list[1]["name"], "b");
+    // One bad policy refuses the whole file.
+    write_file(file, "policies:\n"
+                     "  - {name: c, algo: srtcm, cir: 10mbit, cbs: 15k}\n"
+                     "  - {name: d, algo: trtcm, cir: 10mbit, cbs: 15k, pir: 5mbit, pbs: 1k}\n");
+    auto bad = daemon->ctl({"apply", "-f", file});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_THAT(bad.err, HasSubstr("policy 'd': PIR 5mbit is below CIR 10mbit"));
+    EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"], list);
+    write_file(file, "policies: [\n");
+    auto garbage = daemon->ctl({"apply", "-f", file});
+    EXPECT_EQ(garbage.exit_code, 2);
+    EXPECT_THAT(garbage.err, HasSubstr("line "));
+    std::remove(file.c_str());
+}
+
+TEST_F(E2E, SighupReloadsTheConfigAllOrNothing) {
+    write_file(daemon->config(),
+               "policies:\n  - {name: fromfile, algo: srtcm, cir: 1mbit, cbs: 15k}\n");
+    daemon->hup();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto list = parse_json(ok({"-j", "policy", "list"}))["policies"];
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_EQ(list[0]["name"], "fromfile");
+    write_file(daemon->config(),
+               "policies:\n  - {name: broken, algo: srtcm, cir: 1mbit, cbs: 0}\n");
+    daemon->hup();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"], list);
+    EXPECT_THAT(daemon->log(), HasSubstr("reload refused, nothing changed"));
+}
+
+TEST_F(E2E, PolicySetUnderTrafficKeepsTheTokens) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "p", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "udp"});
+    send(10, 1000); // 10 x 1028 bytes green: 5080 of 15360 left
+    ok({"policy", "set", "p", "--cbs", "30k"});
+    send(10, 1000); // the 5080 left pay for 4 more; a reset bucket would have passed all 10
+    auto p = stats()["policies"][0];
+    EXPECT_EQ(p["green"]["packets"], 14);
+    EXPECT_EQ(p["red"]["packets"], 6);
 }
 
 } // namespace

@@ -132,6 +132,10 @@ void Daemon::terminate() {
     pid_ = -1;
 }
 
+void Daemon::hup() {
+    kill(pid_, SIGHUP);
+}
+
 RunResult Daemon::ctl(std::vector<std::string> args) const {
     args.insert(args.begin(), {tricolorctl_path(), "--socket", socket()});
     return run_command(args);

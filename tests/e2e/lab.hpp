@@ -36,9 +36,10 @@ class Daemon {
     void start(); // and wait until the socket answers
     void kill9();
     void terminate(); // SIGTERM, wait
+    void hup();       // SIGHUP: reload the config
     RunResult ctl(std::vector<std::string> args) const;
     std::string socket() const { return dir_ + "/sock"; }
-    std::string config() const { return dir_ + "/config.json"; }
+    std::string config() const { return dir_ + "/tricolor.yaml"; }
     std::string log() const;
 
   private:

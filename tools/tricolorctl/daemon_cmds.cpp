@@ -5,6 +5,7 @@
 
 #include "replay_cmd.hpp"
 #include "tricolor/control.hpp"
+#include "tricolor/yaml.hpp"
 #include "tricolor/units.hpp"
 
 #include <fmt/format.h>
@@ -351,7 +352,8 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     auto af = std::make_shared<ApplyFlags>();
     auto *apply =
         app.add_subcommand("apply", "Replace the whole policy set from a file, all or nothing");
-    apply->add_option("-f,--file", af->file, "JSON file: {\"policies\": [...]}")->required();
+    apply->add_option("-f,--file", af->file, "YAML (or JSON) file with a 'policies:' list")
+        ->required();
     apply->add_flag("--dry-run", af->dry_run, "Check only; change nothing");
     on(apply, [runner, af] {
         std::ifstream in(af->file);
@@ -359,11 +361,20 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             runner->fail(fmt::format("cannot read {}", af->file));
             return kExitUsage;
         }
-        json doc = json::parse(in, nullptr, false);
-        if (doc.is_discarded() || !doc.is_object() || !doc.contains("policies")) {
-            runner->fail(fmt::format("{} is not a JSON object with \"policies\"", af->file));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        auto parsed = yaml_to_json(text);
+        if (!parsed) {
+            runner->fail(fmt::format("{}: {}", af->file, parsed.error()));
             return kExitUsage;
         }
+        json doc = *parsed;
+        if (!doc.is_object() || !doc.contains("policies") || !doc["policies"].is_array()) {
+            runner->fail(fmt::format("{}: expected a 'policies:' list", af->file));
+            return kExitUsage;
+        }
+        if (doc.contains("attachments") && !runner->json_out())
+            std::cerr << "warning: " << af->file
+                      << ": attachments are not changed by apply (use attach and detach)\n";
         int rc = 0;
         auto r = runner->call(
             {{"cmd", "apply"}, {"policies", doc["policies"]}, {"dry_run", af->dry_run}}, rc);

@@ -2,6 +2,7 @@
 #include "daemon.hpp"
 
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/yaml.hpp"
 
 #include <fmt/format.h>
 
@@ -222,7 +223,11 @@ Result<void> Daemon::persist() const {
     std::string tmp = options_.config + ".tmp";
     {
         std::ofstream out(tmp, std::ios::trunc);
-        out << config_json().dump(2) << "\n";
+        if (path.extension() == ".json")
+            out << config_json().dump(2) << "\n";
+        else
+            out << "# tricolord's configuration: rewritten by tricolorctl changes.\n"
+                << json_to_yaml(config_json());
         out.flush();
         if (!out)
             return std::unexpected(fmt::format("applied, but cannot write {}: the change will "
@@ -243,9 +248,16 @@ Result<void> Daemon::load_config(bool at_start) {
             return {}; // no config yet: start empty, the first change creates it
         return std::unexpected(fmt::format("cannot read {}", options_.config));
     }
-    json cfg = json::parse(in, nullptr, false);
-    if (cfg.is_discarded() || !cfg.is_object())
-        return std::unexpected(fmt::format("{} is not a JSON object", options_.config));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto parsed = yaml_to_json(text);
+    if (!parsed)
+        return std::unexpected(fmt::format("{}: {}", options_.config, parsed.error()));
+    json cfg = *parsed;
+    if (cfg.is_null())
+        cfg = json::object(); // an empty file
+    if (!cfg.is_object())
+        return std::unexpected(
+            fmt::format("{}: expected sections policies: and attachments:", options_.config));
     for (const auto &[key, value] : cfg.items())
         if (key != "policies" && key != "attachments")
             return std::unexpected(fmt::format("{}: unknown section '{}'", options_.config, key));

@@ -13,7 +13,7 @@ namespace tricolor {
 
 inline constexpr const char *kDefaultSocket = "/run/tricolor/tricolor.sock";
 inline constexpr const char *kDefaultPinDir = "/sys/fs/bpf/tricolor";
-inline constexpr const char *kDefaultConfig = "/etc/tricolor/tricolor.json";
+inline constexpr const char *kDefaultConfig = "/etc/tricolor/tricolor.yaml";
 
 // Sends @request to the daemon at @socket_path and returns its response (which may itself be
 // {"ok": false}); an error only when the daemon cannot be reached or answers garbage.

@@ -1,0 +1,57 @@
+// Config files: YAML in, the same JSON objects the socket carries, and back without loss.
+#include "tricolor/yaml.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace tricolor;
+using nlohmann::json;
+
+namespace {
+
+TEST(Yaml, ScalarsBecomeWhatTheyLookLikeUnlessQuoted) {
+    auto j = yaml_to_json("policies:\n"
+                          "  - name: web\n"
+                          "    cir: 10mbit\n"
+                          "    cbs: 1500\n"
+                          "    color_aware: true\n"
+                          "    quoted: \"1500\"\n"
+                          "    match: {dport: 80, src: 198.18.0.0/15}\n");
+    ASSERT_TRUE(j.has_value()) << j.error();
+    const json &p = (*j)["policies"][0];
+    EXPECT_EQ(p["name"], "web");
+    EXPECT_EQ(p["cir"], "10mbit");
+    EXPECT_EQ(p["cbs"], 1500);
+    EXPECT_EQ(p["color_aware"], true);
+    EXPECT_EQ(p["quoted"], "1500");
+    EXPECT_EQ(p["match"]["dport"], 80);
+    EXPECT_EQ(p["match"]["src"], "198.18.0.0/15");
+}
+
+TEST(Yaml, JsonIsYamlToo) {
+    auto j = yaml_to_json(R"({"policies": [{"name": "a", "cbs": "15k"}]})");
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ((*j)["policies"][0]["cbs"], "15k");
+}
+
+TEST(Yaml, ErrorsNameTheLine) {
+    auto j = yaml_to_json("policies:\n  - name: a\n   bad: [\n");
+    ASSERT_FALSE(j.has_value());
+    EXPECT_THAT(j.error(), ::testing::HasSubstr("line "));
+}
+
+TEST(Yaml, RoundTripKeepsEveryValueAndType) {
+    json cfg = {{"policies",
+                 {{{"name", "true"},
+                   {"cir", "10mbit"},
+                   {"cbs", "1500"},
+                   {"priority", 7},
+                   {"color_aware", false},
+                   {"match", {{"src", "2001:db8::/32"}, {"dport", "80-90"}}}}}},
+                {"attachments", json::array()}};
+    auto back = yaml_to_json(json_to_yaml(cfg));
+    ASSERT_TRUE(back.has_value()) << back.error();
+    EXPECT_EQ(*back, cfg) << json_to_yaml(cfg);
+}
+
+} // namespace

@@ -1,0 +1,119 @@
+// yaml.cpp: see yaml.hpp.
+#include "tricolor/yaml.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+
+namespace tricolor {
+namespace {
+
+bool is_int(const std::string &s, int64_t &out) {
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
+}
+
+bool is_uint(const std::string &s, uint64_t &out) {
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
+}
+
+nlohmann::json convert(const YAML::Node &n) {
+    switch (n.Type()) {
+    case YAML::NodeType::Map: {
+        nlohmann::json obj = nlohmann::json::object();
+        for (const auto &kv : n)
+            obj[kv.first.as<std::string>()] = convert(kv.second);
+        return obj;
+    }
+    case YAML::NodeType::Sequence: {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto &item : n)
+            arr.push_back(convert(item));
+        return arr;
+    }
+    case YAML::NodeType::Scalar: {
+        const std::string &s = n.Scalar();
+        if (n.Tag() == "!") // quoted: a string whatever it looks like
+            return s;
+        if (s == "true" || s == "True" || s == "TRUE")
+            return true;
+        if (s == "false" || s == "False" || s == "FALSE")
+            return false;
+        if (s == "null" || s == "~" || s == "Null" || s == "NULL")
+            return nullptr;
+        if (uint64_t u; is_uint(s, u))
+            return u;
+        if (int64_t i; is_int(s, i))
+            return i;
+        return s;
+    }
+    default:
+        return nullptr;
+    }
+}
+
+bool reads_as_other(const std::string &s) {
+    if (s.empty())
+        return true;
+    YAML::Node n = YAML::Load(s);
+    return !convert(n).is_string() || n.Type() != YAML::NodeType::Scalar;
+}
+
+void emit(YAML::Emitter &out, const nlohmann::json &j) {
+    if (j.is_object()) {
+        out << YAML::BeginMap;
+        for (const auto &[k, v] : j.items()) {
+            out << YAML::Key << k << YAML::Value;
+            emit(out, v);
+        }
+        out << YAML::EndMap;
+    } else if (j.is_array()) {
+        out << YAML::BeginSeq;
+        for (const auto &v : j)
+            emit(out, v);
+        out << YAML::EndSeq;
+    } else if (j.is_string()) {
+        const std::string &s = j.get_ref<const std::string &>();
+        bool quote = false;
+        try {
+            quote = reads_as_other(s);
+        } catch (const YAML::Exception &) {
+            quote = true;
+        }
+        if (quote)
+            out << YAML::DoubleQuoted << s;
+        else
+            out << s;
+    } else if (j.is_boolean()) {
+        out << j.get<bool>();
+    } else if (j.is_number_unsigned()) {
+        out << j.get<uint64_t>();
+    } else if (j.is_number_integer()) {
+        out << j.get<int64_t>();
+    } else if (j.is_number()) {
+        out << j.get<double>();
+    } else {
+        out << YAML::Null;
+    }
+}
+
+} // namespace
+
+Result<nlohmann::json> yaml_to_json(const std::string &text) {
+    try {
+        return convert(YAML::Load(text));
+    } catch (const YAML::Exception &e) {
+        return std::unexpected(
+            fmt::format("line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+    }
+}
+
+std::string json_to_yaml(const nlohmann::json &j) {
+    YAML::Emitter out;
+    emit(out, j);
+    return std::string(out.c_str()) + "\n";
+}
+
+} // namespace tricolor
