@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -318,6 +321,59 @@ TEST_F(E2E, PolicySetUnderTrafficKeepsTheTokens) {
     auto p = stats()["policies"][0];
     EXPECT_EQ(p["green"]["packets"], 14);
     EXPECT_EQ(p["red"]["packets"], 6);
+}
+
+} // namespace
+
+namespace {
+
+// GET http://127.0.0.1:PORT/metrics with a plain socket.
+std::string scrape(const std::string &address) {
+    auto colon = address.rfind(':');
+    int port = std::stoi(address.substr(colon + 1));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
+        close(fd);
+        return "";
+    }
+    std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    std::string reply;
+    char buf[8192];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+        reply.append(buf, static_cast<size_t>(n));
+    close(fd);
+    return reply;
+}
+
+TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "m", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
+        "--match", "proto", "udp"});
+    send(40, 1000);
+    auto status = parse_json(ok({"-j", "status"}));
+    std::string address = status["metrics"];
+    ASSERT_THAT(address, ::testing::StartsWith("127.0.0.1:")); // loopback unless asked
+    std::string body = scrape(address);
+    ASSERT_THAT(body, HasSubstr("200 OK"));
+    auto s = stats();
+    for (const char *color : {"green", "yellow", "red"}) {
+        SCOPED_TRACE(color);
+        auto p = s["policies"][0][color];
+        EXPECT_THAT(body,
+                    HasSubstr(fmt::format("tricolor_packets_total{{color=\"{}\",policy=\"m\"}} {}",
+                                          color, p["packets"].get<uint64_t>())));
+        EXPECT_THAT(body,
+                    HasSubstr(fmt::format("tricolor_bytes_total{{color=\"{}\",policy=\"m\"}} {}",
+                                          color, p["bytes"].get<uint64_t>())));
+    }
+    EXPECT_THAT(body, HasSubstr("tricolor_flow_capacity 65536"));
+    EXPECT_THAT(body, HasSubstr("tricolor_unclassified_packets_total"));
+    EXPECT_THAT(body, HasSubstr("tricolor_table_full_total 0"));
 }
 
 } // namespace

@@ -104,7 +104,8 @@ void Daemon::start() {
         std::string path = tricolord_path();
         std::string sock = socket(), cfg = config();
         execl(path.c_str(), path.c_str(), "--socket", sock.c_str(), "--config", cfg.c_str(),
-              "--pin-dir", pin_dir_.c_str(), "--flows", "65536", static_cast<char *>(nullptr));
+              "--pin-dir", pin_dir_.c_str(), "--flows", "65536", "--metrics", "127.0.0.1:0",
+              static_cast<char *>(nullptr));
         _exit(127);
     }
     for (int i = 0; i < 200; ++i) {

@@ -300,7 +300,69 @@ Result<void> Daemon::load_config(bool at_start) {
 }
 
 Result<void> Daemon::reload() {
+    std::lock_guard lock(mu_);
     return load_config(false);
+}
+
+void Daemon::set_metrics_address(std::string address) {
+    std::lock_guard lock(mu_);
+    metrics_address_ = std::move(address);
+}
+
+std::vector<prometheus::MetricFamily> Daemon::metrics() const {
+    using prometheus::ClientMetric;
+    using prometheus::MetricFamily;
+    using prometheus::MetricType;
+    std::lock_guard lock(mu_);
+    auto counters = dp_->policy_counters();
+    auto g = dp_->global_counters();
+    MetricFamily packets{
+        "tricolor_packets_total", "Packets metered, by policy and colour", MetricType::Counter, {}};
+    MetricFamily bytes{
+        "tricolor_bytes_total", "Bytes metered, by policy and colour", MetricType::Counter, {}};
+    const char *colors[] = {"green", "yellow", "red"};
+    for (const auto &e : policies_) {
+        const auto &c = counters[e.id];
+        std::string name = e.spec.value("name", "");
+        for (int i = 0; i < TC_NR_COLORS; ++i) {
+            ClientMetric m;
+            m.label = {{"color", colors[i]}, {"policy", name}};
+            m.counter.value = static_cast<double>(c.packets[i]);
+            packets.metric.push_back(m);
+            m.counter.value = static_cast<double>(c.bytes[i]);
+            bytes.metric.push_back(m);
+        }
+    }
+    auto single = [](std::string name, std::string help, MetricType type, double v) {
+        ClientMetric m;
+        if (type == MetricType::Counter)
+            m.counter.value = v;
+        else
+            m.gauge.value = v;
+        return MetricFamily{std::move(name), std::move(help), type, {m}};
+    };
+    return {packets,
+            bytes,
+            single("tricolor_unclassified_packets_total", "IP packets no policy matched",
+                   MetricType::Counter, static_cast<double>(g.unclassified_packets)),
+            single("tricolor_unclassified_bytes_total", "Bytes of IP packets no policy matched",
+                   MetricType::Counter, static_cast<double>(g.unclassified_bytes)),
+            single("tricolor_non_ip_packets_total", "Frames that are not IPv4 or IPv6",
+                   MetricType::Counter, static_cast<double>(g.non_ip_packets)),
+            single("tricolor_malformed_packets_total", "Packets with truncated or invalid headers",
+                   MetricType::Counter, static_cast<double>(g.malformed_packets)),
+            single("tricolor_table_full_total",
+                   "Packets of new flows metered in the aggregate bucket: flow table full",
+                   MetricType::Counter, static_cast<double>(g.table_full)),
+            single("tricolor_lock_timeouts_total",
+                   "Packets coloured red because a flow lock stayed taken", MetricType::Counter,
+                   static_cast<double>(g.lock_timeouts)),
+            single("tricolor_flows", "Flows in the flow table", MetricType::Gauge,
+                   static_cast<double>(dp_->flows().size())),
+            single("tricolor_flow_capacity", "Capacity of the flow table", MetricType::Gauge,
+                   static_cast<double>(options_.flow_capacity)),
+            single("tricolor_policies", "Active policies", MetricType::Gauge,
+                   static_cast<double>(policies_.size()))};
 }
 
 void Daemon::detach_all() {
@@ -318,6 +380,7 @@ void Daemon::detach_all() {
 }
 
 json Daemon::handle(const json &r) {
+    std::lock_guard lock(mu_);
     if (!r.is_object())
         return error("a request must be a JSON object");
     auto cmd = r.find("cmd");
@@ -564,6 +627,7 @@ json Daemon::cmd_status(const json &) {
         att.push_back(j);
     }
     return ok({{"attachments", att},
+               {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},
                {"policies", {{"used", policies_.size()}, {"capacity", TC_MAX_POLICIES}}},

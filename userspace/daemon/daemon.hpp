@@ -8,7 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <prometheus/metric_family.h>
+
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@ struct DaemonOptions {
     std::string pin_dir;
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
     bool detach_on_exit = false;
+    std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
 };
 
 struct AttachmentSpec {
@@ -41,6 +45,10 @@ class Daemon {
     Result<void> reload();
     // Takes the data path off every interface and removes the pinned maps.
     void detach_all();
+    // The Prometheus families, from one consistent read of the counters.
+    std::vector<prometheus::MetricFamily> metrics() const;
+    // Where the metrics are served, once known (for status).
+    void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
     std::vector<std::string> startup_warnings;
 
@@ -75,6 +83,9 @@ class Daemon {
     std::vector<Entry> policies_;
     std::vector<AttachmentSpec> attachments_;
     std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
+    std::string metrics_address_;
+    // Requests come from the socket loop, scrapes from the exposer's thread.
+    mutable std::mutex mu_;
 };
 
 } // namespace tricolor

@@ -8,6 +8,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <systemd/sd-daemon.h>
 
 #include <cerrno>
 #include <csignal>
@@ -92,6 +95,25 @@ void serve_one(int client, Daemon &d) {
     }
 }
 
+class Metrics : public prometheus::Collectable {
+  public:
+    explicit Metrics(const Daemon &d) : d_(d) {}
+    std::vector<prometheus::MetricFamily> Collect() const override { return d_.metrics(); }
+
+  private:
+    const Daemon &d_;
+};
+
+// "ADDR:PORT" or "[V6ADDR]:PORT"; the daemon never listens on every address unless told to.
+std::string check_metrics_address(const std::string &a) {
+    if (a == "none")
+        return a;
+    auto colon = a.rfind(':');
+    if (colon == std::string::npos || colon + 1 == a.size())
+        throw std::runtime_error(fmt::format("--metrics '{}': expected ADDR:PORT or none", a));
+    return a;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -109,6 +131,9 @@ int main(int argc, char **argv) {
     app.add_option("--flows", o.flow_capacity, "Flow table capacity (fixed at first start)")
         ->capture_default_str()
         ->check(CLI::Range(1u, 1u << 26));
+    app.add_option("--metrics", o.metrics,
+                   "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
+        ->capture_default_str();
     app.add_flag("--detach-on-exit", o.detach_on_exit,
                  "Detach and unpin on SIGTERM (default: keep policing without the daemon)");
     try {
@@ -140,17 +165,37 @@ int main(int argc, char **argv) {
     int sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
 
     std::unique_ptr<Daemon> daemon;
+    std::unique_ptr<prometheus::Exposer> exposer;
+    std::shared_ptr<Metrics> metrics; // the exposer keeps only a weak_ptr
     int listen_fd = -1;
+    std::string metrics_at = "none";
     try {
+        check_metrics_address(o.metrics);
         daemon = std::make_unique<Daemon>(o);
         for (const auto &w : daemon->startup_warnings)
             log("warning: " + w);
         listen_fd = listen_on(o.socket);
+        if (o.metrics != "none") {
+            try {
+                exposer = std::make_unique<prometheus::Exposer>(o.metrics);
+            } catch (const std::exception &e) {
+                throw std::runtime_error(
+                    fmt::format("cannot serve metrics on {}: {}", o.metrics, e.what()));
+            }
+            metrics = std::make_shared<Metrics>(*daemon);
+            exposer->RegisterCollectable(metrics);
+            auto ports = exposer->GetListeningPorts();
+            std::string host = o.metrics.substr(0, o.metrics.rfind(':'));
+            metrics_at = fmt::format("{}:{}", host, ports.empty() ? 0 : ports.front());
+            daemon->set_metrics_address(metrics_at);
+        }
     } catch (const std::exception &e) {
         log(e.what());
         return 1;
     }
-    log(fmt::format("ready: socket {}, pin dir {}, config {}", o.socket, o.pin_dir, o.config));
+    log(fmt::format("ready: socket {}, pin dir {}, config {}, metrics {}", o.socket, o.pin_dir,
+                    o.config, metrics_at));
+    sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     bool running = true;
     while (running) {
@@ -165,7 +210,9 @@ int main(int argc, char **argv) {
             signalfd_siginfo si{};
             if (read(sig_fd, &si, sizeof(si)) == sizeof(si)) {
                 if (si.ssi_signo == SIGHUP) {
+                    sd_notify(0, "RELOADING=1");
                     auto r = daemon->reload();
+                    sd_notify(0, "READY=1");
                     log(r ? fmt::format("reloaded {}", o.config)
                           : fmt::format("reload refused, nothing changed: {}", r.error()));
                 } else {
@@ -181,6 +228,8 @@ int main(int argc, char **argv) {
             }
         }
     }
+    sd_notify(0, "STOPPING=1");
+    exposer.reset();
     close(listen_fd);
     unlink(o.socket.c_str());
     if (o.detach_on_exit) {
