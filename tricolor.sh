@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tricolor.sh: one entry point for a fresh Debian 12 machine.
+#   ./tricolor.sh demo    install, build, and run a live demo on a veth lab (about a minute)
 #   ./tricolor.sh build   install the packages tricolor needs, configure and build
 #   ./tricolor.sh test    the same, then run every test through ctest
 #   ./tricolor.sh bench   the same build, then the benchmarks (ratios to baselines in the run)
@@ -28,7 +29,7 @@ need_root() {
 
 install_deps() {
     local missing=()
-    for p in "${PACKAGES[@]}"; do
+    for p in "${PACKAGES[@]}" "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
             missing+=("$p")
     done
@@ -54,9 +55,89 @@ run_tests() {
     ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
 }
 
+# The demo: namespaces tcdemo-a (sender, 198.18.100.1) and tcdemo-b (receiver, 198.18.100.2)
+# joined by a veth pair; tricolord runs in tcdemo-b with XDP on its end of the pair.
+DEMO_DIR=/run/tricolor-demo
+demo_cleanup() {
+    trap - EXIT INT TERM
+    echo
+    echo "== cleaning up"
+    for ns in tcdemo-a tcdemo-b; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    done
+    # tricolord detaches and unpins on SIGTERM (--detach-on-exit); give it time to.
+    for _ in $(seq 50); do
+        [ -z "$(ip netns pids tcdemo-a 2>/dev/null)$(ip netns pids tcdemo-b 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+    for ns in tcdemo-a tcdemo-b; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    umount "$DEMO_DIR/bpf" 2>/dev/null || true
+    rm -rf "$DEMO_DIR"
+}
+
+demo() {
+    local ctl="$BUILD_DIR/tools/tricolorctl" d="$BUILD_DIR/userspace/daemon/tricolord"
+    local A="ip netns exec tcdemo-a" B="ip netns exec tcdemo-b"
+    demo_cleanup >/dev/null 2>&1
+    trap demo_cleanup EXIT
+    trap 'exit 130' INT TERM
+    echo "== lab: tcdemo-a (198.18.100.1) <-veth-> tcdemo-b (198.18.100.2)"
+    ip netns add tcdemo-a
+    ip netns add tcdemo-b
+    ip link add tcd-a netns tcdemo-a type veth peer name tcd-b netns tcdemo-b
+    $A ip addr add 198.18.100.1/24 dev tcd-a
+    $B ip addr add 198.18.100.2/24 dev tcd-b
+    for ns in tcdemo-a tcdemo-b; do
+        ip -n "$ns" link set lo up
+    done
+    $A ip link set tcd-a up
+    $B ip link set tcd-b up
+    # ip netns exec hides /sys/fs/bpf: the demo's daemon pins under a bpffs of its own.
+    mkdir -p "$DEMO_DIR/bpf"
+    mount -t bpf bpf "$DEMO_DIR/bpf"
+    export TRICOLOR_SOCKET="$DEMO_DIR/tricolor.sock"
+    echo "== tricolord (log: $DEMO_DIR/tricolord.log)"
+    $B "$d" --socket "$TRICOLOR_SOCKET" --pin-dir "$DEMO_DIR/bpf/tricolor" \
+        --config "$DEMO_DIR/tricolor.yaml" --detach-on-exit >"$DEMO_DIR/tricolord.log" 2>&1 &
+    disown
+    for _ in $(seq 50); do "$ctl" status >/dev/null 2>&1 && break; sleep 0.1; done
+    "$ctl" status >/dev/null || { cat "$DEMO_DIR/tricolord.log"; die "tricolord did not start"; }
+    set -x
+    "$ctl" attach tcd-b --hook xdp
+    "$ctl" policy add udp-per-source --algo srtcm --cir 20mbit --cbs 64k --ebs 128k \
+        --per src --match proto udp --priority 10
+    "$ctl" policy add tcp-aggregate --algo trtcm --cir 30mbit --cbs 256k --pir 60mbit \
+        --pbs 512k --match proto tcp --yellow dscp:af12 --red drop --priority 20
+    "$ctl" policy list
+    { set +x; } 2>/dev/null
+    $B iperf3 -s -D --logfile "$DEMO_DIR/iperf3-server.log"
+    sleep 0.5
+    echo "== UDP at 60 Mbit/s from 198.18.100.1: three times udp-per-source's CIR"
+    $A iperf3 -c 198.18.100.2 -u -b 60M -l 1200 -t 8 >"$DEMO_DIR/udp.log" 2>&1 &
+    local client=$!
+    "$ctl" stats --watch --interval 1 --count 9
+    wait "$client" || true
+    grep -E "receiver" "$DEMO_DIR/udp.log" || tail -3 "$DEMO_DIR/udp.log"
+    echo "== TCP through a trtcm aggregate at 30/60 Mbit/s: yellow remarked AF12, red dropped"
+    $A iperf3 -c 198.18.100.2 -t 8 >"$DEMO_DIR/tcp.log" 2>&1 &
+    client=$!
+    "$ctl" stats --watch --interval 1 --count 9
+    wait "$client" || true
+    grep -E "sender|receiver" "$DEMO_DIR/tcp.log" || tail -3 "$DEMO_DIR/tcp.log"
+    echo "== busiest flows"
+    "$ctl" flows --top 5
+    echo "== the same counters as JSON: tricolorctl -j stats"
+    "$ctl" -j stats
+    echo
+}
+
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh build|test|bench [ctest args...]
+usage: ./tricolor.sh demo|build|test|bench [ctest args...]
+  demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
   bench  build, then the data-path benchmark (not part of the tests)
@@ -66,6 +147,13 @@ USAGE
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
+demo)
+    need_root
+    install_deps iperf3
+    mount_bpffs
+    build
+    demo
+    ;;
 build)
     need_root
     install_deps

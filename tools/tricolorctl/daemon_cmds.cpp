@@ -164,6 +164,17 @@ std::string human_bytes(uint64_t b) {
     return u == 0 ? fmt::format("{}B", b) : fmt::format("{:.1f}{}", v, units[u]);
 }
 
+std::string human_rate(double bits) {
+    const char *units[] = {"bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"};
+    int u = 0;
+    while (bits >= 1000 && u < 4) {
+        bits /= 1000;
+        ++u;
+    }
+    return u == 0 ? fmt::format("{:.0f} {}", bits, units[u])
+                  : fmt::format("{:.1f} {}", bits, units[u]);
+}
+
 void print_stats_table(const json &s, const json *prev, double seconds) {
     std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
                              "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
@@ -182,8 +193,7 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
                                       static_cast<double>(p[c]["bytes"].get<uint64_t>() -
                                                           q[c]["bytes"].get<uint64_t>()) /
                                       seconds;
-                        rates +=
-                            fmt::format(" {:>23}", format_rate(static_cast<uint64_t>(bits)) + "/s");
+                        rates += fmt::format(" {:>23}", human_rate(bits));
                     }
                     std::cout << rates << "\n";
                 }
