@@ -377,3 +377,82 @@ TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
 }
 
 } // namespace
+
+namespace {
+
+TEST_F(E2E, TcEgressAndIpv6OnXdpIngress) {
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    ok({"attach", lab->host_if}); // XDP ingress on the same interface
+    // UDP only: neighbour discovery from the same address is ICMPv6.
+    ok({"policy", "add", "v6-in", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "src", lab->ns_v6 + "/128", "--match", "proto", "udp"});
+    ok({"policy", "add", "v4-out", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "dst", lab->ns_v4, "--match", "proto", "udp", "--green", "mark:7"});
+    // IPv6 into the host: 40 + 8 + 1000 = 1048 bytes, 14 fit in 15360.
+    auto r6 = lab->in_ns({udp_tool_path(), "send", lab->host_v6, "9000", "20", "1000"});
+    ASSERT_EQ(r6.exit_code, 0) << r6.err;
+    // IPv4 out of the host, through tc egress.
+    auto r4 = run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "20", "1000"});
+    ASSERT_EQ(r4.exit_code, 0) << r4.err;
+    auto s = stats();
+    EXPECT_EQ(total_packets(s, "v6-in"), 20u);
+    EXPECT_EQ(total_packets(s, "v4-out"), 20u);
+    for (const auto &p : s["policies"]) {
+        EXPECT_EQ(p["green"]["packets"], 14) << p["name"];
+        EXPECT_EQ(p["red"]["packets"], 6) << p["name"];
+    }
+    auto status = parse_json(ok({"-j", "status"}));
+    ASSERT_EQ(status["attachments"].size(), 2u);
+    for (const auto &a : status["attachments"])
+        EXPECT_TRUE(a["attached"].get<bool>()) << a.dump();
+    ok({"detach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    ok({"detach", lab->host_if});
+    EXPECT_TRUE(parse_json(ok({"-j", "status"}))["attachments"].empty());
+}
+
+TEST_F(E2E, TwoDaemonsRunSideBySide) {
+    Lab other_lab;
+    Daemon other("side-by-side");
+    ok({"attach", lab->host_if});
+    ASSERT_EQ(other.ctl({"attach", other_lab.host_if}).exit_code, 0);
+    ok({"policy", "add", "one", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "udp"});
+    ASSERT_EQ(other
+                  .ctl({"policy", "add", "two", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k",
+                        "--match", "proto", "udp"})
+                  .exit_code,
+              0);
+    send(5, 100);
+    ASSERT_EQ(
+        other_lab.in_ns({udp_tool_path(), "send", other_lab.host_v4, "9000", "7", "100"}).exit_code,
+        0);
+    EXPECT_EQ(total_packets(stats(), "one"), 5u);
+    EXPECT_EQ(total_packets(parse_json(other.ctl({"-j", "stats"})), "two"), 7u);
+    EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"].size(), 1u);
+}
+
+TEST_F(E2E, StatsWatchRefreshesWithRates) {
+    ok({"policy", "add", "w", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    auto r = ok({"stats", "--watch", "--interval", "0.2", "--count", "3"});
+    size_t tables = 0;
+    for (size_t pos = 0; (pos = r.out.find("POLICY", pos)) != std::string::npos; ++pos)
+        ++tables;
+    EXPECT_EQ(tables, 3u);
+    EXPECT_THAT(r.out, HasSubstr("rate"));
+    EXPECT_THAT(r.out, HasSubstr("\033[2J")); // refreshed in place
+}
+
+} // namespace
+
+namespace {
+
+TEST_F(E2E, ASecondDaemonOnTheSamePinDirIsRefused) {
+    auto r = run_command({tricolord_path(), "--socket", "/tmp/tricolor-e2e-second.sock",
+                          "--pin-dir", daemon->pin_dir(), "--config",
+                          "/tmp/tricolor-e2e-second.yaml", "--metrics", "none"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("another tricolord uses it"));
+    EXPECT_EQ(daemon->ctl({"status"}).exit_code, 0); // the first one is untouched
+}
+
+} // namespace

@@ -40,6 +40,7 @@ class Daemon {
     RunResult ctl(std::vector<std::string> args) const;
     std::string socket() const { return dir_ + "/sock"; }
     std::string config() const { return dir_ + "/tricolor.yaml"; }
+    std::string pin_dir() const { return pin_dir_; }
     std::string log() const;
 
   private:
