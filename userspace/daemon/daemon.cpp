@@ -126,6 +126,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = options_.flow_capacity;
     dp_ = std::make_unique<Datapath>(o);
+    dp_->set_drop_malformed(options_.drop_malformed);
     for (const auto &p : dp_->policies())
         adopted_ids_[p.name] = p.id;
     if (auto r = load_config(true); !r)
@@ -171,9 +172,19 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
             errors.push_back(p.error());
             continue;
         }
-        if (warnings)
+        if (warnings) {
             for (const auto &w : validate(p->meter).warnings)
                 warnings->push_back(fmt::format("policy '{}': {}", name, w));
+            bool xdp_only = !attachments_.empty() &&
+                            std::ranges::none_of(attachments_, [](const AttachmentSpec &a) {
+                                return a.hook == Hook::tc;
+                            });
+            for (const auto &a : p->actions)
+                if (xdp_only && (a.kind == TC_ACT_KIND_MARK || a.kind == TC_ACT_KIND_PRIORITY))
+                    warnings->push_back(fmt::format(
+                        "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
+                        name, to_string(a)));
+        }
         next.push_back({id, spec});
         policies.push_back(*p);
     }

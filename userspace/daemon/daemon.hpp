@@ -23,6 +23,7 @@ struct DaemonOptions {
     std::string pin_dir;
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
     bool detach_on_exit = false;
+    bool drop_malformed = false;
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
 };
 

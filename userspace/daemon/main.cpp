@@ -134,6 +134,8 @@ int main(int argc, char **argv) {
     app.add_option("--metrics", o.metrics,
                    "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
         ->capture_default_str();
+    app.add_flag("--drop-malformed", o.drop_malformed,
+                 "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
                  "Detach and unpin on SIGTERM (default: keep policing without the daemon)");
     try {
