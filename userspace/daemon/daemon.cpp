@@ -2,6 +2,7 @@
 #include "daemon.hpp"
 
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"
 
 #include <fmt/format.h>
@@ -192,10 +193,7 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
         if (auto r = dp_->check(policies); !r)
             errors.push_back(r.error());
     if (!errors.empty()) {
-        std::string all;
-        for (const auto &e : errors)
-            all += (all.empty() ? "" : "\n") + e;
-        return std::unexpected(all);
+        return std::unexpected(join_lines(errors));
     }
     if (dry_run)
         return {};

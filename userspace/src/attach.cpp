@@ -1,5 +1,6 @@
 // attach.cpp: see attach.hpp.
 #include "tricolor/attach.hpp"
+#include "tricolor/text.hpp"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -17,10 +18,6 @@ namespace {
 // cls_bpf filter identity: fixed, so a restart replaces rather than adds.
 constexpr uint32_t kTcHandle = 0x7c1;
 constexpr uint32_t kTcPriority = 0x7c1;
-
-std::string errno_text(int err) {
-    return std::strerror(err < 0 ? -err : err);
-}
 
 std::string ifname(int ifindex) {
     char buf[IF_NAMESIZE] = {};

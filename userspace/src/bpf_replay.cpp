@@ -2,6 +2,7 @@
 // which libbpf mmaps, so setting the clock and incoming colour before each run is a store, not
 // a syscall: one BPF_PROG_TEST_RUN per packet is the whole cost.
 #include "tricolor/replay.hpp"
+#include "tricolor/text.hpp"
 
 #include <cerrno>
 #include <cstdarg>
@@ -26,10 +27,6 @@ int print_libbpf(enum libbpf_print_level level, const char *format, va_list args
         return 0;
     std::fputs("libbpf: ", stderr);
     return std::vfprintf(stderr, format, args);
-}
-
-std::string errno_text(int err) {
-    return std::strerror(err < 0 ? -err : err);
 }
 
 } // namespace

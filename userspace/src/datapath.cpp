@@ -2,6 +2,7 @@
 // policy becomes one or more (mask, masked key) entries, port ranges expanded into prefixes,
 // and the masks sorted by the best rank under each so the kernel can stop probing early.
 #include "tricolor/datapath.hpp"
+#include "tricolor/text.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -24,10 +25,6 @@
 
 namespace tricolor {
 namespace {
-
-std::string errno_text(int err) {
-    return std::strerror(err < 0 ? -err : err);
-}
 
 template <typename T>
 bool parse_number(std::string_view text, T &out) {
@@ -456,10 +453,7 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
         errors.push_back(fmt::format("the policies expand to {} classifier entries; at most {}",
                                      rules, TC_MAX_RULES / TC_NR_SETS));
     if (!errors.empty()) {
-        std::string all;
-        for (const auto &e : errors)
-            all += (all.empty() ? "" : "\n") + e;
-        return std::unexpected(all);
+        return std::unexpected(join_lines(errors));
     }
     return {};
 }

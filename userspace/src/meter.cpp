@@ -1,5 +1,6 @@
 // meter.cpp: parameter rules of SPEC §1 and the translation to the kernel's representation.
 #include "tricolor/meter.hpp"
+#include "tricolor/text.hpp"
 
 #include "tricolor/units.hpp"
 
@@ -179,10 +180,7 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
         out.warnings = std::move(v.warnings);
     }
     if (!errors.empty()) {
-        std::string all;
-        for (const auto &e : errors)
-            all += (all.empty() ? "" : "\n") + e;
-        return std::unexpected(all);
+        return std::unexpected(join_lines(errors));
     }
     return out;
 }

@@ -1,5 +1,6 @@
 // policy_spec.cpp: parsing a policy object into the data path's Policy.
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/text.hpp"
 
 #include <fmt/format.h>
 #include <net/if.h>
@@ -251,11 +252,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
         p.overhead = static_cast<uint32_t>(*v);
 
     if (!errors.empty()) {
-        std::string all;
-        for (const auto &e : errors)
-            all +=
-                (all.empty() ? "" : "\n") + (p.name.empty() ? "" : "policy '" + p.name + "': ") + e;
-        return std::unexpected(all);
+        return std::unexpected(
+            join_lines(errors, p.name.empty() ? "" : "policy '" + p.name + "': "));
     }
     return p;
 }
