@@ -404,8 +404,12 @@ TEST_F(E2E, TcEgressAndIpv6OnXdpIngress) {
     }
     auto status = parse_json(ok({"-j", "status"}));
     ASSERT_EQ(status["attachments"].size(), 2u);
-    for (const auto &a : status["attachments"])
+    for (const auto &a : status["attachments"]) {
         EXPECT_TRUE(a["attached"].get<bool>()) << a.dump();
+        if (a["hook"] == "tc") {
+            EXPECT_EQ(a["mode"], "tcx"); // this kernel has tcx: a pinned link, not clsact
+        }
+    }
     ok({"detach", lab->host_if, "--hook", "tc", "--direction", "egress"});
     ok({"detach", lab->host_if});
     EXPECT_TRUE(parse_json(ok({"-j", "status"}))["attachments"].empty());
@@ -488,6 +492,32 @@ TEST_F(E2E, Kill9UnderTrafficLosesNoCount) {
     auto p = stats()["policies"][0];
     // 1 Mbit/s for ~1.5 s plus the bucket: far less than the 3.3 Mbit/s offered got through.
     EXPECT_GT(p["red"]["packets"].get<uint64_t>(), 0u);
+}
+
+} // namespace
+
+namespace {
+
+TEST_F(E2E, TcxLinkKeepsPolicingThroughKill9AndIsAdopted) {
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    ok({"policy", "add", "out", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "dst", lab->ns_v4, "--match", "proto", "udp"});
+    ASSERT_EQ(run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "10", "1000"}).exit_code,
+              0);
+    daemon->kill9();
+    // No daemon: the pinned link keeps the program on the hook.
+    ASSERT_EQ(run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "10", "1000"}).exit_code,
+              0);
+    daemon->start();
+    auto s = stats();
+    EXPECT_EQ(total_packets(s, "out"), 20u);
+    EXPECT_EQ(s["policies"][0]["green"]["packets"], 14);
+    auto a = parse_json(ok({"-j", "status"}))["attachments"][0];
+    EXPECT_EQ(a["mode"], "tcx");
+    EXPECT_TRUE(a["attached"].get<bool>());
+    ok({"detach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    ASSERT_EQ(run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "5", "1000"}).exit_code, 0);
+    EXPECT_EQ(total_packets(stats(), "out"), 20u); // detached: no longer metered
 }
 
 } // namespace

@@ -136,6 +136,10 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
 
 Daemon::~Daemon() = default;
 
+std::string Daemon::link_dir() const {
+    return dp_->pin_path().empty() ? "" : dp_->pin_path() + "/links";
+}
+
 uint32_t Daemon::id_for(const std::string &name, const std::vector<Entry> &next) const {
     for (const auto &e : policies_)
         if (e.spec.value("name", "") == name)
@@ -210,7 +214,7 @@ Result<AttachResult> Daemon::do_attach(const AttachmentSpec &a) {
         return std::unexpected(idx.error());
     if (a.hook == Hook::xdp)
         return attach_xdp(*idx, dp_->xdp_prog_fd(), a.xdp_mode);
-    return attach_tc(*idx, a.direction, dp_->tc_prog_fd());
+    return attach_tc(*idx, a.direction, dp_->tc_prog_fd(), link_dir());
 }
 
 json Daemon::config_json() const {
@@ -382,7 +386,7 @@ void Daemon::detach_all() {
         if (a.hook == Hook::xdp)
             (void)detach_xdp(*idx);
         else
-            (void)detach_tc(*idx, a.direction);
+            (void)detach_tc(*idx, a.direction, link_dir());
     }
     attachments_.clear();
     Datapath::remove_pins(options_.pin_dir);
@@ -450,7 +454,7 @@ json Daemon::cmd_detach(const json &r) {
     auto idx = interface_index(a->iface);
     if (!idx)
         return error(idx.error());
-    auto res = a->hook == Hook::xdp ? detach_xdp(*idx) : detach_tc(*idx, a->direction);
+    auto res = a->hook == Hook::xdp ? detach_xdp(*idx) : detach_tc(*idx, a->direction, link_dir());
     if (!res)
         return error(res.error());
     std::erase_if(attachments_, [&](const AttachmentSpec &x) { return same_hook(x, *a); });

@@ -66,6 +66,7 @@ class Daemon {
     Result<void> persist() const;
     nlohmann::json config_json() const;
     uint32_t id_for(const std::string &name, const std::vector<Entry> &next) const;
+    std::string link_dir() const; // where tcx links are pinned
 
     nlohmann::json cmd_attach(const nlohmann::json &r);
     nlohmann::json cmd_detach(const nlohmann::json &r);

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <unistd.h>
 
 namespace tricolor {
@@ -18,6 +19,18 @@ namespace {
 // cls_bpf filter identity: fixed, so a restart replaces rather than adds.
 constexpr uint32_t kTcHandle = 0x7c1;
 constexpr uint32_t kTcPriority = 0x7c1;
+
+// tcx attach types (kernel 6.6+); Debian 12's uapi headers are from 6.1 and lack them.
+constexpr int kBpfTcxIngress = 46;
+constexpr int kBpfTcxEgress = 47;
+
+bpf_attach_type tcx_type(Direction d) {
+    return static_cast<bpf_attach_type>(d == Direction::ingress ? kBpfTcxIngress : kBpfTcxEgress);
+}
+
+std::string tcx_pin(const std::string &link_dir, int ifindex, Direction d) {
+    return fmt::format("{}/tcx_{}_{}", link_dir, ifindex, to_string(d));
+}
 
 std::string ifname(int ifindex) {
     char buf[IF_NAMESIZE] = {};
@@ -146,6 +159,15 @@ Result<void> detach_xdp(int ifindex) {
 
 HookState query_tc(int ifindex, Direction dir) {
     HookState s;
+    uint32_t ids[16], count = 16, flags = 0;
+    if (bpf_prog_query(ifindex, tcx_type(dir), 0, &flags, ids, &count) == 0)
+        for (uint32_t i = 0; i < count; ++i)
+            if (prog_name(ids[i]) == kTcProgName) {
+                s.prog_id = ids[i];
+                s.prog_name = kTcProgName;
+                s.mode = "tcx";
+                return s;
+            }
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_query(&hook, &opts) == 0) {
@@ -156,7 +178,49 @@ HookState query_tc(int ifindex, Direction dir) {
     return s;
 }
 
-Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd) {
+namespace {
+
+// Our cls_bpf filter, if any: removed when tcx takes over, so a packet is never metered twice.
+void remove_clsact_filter(int ifindex, Direction dir) {
+    auto hook = tc_hook(ifindex, dir);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    if (bpf_tc_query(&hook, &opts) == 0 && prog_name(opts.prog_id) == kTcProgName) {
+        LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
+        bpf_tc_detach(&hook, &del);
+    }
+}
+
+} // namespace
+
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
+                               const std::string &link_dir) {
+    if (!link_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(link_dir, ec);
+        std::string pin = tcx_pin(link_dir, ifindex, dir);
+        // A link pinned by an earlier daemon: swap the program in it, atomically.
+        if (int link = bpf_obj_get(pin.c_str()); link >= 0) {
+            int err = bpf_link_update(link, prog_fd, nullptr);
+            close(link);
+            if (err == 0)
+                return AttachResult{"tcx", ""};
+            unlink(pin.c_str()); // defunct (its interface went away): make a new one
+        }
+        int link = bpf_link_create(prog_fd, ifindex, tcx_type(dir), nullptr);
+        if (link >= 0) {
+            int err = bpf_obj_pin(link, pin.c_str());
+            close(link);
+            if (err < 0)
+                return std::unexpected(
+                    fmt::format("cannot pin the tcx link at {}: {}", pin, errno_text(err)));
+            remove_clsact_filter(ifindex, dir);
+            return AttachResult{"tcx", ""};
+        }
+        if (link != -EINVAL && link != -EOPNOTSUPP)
+            return std::unexpected(fmt::format("cannot attach tcx to {} {}: {}", ifname(ifindex),
+                                               to_string(dir), errno_text(link)));
+        // No tcx in this kernel: clsact below.
+    }
     auto hook = tc_hook(ifindex, dir);
     if (int err = bpf_tc_hook_create(&hook); err < 0 && err != -EEXIST)
         return std::unexpected(
@@ -170,7 +234,16 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd) {
     return AttachResult{"tc", ""};
 }
 
-Result<void> detach_tc(int ifindex, Direction dir) {
+Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir) {
+    if (!link_dir.empty()) {
+        std::string pin = tcx_pin(link_dir, ifindex, dir);
+        if (int link = bpf_obj_get(pin.c_str()); link >= 0) {
+            bpf_link_detach(link);
+            close(link);
+            unlink(pin.c_str());
+            return {};
+        }
+    }
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (int err = bpf_tc_detach(&hook, &opts); err < 0)

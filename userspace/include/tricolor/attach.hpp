@@ -1,7 +1,8 @@
-// attach.hpp: putting the data path on an interface, and taking it off. XDP through netlink
-// and tc through clsact + cls_bpf: both stay attached when the process that attached them exits,
-// which is what lets the daemon restart without a window of unpoliced traffic. Re-attaching
-// replaces our own program atomically; another program on the same hook is never clobbered.
+// attach.hpp: putting the data path on an interface, and taking it off. XDP through netlink;
+// tc through a tcx link pinned in bpffs where the kernel has tcx (6.6+), else clsact + cls_bpf.
+// All of them stay attached when the process that attached them exits, which is what lets the
+// daemon restart without a window of unpoliced traffic. Re-attaching replaces our own program
+// atomically; another program on the same hook is never clobbered.
 #pragma once
 
 #include "tricolor/units.hpp"
@@ -37,8 +38,10 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode);
 Result<void> detach_xdp(int ifindex);
 HookState query_xdp(int ifindex);
 
-Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd);
-Result<void> detach_tc(int ifindex, Direction dir);
+// @link_dir: where tcx links are pinned (empty: clsact only).
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
+                               const std::string &link_dir);
+Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir);
 HookState query_tc(int ifindex, Direction dir);
 
 // Our programs' names, as the kernel reports them (15 characters at most).
