@@ -1,6 +1,6 @@
 /* tricolor.bpf.c: the data path's entry points. Each is a few lines around the shared pipeline
- * (lib/pipeline.h): XDP for ingress at the driver, tc (tcx or clsact, either direction) for everything
- * XDP cannot do: skb mark, priority/classid and GSO packets. */
+ * (lib/pipeline.h): XDP for ingress at the driver, tc (tcx or clsact, either direction) for
+ * everything XDP cannot do: skb mark, priority/classid and GSO packets. */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
