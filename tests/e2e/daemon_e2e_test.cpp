@@ -521,3 +521,25 @@ TEST_F(E2E, TcxLinkKeepsPolicingThroughKill9AndIsAdopted) {
 }
 
 } // namespace
+
+namespace {
+
+TEST_F(E2E, TheDaemonReclaimsIdleFlows) {
+    daemon.reset(); // this test needs its own flags
+    daemon =
+        std::make_unique<Daemon>("reclaim", std::vector<std::string>{"--reclaim-interval", "0.3"});
+    ok({"attach", lab->host_if});
+    // 1000 B/s and 1000-byte buckets: a 128-byte packet's tokens come back in 0.128 s.
+    ok({"policy", "add", "per-flow", "--algo", "srtcm", "--cir", "8000", "--cbs", "1000", "--per",
+        "5tuple", "--match", "proto", "udp"});
+    send(1, 100); // each run sends from a new source port: a flow of its own
+    send(1, 100);
+    EXPECT_EQ(parse_json(ok({"-j", "flows"}))["flows"].size(), 2u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    auto status = parse_json(ok({"-j", "status"}));
+    EXPECT_EQ(status["flows"]["used"], 0);
+    EXPECT_EQ(status["flows"]["reclaimed"], 2);
+    EXPECT_EQ(total_packets(stats(), "per-flow"), 2u); // the policy's counters stay
+}
+
+} // namespace

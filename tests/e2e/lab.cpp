@@ -77,7 +77,8 @@ RunResult Lab::in_ns(std::vector<std::string> argv) const {
     return run_command(argv);
 }
 
-Daemon::Daemon(std::string name) {
+Daemon::Daemon(std::string name, std::vector<std::string> extra_flags)
+    : extra_(std::move(extra_flags)) {
     dir_ = fmt::format("/tmp/tricolor-e2e-{}-{}", getpid(), name);
     pin_dir_ = fmt::format("/sys/fs/bpf/tricolor-e2e-{}-{}", getpid(), name);
     std::filesystem::remove_all(dir_);
@@ -101,11 +102,15 @@ void Daemon::start() {
         int log = open((dir_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(log, 1);
         dup2(log, 2);
-        std::string path = tricolord_path();
-        std::string sock = socket(), cfg = config();
-        execl(path.c_str(), path.c_str(), "--socket", sock.c_str(), "--config", cfg.c_str(),
-              "--pin-dir", pin_dir_.c_str(), "--flows", "65536", "--metrics", "127.0.0.1:0",
-              static_cast<char *>(nullptr));
+        std::vector<std::string> args = {tricolord_path(), "--socket",  socket(),     "--config",
+                                         config(),         "--pin-dir", pin_dir_,     "--flows",
+                                         "65536",          "--metrics", "127.0.0.1:0"};
+        args.insert(args.end(), extra_.begin(), extra_.end());
+        std::vector<char *> argv;
+        for (auto &a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(argv[0], argv.data());
         _exit(127);
     }
     for (int i = 0; i < 200; ++i) {

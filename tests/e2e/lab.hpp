@@ -28,7 +28,7 @@ class Lab {
 
 class Daemon {
   public:
-    explicit Daemon(std::string name);
+    explicit Daemon(std::string name, std::vector<std::string> extra_flags = {});
     ~Daemon();
     Daemon(const Daemon &) = delete;
     Daemon &operator=(const Daemon &) = delete;
@@ -45,6 +45,7 @@ class Daemon {
 
   private:
     std::string dir_, pin_dir_;
+    std::vector<std::string> extra_;
     int pid_ = -1;
 };
 

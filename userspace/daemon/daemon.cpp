@@ -317,6 +317,13 @@ Result<void> Daemon::reload() {
     return load_config(false);
 }
 
+size_t Daemon::reclaim_idle_flows() {
+    std::lock_guard lock(mu_);
+    size_t n = dp_->reclaim_idle_flows();
+    reclaimed_total_ += n;
+    return n;
+}
+
 void Daemon::set_metrics_address(std::string address) {
     std::lock_guard lock(mu_);
     metrics_address_ = std::move(address);
@@ -372,6 +379,9 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
                    static_cast<double>(g.lock_timeouts)),
             single("tricolor_flows", "Flows in the flow table", MetricType::Gauge,
                    static_cast<double>(dp_->flows().size())),
+            single("tricolor_flows_reclaimed_total",
+                   "Idle flows deleted because their buckets were full again", MetricType::Counter,
+                   static_cast<double>(reclaimed_total_)),
             single("tricolor_flow_capacity", "Capacity of the flow table", MetricType::Gauge,
                    static_cast<double>(options_.flow_capacity)),
             single("tricolor_policies", "Active policies", MetricType::Gauge,
@@ -644,7 +654,10 @@ json Daemon::cmd_status(const json &) {
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},
                {"policies", {{"used", policies_.size()}, {"capacity", TC_MAX_POLICIES}}},
-               {"flows", {{"used", dp_->flows().size()}, {"capacity", options_.flow_capacity}}}});
+               {"flows",
+                {{"used", dp_->flows().size()},
+                 {"capacity", options_.flow_capacity},
+                 {"reclaimed", reclaimed_total_}}}});
 }
 
 } // namespace tricolor

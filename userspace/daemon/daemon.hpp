@@ -24,6 +24,7 @@ struct DaemonOptions {
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
     bool detach_on_exit = false;
     bool drop_malformed = false;
+    double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
 };
 
@@ -46,6 +47,8 @@ class Daemon {
     Result<void> reload();
     // Takes the data path off every interface and removes the pinned maps.
     void detach_all();
+    // Deletes flows whose buckets are full again (no colour changes); returns how many.
+    size_t reclaim_idle_flows();
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
     // Where the metrics are served, once known (for status).
@@ -86,6 +89,7 @@ class Daemon {
     std::vector<AttachmentSpec> attachments_;
     std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
     std::string metrics_address_;
+    uint64_t reclaimed_total_ = 0;
     // Requests come from the socket loop, scrapes from the exposer's thread.
     mutable std::mutex mu_;
 };

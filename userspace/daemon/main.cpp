@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -134,6 +135,10 @@ int main(int argc, char **argv) {
     app.add_option("--metrics", o.metrics,
                    "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
         ->capture_default_str();
+    app.add_option("--reclaim-interval", o.reclaim_interval,
+                   "Seconds between deletions of idle flows (buckets full again); 0: never")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 86400.0));
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
@@ -200,9 +205,26 @@ int main(int argc, char **argv) {
     sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     bool running = true;
+    using clock = std::chrono::steady_clock;
+    auto next_reclaim = clock::now() + std::chrono::duration<double>(o.reclaim_interval);
     while (running) {
         pollfd fds[2] = {{listen_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
-        if (poll(fds, 2, -1) < 0) {
+        int timeout = -1;
+        if (o.reclaim_interval > 0) {
+            auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(next_reclaim - clock::now());
+            timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+        }
+        int ready = poll(fds, 2, timeout);
+        if (o.reclaim_interval > 0 && clock::now() >= next_reclaim) {
+            // A flow whose buckets are full again is indistinguishable from a new one: deleting
+            // it changes no colour and keeps room in the table for flows that need it.
+            daemon->reclaim_idle_flows();
+            next_reclaim = clock::now() + std::chrono::duration<double>(o.reclaim_interval);
+        }
+        if (ready == 0)
+            continue;
+        if (ready < 0) {
             if (errno == EINTR)
                 continue;
             log(fmt::format("poll: {}", std::strerror(errno)));
