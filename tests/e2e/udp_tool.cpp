@@ -1,6 +1,8 @@
 // udp_tool: the e2e tests' traffic, run inside a test namespace.
 //   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]   COUNT datagrams of SIZE payload bytes
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
+//   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
+//   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
 // Addresses are the tests' own (198.18.0.0/15, 2001:db8::/32); nothing else is ever a target.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -39,7 +41,8 @@ bool resolve(const char *addr, int port, sockaddr_storage &ss, socklen_t &len) {
 
 int usage() {
     std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]\n"
-                         "       udp_tool recv ADDR PORT SECONDS\n");
+                         "       udp_tool recv ADDR PORT SECONDS\n"
+                         "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
 }
 
@@ -55,8 +58,57 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "udp_tool: bad address %s\n", argv[2]);
         return 2;
     }
-    int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
     bool v6 = ss.ss_family == AF_INET6;
+    if (mode == "tcp-recv" || mode == "tcp-send") {
+        double seconds = std::atof(argv[4]);
+        auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        int s = socket(ss.ss_family, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        std::vector<char> buf(1 << 16, 'x');
+        long long bytes = 0;
+        if (mode == "tcp-recv") {
+            if (bind(s, reinterpret_cast<sockaddr *>(&ss), len) < 0 || listen(s, 1) < 0) {
+                std::perror("bind");
+                return 1;
+            }
+            std::printf("ready\n");
+            std::fflush(stdout);
+            int c = accept(s, nullptr, nullptr);
+            timeval tv{0, 200000};
+            setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+            std::chrono::steady_clock::time_point first{}, last{};
+            while (std::chrono::steady_clock::now() < end) {
+                ssize_t n = read(c, buf.data(), buf.size());
+                if (n == 0)
+                    break;
+                if (n > 0) {
+                    if (bytes == 0)
+                        first = std::chrono::steady_clock::now();
+                    last = std::chrono::steady_clock::now();
+                    bytes += n;
+                }
+            }
+            std::printf("bytes %lld seconds %.6f\n", bytes,
+                        std::chrono::duration<double>(last - first).count());
+            return 0;
+        } else {
+            if (connect(s, reinterpret_cast<sockaddr *>(&ss), len) < 0) {
+                std::perror("connect");
+                return 1;
+            }
+            timeval tv{0, 200000};
+            setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+            while (std::chrono::steady_clock::now() < end) {
+                ssize_t n = write(s, buf.data(), buf.size());
+                if (n > 0)
+                    bytes += n;
+            }
+        }
+        std::printf("bytes %lld\n", bytes);
+        return 0;
+    }
+    int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
     if (mode == "send" && argc >= 6) {
         long count = std::atol(argv[4]), size = std::atol(argv[5]);
         double pps = argc > 6 ? std::atof(argv[6]) : 0;
