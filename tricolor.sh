@@ -4,6 +4,8 @@
 #   ./tricolor.sh build   install the packages tricolor needs, configure and build
 #   ./tricolor.sh test    the same, then run every test through ctest
 #   ./tricolor.sh bench   the same build, then the benchmarks (ratios to baselines in the run)
+#   ./tricolor.sh install the same build, then install under /usr/local: tricolord and
+#                         tricolorctl, man pages, bash completion, the systemd unit
 # Run as root (BPF programs are loaded by the tests). BUILD_DIR overrides ./build.
 set -euo pipefail
 
@@ -18,6 +20,7 @@ PACKAGES=(
     libcli11-dev libfmt-dev nlohmann-json3-dev  # tricolorctl, tricolord
     libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
     libgtest-dev libgmock-dev                   # tests
+    help2man                                    # man pages
     iproute2                                    # test labs
 )
 
@@ -136,11 +139,12 @@ demo() {
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh demo|build|test|bench [ctest args...]
+usage: ./tricolor.sh demo|build|test|bench|install [ctest args...]
   demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
   bench  build, then the data-path benchmark (not part of the tests)
+  install  build, then install binaries, man pages, bash completion and the systemd unit
 USAGE
 }
 
@@ -171,6 +175,12 @@ bench)
     install_deps
     build
     "$BUILD_DIR/tests/datapath_bench"
+    ;;
+install)
+    need_root
+    install_deps
+    build
+    cmake --install "$BUILD_DIR" --prefix "${PREFIX:-/usr/local}"
     ;;
 -h | --help | help)
     usage

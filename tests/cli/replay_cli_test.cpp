@@ -126,3 +126,32 @@ TEST(ReplayCli, NoSubcommandIsBadUsage) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(Completion, CompletesCommandsFlagsAndValues) {
+    std::string script = std::string(TRICOLOR_SOURCE_DIR) + "/tools/completion/tricolorctl.bash";
+    auto complete = [&](const std::string &words) {
+        return test::run_command(
+            {"/bin/bash", "-c",
+             "source " + script + "; COMP_WORDS=(" + words +
+                 "); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _tricolorctl; echo \"${COMPREPLY[*]}\""});
+    };
+    EXPECT_THAT(complete("tricolorctl ''").out, HasSubstr("attach detach policy apply stats"));
+    EXPECT_EQ(complete("tricolorctl policy s").out, "set show\n");
+    EXPECT_EQ(complete("tricolorctl policy add x --algo ''").out, "srtcm trtcm rfc4115\n");
+    EXPECT_THAT(complete("tricolorctl attach ''").out, HasSubstr("lo"));
+}
+
+TEST(ManPages, AreGeneratedFromTheHelp) {
+    for (const char *page : {"tricolorctl.8", "tricolord.8"}) {
+        SCOPED_TRACE(page);
+        std::string text = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/" + page);
+        EXPECT_THAT(text, HasSubstr(".TH"));
+        EXPECT_THAT(text, HasSubstr(TRICOLOR_VERSION));
+    }
+    EXPECT_THAT(test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolorctl.8"),
+                HasSubstr("policy"));
+}
+
+} // namespace

@@ -11,6 +11,7 @@ int main(int argc, char **argv) {
     CLI::App app{"tricolor: exact three-colour traffic policing on eBPF", "tricolorctl"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Show help for every command");
+    app.set_version_flag("--version", "tricolorctl " TRICOLOR_VERSION);
 
     tricolor::cli::GlobalOptions global;
     app.add_flag("-j,--json", global.json, "JSON output (errors as {\"error\": ...})");

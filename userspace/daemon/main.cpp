@@ -120,6 +120,7 @@ std::string check_metrics_address(const std::string &a) {
 int main(int argc, char **argv) {
     CLI::App app{"tricolord: the tricolor daemon (data path, policies, control socket)",
                  "tricolord"};
+    app.set_version_flag("--version", "tricolord " TRICOLOR_VERSION);
     DaemonOptions o;
     o.config = kDefaultConfig;
     o.socket = kDefaultSocket;
@@ -146,6 +147,8 @@ int main(int argc, char **argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
         app.exit(e);
