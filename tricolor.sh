@@ -172,9 +172,13 @@ test)
     ;;
 bench)
     need_root
-    install_deps
+    install_deps libdpdk-dev # DPDK's rte_meter, the user-space baseline
+    mount_bpffs
     build
+    echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
+    echo "== meter core in user space: tricolor against DPDK rte_meter"
+    "$BUILD_DIR/tests/meter_bench"
     ;;
 install)
     need_root
