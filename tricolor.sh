@@ -172,13 +172,15 @@ test)
     ;;
 bench)
     need_root
-    install_deps libdpdk-dev # DPDK's rte_meter, the user-space baseline
+    install_deps libdpdk-dev iperf3 python3 # rte_meter; traffic and its JSON for the veth bench
     mount_bpffs
     build
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
     echo "== meter core in user space: tricolor against DPDK rte_meter"
     "$BUILD_DIR/tests/meter_bench"
+    echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
+    tests/bench/rate_bench.sh "$BUILD_DIR"
     ;;
 install)
     need_root
