@@ -11,13 +11,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <pthread.h>
+#include <sched.h>
+#include <thread>
 #include <functional>
 #include <map>
 #include <random>
 #include <stdexcept>
 
 #include "bench.skel.h"
+
+#include <cstring>
+#include <unistd.h>
 
 using namespace tricolor;
 using test::Packet;
@@ -52,6 +60,109 @@ Policy always_green(uint32_t id, tc_per per) {
 double median(std::vector<double> v) {
     std::ranges::sort(v);
     return v[v.size() / 2];
+}
+
+double ms_since(std::chrono::steady_clock::time_point a)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+}
+
+// Control plane, each against raw map syscalls on the same number of entries in the same run.
+void control_plane(Datapath &million)
+{
+    const int n = 10000;
+    std::vector<Policy> set;
+    for (int i = 0; i < n; ++i) {
+        Policy p = always_green(i, TC_PER_AGGREGATE);
+        p.name = "p" + std::to_string(i);
+        p.match.dst = Prefix{false, {198, 18, uint8_t(i >> 8), uint8_t(i & 0xff)}, 32};
+        set.push_back(p);
+    }
+    DatapathOptions o;
+    o.flow_capacity = 1024;
+    Datapath dp(o);
+    // Baseline: one bpf_map_update_elem per policy into a plain hash.
+    int raw = bpf_map_create(BPF_MAP_TYPE_HASH, "bench_raw", 52, 8, 2 * n, nullptr);
+    auto a = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < static_cast<uint32_t>(n); ++i) {
+        uint8_t key[52] = {};
+        std::memcpy(key, &i, 4);
+        uint64_t v = i;
+        bpf_map_update_elem(raw, key, &v, 0);
+    }
+    double raw_ms = ms_since(a);
+    a = std::chrono::steady_clock::now();
+    if (auto r = dp.apply(set); !r)
+        throw std::runtime_error(r.error());
+    double apply_ms = ms_since(a);
+    a = std::chrono::steady_clock::now();
+    auto counters = dp.policy_counters();
+    double stats_ms = ms_since(a);
+    a = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < static_cast<uint32_t>(n); ++i) {
+        uint8_t key[52] = {};
+        std::memcpy(key, &i, 4);
+        uint64_t v;
+        bpf_map_lookup_elem(raw, key, &v);
+    }
+    double raw_lookup_ms = ms_since(a);
+    close(raw);
+    a = std::chrono::steady_clock::now();
+    size_t flows = million.flows().size();
+    double flows_ms = ms_since(a);
+    std::printf("%-34s %10s %12s\n", "control plane", "ms", "x raw syscalls");
+    std::printf("%-34s %10.1f %12.2f\n", "apply 10k policies", apply_ms, apply_ms / raw_ms);
+    std::printf("%-34s %10.1f %12.2f\n", "stats of 10k policies", stats_ms, stats_ms / raw_lookup_ms);
+    std::printf("%-34s %10.1f %12s   (%zu flows)\n", "list all flows", flows_ms, "-", flows);
+    std::printf("RESULT name=apply_10k_policies ms=%.1f ratio=%.2f baseline=10k_map_updates\n",
+                apply_ms, apply_ms / raw_ms);
+    std::printf("RESULT name=stats_10k_policies ms=%.1f ratio=%.2f baseline=10k_map_lookups\n",
+                stats_ms, stats_ms / raw_lookup_ms);
+    std::printf("RESULT name=list_1M_flows ms=%.1f flows=%zu\n", flows_ms, flows);
+    (void)counters;
+}
+
+// Two CPUs on one flow with the clock stopped: any byte admitted beyond CBS + EBS would be a
+// lost update. Target 0.
+void over_admission(const std::vector<uint8_t> &frame)
+{
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 16;
+    Datapath dp(o);
+    dp.set_clock(1000000000);
+    Policy p;
+    p.id = 1;
+    p.name = "shared";
+    p.meter.algo = Algo::srtcm;
+    p.meter.cir = 8;
+    p.meter.cbs = 1000000;
+    p.meter.ebs = 1000000;
+    if (auto r = dp.apply({p}); !r)
+        throw std::runtime_error(r.error());
+    std::atomic<bool> go{false};
+    auto hammer = [&](int cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+        while (!go)
+            ;
+        run_repeat(dp.xdp_prog_fd(), frame, 1000000);
+    };
+    std::thread t0(hammer, 0), t1(hammer, 1);
+    go = true;
+    t0.join();
+    t1.join();
+    auto c = dp.policy_counters()[1];
+    int64_t admitted = static_cast<int64_t>(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW]);
+    int64_t over = admitted - 2000000;
+    std::printf("two CPUs, one flow, 2x10^6 packets: admitted %lld of 2000000 bytes, over-admission "
+                "%lld bytes, lock timeouts %llu\n",
+                static_cast<long long>(admitted), static_cast<long long>(std::max<int64_t>(over, 0)),
+                static_cast<unsigned long long>(dp.global_counters().lock_timeouts));
+    std::printf("RESULT name=two_cpu_over_admission bytes=%lld target=0\n",
+                static_cast<long long>(std::max<int64_t>(over, 0)));
 }
 
 } // namespace
@@ -108,6 +219,9 @@ int main() {
         double m = median(v);
         std::printf("RESULT name=%s ns=%.1f ratio=%.2f\n", name.c_str(), m, m / base);
     }
+    std::printf("\n");
+    control_plane(million);
+    over_admission(frame);
     bench::destroy(baseline);
     return 0;
 }
