@@ -26,6 +26,9 @@ PACKAGES=(
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
 
+# shellcheck source=tools/lab.sh
+. tools/lab.sh
+
 need_root() {
     [ "$(id -u)" -eq 0 ] || die "run as root: it installs packages and loads BPF programs"
 }
@@ -65,49 +68,19 @@ demo_cleanup() {
     trap - EXIT INT TERM
     echo
     echo "== cleaning up"
-    for ns in tcdemo-a tcdemo-b; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
-    done
-    # tricolord detaches and unpins on SIGTERM (--detach-on-exit); give it time to.
-    for _ in $(seq 50); do
-        [ -z "$(ip netns pids tcdemo-a 2>/dev/null)$(ip netns pids tcdemo-b 2>/dev/null)" ] && break
-        sleep 0.1
-    done
-    for ns in tcdemo-a tcdemo-b; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "$ns" 2>/dev/null || true
-    done
-    umount "$DEMO_DIR/bpf" 2>/dev/null || true
-    rm -rf "$DEMO_DIR"
+    lab_down tcdemo-a tcdemo-b "$DEMO_DIR"
 }
 
 demo() {
-    local ctl="$BUILD_DIR/tools/tricolorctl" d="$BUILD_DIR/userspace/daemon/tricolord"
+    local ctl="$BUILD_DIR/tools/tricolorctl"
     local A="ip netns exec tcdemo-a" B="ip netns exec tcdemo-b"
     demo_cleanup >/dev/null 2>&1
     trap demo_cleanup EXIT
     trap 'exit 130' INT TERM
     echo "== lab: tcdemo-a (198.18.100.1) <-veth-> tcdemo-b (198.18.100.2)"
-    ip netns add tcdemo-a
-    ip netns add tcdemo-b
-    ip link add tcd-a netns tcdemo-a type veth peer name tcd-b netns tcdemo-b
-    $A ip addr add 198.18.100.1/24 dev tcd-a
-    $B ip addr add 198.18.100.2/24 dev tcd-b
-    for ns in tcdemo-a tcdemo-b; do
-        ip -n "$ns" link set lo up
-    done
-    $A ip link set tcd-a up
-    $B ip link set tcd-b up
-    # ip netns exec hides /sys/fs/bpf: the demo's daemon pins under a bpffs of its own.
-    mkdir -p "$DEMO_DIR/bpf"
-    mount -t bpf bpf "$DEMO_DIR/bpf"
-    export TRICOLOR_SOCKET="$DEMO_DIR/tricolor.sock"
+    lab_up tcdemo-a tcd-a 198.18.100.1 tcdemo-b tcd-b 198.18.100.2 "$DEMO_DIR"
     echo "== tricolord (log: $DEMO_DIR/tricolord.log)"
-    $B "$d" --socket "$TRICOLOR_SOCKET" --pin-dir "$DEMO_DIR/bpf/tricolor" \
-        --config "$DEMO_DIR/tricolor.yaml" --detach-on-exit >"$DEMO_DIR/tricolord.log" 2>&1 &
-    disown
-    for _ in $(seq 50); do "$ctl" status >/dev/null 2>&1 && break; sleep 0.1; done
-    "$ctl" status >/dev/null || { cat "$DEMO_DIR/tricolord.log"; die "tricolord did not start"; }
+    lab_daemon tcdemo-b "$BUILD_DIR" "$DEMO_DIR" || die "tricolord did not start"
     set -x
     "$ctl" attach tcd-b --hook xdp
     "$ctl" policy add udp-per-source --algo srtcm --cir 20mbit --cbs 64k --ebs 128k \

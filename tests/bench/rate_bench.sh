@@ -15,38 +15,12 @@ A="ip netns exec tcbench-a"
 B="ip netns exec tcbench-b"
 ctl="$BUILD_DIR/tools/tricolorctl"
 
-cleanup() {
-    for ns in tcbench-a tcbench-b; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
-    done
-    for _ in $(seq 50); do
-        [ -z "$(ip netns pids tcbench-a 2>/dev/null)$(ip netns pids tcbench-b 2>/dev/null)" ] && break
-        sleep 0.1
-    done
-    for ns in tcbench-a tcbench-b; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "$ns" 2>/dev/null || true
-    done
-    umount "$DIR/bpf" 2>/dev/null || true
-    rm -rf "$DIR"
-}
+. "$(dirname "$0")/../../tools/lab.sh"
+cleanup() { lab_down tcbench-a tcbench-b "$DIR"; }
 cleanup
 trap cleanup EXIT
-ip netns add tcbench-a
-ip netns add tcbench-b
-ip link add tcb-a netns tcbench-a type veth peer name tcb-b netns tcbench-b
-$A ip addr add 198.18.150.1/24 dev tcb-a
-$B ip addr add 198.18.150.2/24 dev tcb-b
-for ns in tcbench-a tcbench-b; do ip -n "$ns" link set lo up; done
-$A ip link set tcb-a up
-$B ip link set tcb-b up
-mkdir -p "$DIR/bpf"
-mount -t bpf bpf "$DIR/bpf"
-export TRICOLOR_SOCKET="$DIR/sock"
-$A "$BUILD_DIR/userspace/daemon/tricolord" --socket "$TRICOLOR_SOCKET" --pin-dir "$DIR/bpf/t" \
-    --config "$DIR/t.yaml" --metrics none --detach-on-exit >"$DIR/tricolord.log" 2>&1 &
-disown
-for _ in $(seq 50); do "$ctl" status >/dev/null 2>&1 && break; sleep 0.1; done
+lab_up tcbench-a tcb-a 198.18.150.1 tcbench-b tcb-b 198.18.150.2 "$DIR"
+lab_daemon tcbench-a "$BUILD_DIR" "$DIR" --metrics none
 $B iperf3 -s -D --logfile "$DIR/iperf3.log"
 sleep 0.5
 
