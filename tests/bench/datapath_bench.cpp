@@ -3,6 +3,7 @@
 // each figure is reported, so a noisy neighbour on the VM moves baseline and subject alike.
 //   RESULT name=<figure> ns=<median> ratio=<to empty XDP>
 #include "packet.hpp"
+#include "test_util.hpp"
 #include "tricolor/datapath.hpp"
 #include "tricolor/replay.hpp"
 
@@ -11,12 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <pthread.h>
-#include <sched.h>
-#include <thread>
 #include <functional>
 #include <map>
 #include <random>
@@ -62,14 +59,12 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-double ms_since(std::chrono::steady_clock::time_point a)
-{
+double ms_since(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
 }
 
 // Control plane, each against raw map syscalls on the same number of entries in the same run.
-void control_plane(Datapath &million)
-{
+void control_plane(Datapath &million) {
     const int n = 10000;
     std::vector<Policy> set;
     for (int i = 0; i < n; ++i) {
@@ -112,7 +107,8 @@ void control_plane(Datapath &million)
     double flows_ms = ms_since(a);
     std::printf("%-34s %10s %12s\n", "control plane", "ms", "x raw syscalls");
     std::printf("%-34s %10.1f %12.2f\n", "apply 10k policies", apply_ms, apply_ms / raw_ms);
-    std::printf("%-34s %10.1f %12.2f\n", "stats of 10k policies", stats_ms, stats_ms / raw_lookup_ms);
+    std::printf("%-34s %10.1f %12.2f\n", "stats of 10k policies", stats_ms,
+                stats_ms / raw_lookup_ms);
     std::printf("%-34s %10.1f %12s   (%zu flows)\n", "list all flows", flows_ms, "-", flows);
     std::printf("RESULT name=apply_10k_policies ms=%.1f ratio=%.2f baseline=10k_map_updates\n",
                 apply_ms, apply_ms / raw_ms);
@@ -124,8 +120,7 @@ void control_plane(Datapath &million)
 
 // Two CPUs on one flow with the clock stopped: any byte admitted beyond CBS + EBS would be a
 // lost update. Target 0.
-void over_admission(const std::vector<uint8_t> &frame)
-{
+void over_admission(const std::vector<uint8_t> &frame) {
     DatapathOptions o;
     o.testing = true;
     o.flow_capacity = 16;
@@ -140,27 +135,15 @@ void over_admission(const std::vector<uint8_t> &frame)
     p.meter.ebs = 1000000;
     if (auto r = dp.apply({p}); !r)
         throw std::runtime_error(r.error());
-    std::atomic<bool> go{false};
-    auto hammer = [&](int cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-        while (!go)
-            ;
-        run_repeat(dp.xdp_prog_fd(), frame, 1000000);
-    };
-    std::thread t0(hammer, 0), t1(hammer, 1);
-    go = true;
-    t0.join();
-    t1.join();
+    test::run_on_two_cpus(dp.xdp_prog_fd(), frame, 1000000);
     auto c = dp.policy_counters()[1];
     int64_t admitted = static_cast<int64_t>(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW]);
     int64_t over = admitted - 2000000;
-    std::printf("two CPUs, one flow, 2x10^6 packets: admitted %lld of 2000000 bytes, over-admission "
-                "%lld bytes, lock timeouts %llu\n",
-                static_cast<long long>(admitted), static_cast<long long>(std::max<int64_t>(over, 0)),
-                static_cast<unsigned long long>(dp.global_counters().lock_timeouts));
+    std::printf(
+        "two CPUs, one flow, 2x10^6 packets: admitted %lld of 2000000 bytes, over-admission "
+        "%lld bytes, lock timeouts %llu\n",
+        static_cast<long long>(admitted), static_cast<long long>(std::max<int64_t>(over, 0)),
+        static_cast<unsigned long long>(dp.global_counters().lock_timeouts));
     std::printf("RESULT name=two_cpu_over_admission bytes=%lld target=0\n",
                 static_cast<long long>(std::max<int64_t>(over, 0)));
 }

@@ -21,7 +21,7 @@ using namespace tricolor;
 namespace {
 
 constexpr uint64_t kCir = 100000000, kSecondRate = 200000000; // bit/s
-constexpr uint64_t kCbs = 15000, kSecondSize = 30000;          // bytes
+constexpr uint64_t kCbs = 15000, kSecondSize = 30000;         // bytes
 constexpr size_t kPackets = 2000000;
 constexpr int kRounds = 5;
 
@@ -31,8 +31,7 @@ struct Trace {
     std::vector<uint8_t> in_color;
 };
 
-Trace make_trace(uint64_t hz)
-{
+Trace make_trace(uint64_t hz) {
     Trace t;
     std::mt19937_64 rng(42);
     const uint32_t sizes[] = {64, 576, 1500, 9000, 40, 1280};
@@ -52,16 +51,14 @@ Trace make_trace(uint64_t hz)
 }
 
 template <typename F>
-double time_ns_per_packet(F run)
-{
+double time_ns_per_packet(F run) {
     auto a = std::chrono::steady_clock::now();
     run();
     auto b = std::chrono::steady_clock::now();
     return std::chrono::duration<double, std::nano>(b - a).count() / kPackets;
 }
 
-double median(std::vector<double> v)
-{
+double median(std::vector<double> v) {
     std::ranges::sort(v);
     return v[v.size() / 2];
 }
@@ -74,8 +71,7 @@ struct Case {
 
 } // namespace
 
-int main()
-{
+int main() {
     char a0[] = "meter_bench", a1[] = "-l", a2[] = "0", a3[] = "--no-huge", a4[] = "--no-pci",
          a5[] = "--no-telemetry", a6[] = "--log-level=error", a7[] = "-m", a8[] = "64";
     char *eal_argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, nullptr};
@@ -85,15 +81,15 @@ int main()
     }
     const uint64_t hz = rte_get_tsc_hz();
     Trace t = make_trace(hz);
-    std::printf("trace: %zu packets at ~2x CIR (%.0f Mbit/s), TSC %.2f GHz\n", kPackets,
-                kCir / 1e6, hz / 1e9);
+    std::printf("trace: %zu packets at ~2x CIR (%.0f Mbit/s), TSC %.2f GHz\n", kPackets, kCir / 1e6,
+                hz / 1e9);
     std::printf("%-22s %12s %10s %8s %14s %18s\n", "meter", "tricolor ns", "rte ns", "rte/tc",
                 "rte mismatches", "rte green excess B");
 
-    const Case cases[] = {{"srtcm_blind", Algo::srtcm, false}, {"srtcm_aware", Algo::srtcm, true},
-                          {"trtcm_blind", Algo::trtcm, false}, {"trtcm_aware", Algo::trtcm, true},
-                          {"rfc4115_blind", Algo::rfc4115, false},
-                          {"rfc4115_aware", Algo::rfc4115, true}};
+    const Case cases[] = {
+        {"srtcm_blind", Algo::srtcm, false},     {"srtcm_aware", Algo::srtcm, true},
+        {"trtcm_blind", Algo::trtcm, false},     {"trtcm_aware", Algo::trtcm, true},
+        {"rfc4115_blind", Algo::rfc4115, false}, {"rfc4115_aware", Algo::rfc4115, true}};
     for (const Case &c : cases) {
         MeterParams p;
         p.algo = c.algo;
@@ -142,22 +138,22 @@ int main()
                 rte_color out;
                 switch (c.algo) {
                 case Algo::srtcm:
-                    out = c.aware ? rte_meter_srtcm_color_aware_check(&sm, &sp, t.cycles[i],
-                                                                      t.len[i], in)
-                                  : rte_meter_srtcm_color_blind_check(&sm, &sp, t.cycles[i],
-                                                                      t.len[i]);
+                    out =
+                        c.aware
+                            ? rte_meter_srtcm_color_aware_check(&sm, &sp, t.cycles[i], t.len[i], in)
+                            : rte_meter_srtcm_color_blind_check(&sm, &sp, t.cycles[i], t.len[i]);
                     break;
                 case Algo::trtcm:
-                    out = c.aware ? rte_meter_trtcm_color_aware_check(&tm, &tp, t.cycles[i],
-                                                                      t.len[i], in)
-                                  : rte_meter_trtcm_color_blind_check(&tm, &tp, t.cycles[i],
-                                                                      t.len[i]);
+                    out =
+                        c.aware
+                            ? rte_meter_trtcm_color_aware_check(&tm, &tp, t.cycles[i], t.len[i], in)
+                            : rte_meter_trtcm_color_blind_check(&tm, &tp, t.cycles[i], t.len[i]);
                     break;
                 default:
-                    out = c.aware ? rte_meter_trtcm_rfc4115_color_aware_check(
-                                        &rm, &rp, t.cycles[i], t.len[i], in)
-                                  : rte_meter_trtcm_rfc4115_color_blind_check(&rm, &rp,
-                                                                              t.cycles[i], t.len[i]);
+                    out = c.aware ? rte_meter_trtcm_rfc4115_color_aware_check(&rm, &rp, t.cycles[i],
+                                                                              t.len[i], in)
+                                  : rte_meter_trtcm_rfc4115_color_blind_check(&rm, &rp, t.cycles[i],
+                                                                              t.len[i]);
                 }
                 rte[i] = static_cast<uint8_t>(out);
             }

@@ -11,10 +11,7 @@
 
 #include <bpf/bpf.h>
 #include <linux/pkt_cls.h>
-#include <pthread.h>
-#include <sched.h>
 
-#include <atomic>
 #include <random>
 #include <filesystem>
 #include <set>
@@ -536,22 +533,7 @@ TEST_F(DatapathTest, TwoCpusOnOneFlowNeverOverAdmit) {
     Policy p = policy(1, "shared", Algo::srtcm, 8, 64 * 1000, 64 * 1000); // 1 B/s
     apply({p});
     auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build();
-    std::atomic<bool> go{false};
-    auto hammer = [&](int cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-        while (!go)
-            ;
-        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
-                    .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 200000);
-        bpf_prog_test_run_opts(dp->xdp_prog_fd(), &opts);
-    };
-    std::thread a(hammer, 0), b(hammer, 1);
-    go = true;
-    a.join();
-    b.join();
+    test::run_on_two_cpus(dp->xdp_prog_fd(), frame, 200000);
     auto c = dp->policy_counters()[1];
     EXPECT_EQ(c.packets[0] + c.packets[1] + c.packets[2], 400000u);
     EXPECT_LE(c.bytes[TC_GREEN], 64000u);  // never more than CBS...

@@ -9,7 +9,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <atomic>
+#include <thread>
+
+#include <bpf/bpf.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,6 +171,25 @@ std::string first_difference(const std::string &actual, const std::string &expec
             return "line " + std::to_string(line) + ": got '" + (more_a ? la : "<end>") +
                    "', expected '" + (more_e ? le : "<end>") + "'";
     }
+}
+
+void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat) {
+    std::atomic<bool> go{false};
+    auto hammer = [&](int cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+        while (!go)
+            ;
+        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                    .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = repeat);
+        bpf_prog_test_run_opts(prog_fd, &opts);
+    };
+    std::thread a(hammer, 0), b(hammer, 1);
+    go = true;
+    a.join();
+    b.join();
 }
 
 } // namespace tricolor::test

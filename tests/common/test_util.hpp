@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ struct RunResult {
 RunResult run_command(const std::vector<std::string> &argv, const std::string &input = "");
 
 bool is_root();
+
+// Runs the program @prog_fd @repeat times on @frame from two threads pinned to CPUs 0 and 1,
+// released together: two CPUs metering one flow at once.
+void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat);
 
 // Empty when equal; otherwise the first differing line of each, numbered, so a failing vector
 // points at its packet instead of printing two whole outputs.
