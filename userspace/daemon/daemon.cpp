@@ -193,14 +193,12 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
         next.push_back({id, spec});
         policies.push_back(*p);
     }
-    if (errors.empty())
-        if (auto r = dp_->check(policies); !r)
-            errors.push_back(r.error());
-    if (!errors.empty()) {
+    if (!errors.empty())
         return std::unexpected(join_lines(errors));
-    }
+    // apply() checks the whole set before it touches anything, and refuses with check()'s
+    // message; only a dry run needs check() on its own.
     if (dry_run)
-        return {};
+        return dp_->check(policies);
     if (auto r = dp_->apply(policies); !r)
         return r;
     policies_ = std::move(next);
