@@ -717,3 +717,23 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
 }
 
 } // namespace
+
+namespace {
+
+TEST_F(DatapathTest, OfTwoPoliciesWithTheSameMatchTheBetterRankWins) {
+    Policy low = policy(1, "low");
+    low.match.proto = 17;
+    low.priority = 9;
+    Policy high = policy(2, "high");
+    high.match.proto = 17;
+    high.priority = 3;
+    for (auto set : {std::vector<Policy>{low, high}, std::vector<Policy>{high, low}}) {
+        apply({});
+        apply(set);
+        dp->run_xdp(v4udp().build());
+        EXPECT_EQ(packets(2), 1u);
+        EXPECT_EQ(packets(1), 0u);
+    }
+}
+
+} // namespace

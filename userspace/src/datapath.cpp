@@ -83,6 +83,15 @@ struct KeyLess {
     }
 };
 
+struct RuleKeyLess {
+    bool operator()(const std::pair<uint32_t, tc_class_key> &a,
+                    const std::pair<uint32_t, tc_class_key> &b) const {
+        if (a.first != b.first)
+            return a.first < b.first;
+        return KeyLess{}(a.second, b.second);
+    }
+};
+
 // The entries of one policy.
 std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
     tc_class_key key{}, mask{};
@@ -540,14 +549,15 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_masks), &idx, &m, 0))
             return fail("write a classifier mask", err);
     }
+    // Two policies with the same match: only the better rank can ever win. Entries come in rank
+    // order and the inactive set starts empty, so the first of a key is the one to keep.
+    std::set<std::pair<uint32_t, tc_class_key>, RuleKeyLess> written;
     for (const auto &e : entries) {
         tc_rule_key rk{};
         rk.set_mask = next << 16 | mask_index[e.mask];
         rk.key = e.key;
         tc_rule r{e.slot, e.rank};
-        tc_rule existing{};
-        // Two policies with the same match: only the better rank can ever win.
-        if (bpf_map_lookup_elem(rules_fd, &rk, &existing) == 0 && existing.rank <= e.rank)
+        if (!written.emplace(rk.set_mask, rk.key).second)
             continue;
         if (int err = bpf_map_update_elem(rules_fd, &rk, &r, 0))
             return fail("write a classifier rule", err);
