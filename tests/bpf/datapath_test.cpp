@@ -459,6 +459,11 @@ TEST_F(DatapathTest, PerSourceKeysGiveOneFlowPerSender) {
     auto c = dp->policy_counters()[1];
     EXPECT_EQ(c.packets[TC_GREEN], 3u);
     EXPECT_EQ(c.packets[TC_RED], 3u);
+    // An update keeps the flows; removing the policy takes them away.
+    apply({p});
+    EXPECT_EQ(dp->flows().size(), 3u);
+    apply({});
+    EXPECT_TRUE(dp->flows().empty());
 }
 
 TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {

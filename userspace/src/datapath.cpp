@@ -583,9 +583,11 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     // 4. One store makes the new set active.
     __atomic_store_n(&impl_->runtime->active_set, next, __ATOMIC_RELEASE);
 
-    // 5. The flows of policies that are gone.
-    delete_flows_if(flows_fd,
-                    [&](uint32_t id) { return !kept.contains(id) && !fresh.contains(id); });
+    // 5. The flows of policies that are gone: a scan of the whole flow table, so only when a
+    // policy was removed (a plain update keeps every id).
+    if (std::ranges::any_of(impl_->active, [&](const auto &a) { return !kept.contains(a.first); }))
+        delete_flows_if(flows_fd,
+                        [&](uint32_t id) { return !kept.contains(id) && !fresh.contains(id); });
 
     impl_->active.clear();
     for (const auto &p : policies)
