@@ -140,29 +140,37 @@ std::string Daemon::link_dir() const {
     return dp_->pin_path().empty() ? "" : dp_->pin_path() + "/links";
 }
 
-uint32_t Daemon::id_for(const std::string &name, const std::vector<Entry> &next) const {
-    for (const auto &e : policies_)
-        if (e.spec.value("name", "") == name)
-            return e.id;
-    if (auto it = adopted_ids_.find(name); it != adopted_ids_.end())
-        return it->second;
-    std::set<uint32_t> used;
-    for (const auto &e : policies_)
-        used.insert(e.id);
-    for (const auto &e : next)
-        used.insert(e.id);
-    for (const auto &[n, id] : adopted_ids_)
-        used.insert(id);
-    uint32_t id = 0;
-    while (used.contains(id))
-        ++id;
-    return id;
-}
+// Policy ids for one change: a name keeps the id it has (active, else adopted from the pinned
+// maps); a new name takes the lowest id nobody holds. Built once per change, not per policy.
+class Daemon::IdAllocator {
+  public:
+    IdAllocator(const std::vector<Entry> &active, const std::map<std::string, uint32_t> &adopted)
+        : known_(adopted) {
+        for (const auto &e : active)
+            known_[e.spec.value("name", "")] = e.id;
+        for (const auto &[name, id] : known_)
+            used_.insert(id);
+    }
+    uint32_t operator()(const std::string &name) {
+        if (auto it = known_.find(name); it != known_.end())
+            return it->second;
+        while (used_.contains(cursor_))
+            ++cursor_;
+        used_.insert(cursor_);
+        return cursor_;
+    }
+
+  private:
+    std::map<std::string, uint32_t> known_;
+    std::set<uint32_t> used_;
+    uint32_t cursor_ = 0;
+};
 
 Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
                                  std::vector<std::string> *warnings) {
     std::vector<Entry> next;
     std::vector<Policy> policies;
+    IdAllocator id_for(policies_, adopted_ids_);
     std::vector<std::string> errors;
     std::set<std::string> names;
     for (const auto &spec : specs) {
@@ -171,7 +179,7 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
             errors.push_back(fmt::format("policy '{}' is defined twice", name));
             continue;
         }
-        uint32_t id = id_for(name, next);
+        uint32_t id = id_for(name);
         auto p = to_policy(spec, id);
         if (!p) {
             errors.push_back(p.error());

@@ -68,7 +68,7 @@ class Daemon {
     Result<void> load_config(bool at_start);
     Result<void> persist() const;
     nlohmann::json config_json() const;
-    uint32_t id_for(const std::string &name, const std::vector<Entry> &next) const;
+    class IdAllocator;
     std::string link_dir() const; // where tcx links are pinned
 
     nlohmann::json cmd_attach(const nlohmann::json &r);
