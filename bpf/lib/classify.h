@@ -45,12 +45,16 @@ static long tc_probe_next_mask(__u32 i, void *arg) {
     return tc_probe_mask(i + 1, arg);
 }
 
-/* The config of the policy @key falls under in @set, or NULL. */
-static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *key, __u32 set) {
+/* The index in tc_policy_cfg of the policy @key falls under in @set, or -1.
+ * A global function, verified once on its own rather than once for every parser path that
+ * reaches it (see tc_flow_meter_packet): Linux 6.1 could not verify the inlined pipeline. */
+__attribute__((noinline)) int tc_classify_index(const struct tc_class_key *key, __u32 set) {
     set &= 1;
+    if (!key)
+        return -1;
     struct tc_set_info *info = bpf_map_lookup_elem(&tc_sets, &set);
     if (!info)
-        return NULL;
+        return -1;
     struct tc_probe_ctx ctx = {
         .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
     /* The first shape inline: most policy sets have one or two, and a bpf_loop call costs more
@@ -59,9 +63,17 @@ static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *
         if (ctx.n_masks > 1)
             bpf_loop(TC_MAX_MASKS - 1, tc_probe_next_mask, &ctx, 0);
     if (ctx.best_rank == ~0u)
+        return -1;
+    return set * TC_MAX_POLICIES + (ctx.best_slot & (TC_MAX_POLICIES - 1));
+}
+
+/* The config of the policy @key falls under in @set, or NULL. */
+static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *key, __u32 set) {
+    int idx = tc_classify_index(key, set);
+    if (idx < 0)
         return NULL;
-    __u32 idx = set * TC_MAX_POLICIES + (ctx.best_slot & (TC_MAX_POLICIES - 1));
-    return bpf_map_lookup_elem(&tc_policy_cfg, &idx);
+    __u32 i = idx;
+    return bpf_map_lookup_elem(&tc_policy_cfg, &i);
 }
 
 #endif /* TRICOLOR_CLASSIFY_H */

@@ -72,16 +72,14 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
         }
         return v;
     }
-    struct tc_flow *f = tc_flow_find(pol, p, g);
-    if (!f)
-        return v;
     __u32 len = tc_metered_len(pol, p, l3_total, segs, l2_extra);
     __u32 in_color = TC_GREEN;
     if (pol->meter.flags & TC_METER_F_COLOR_AWARE)
         in_color = tc_color_of_dscp(pol, p->key.dscp);
-    __u32 color = tc_flow_meter(pol, f, len, in_color, g);
-    if (color >= TC_NR_COLORS)
-        color = TC_RED;
+    int metered = tc_flow_meter_packet(pol, &p->key, len, in_color);
+    if (metered == TC_NR_COLORS)
+        return v;
+    __u32 color = tc_color_index(metered);
 
     __u32 id = pol->policy_id;
     struct tc_counters *c = bpf_map_lookup_elem(&tc_policy_stats, &id);
