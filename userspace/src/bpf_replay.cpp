@@ -2,6 +2,7 @@
 // which libbpf mmaps, so setting the clock and incoming colour before each run is a store, not
 // a syscall: one BPF_PROG_TEST_RUN per packet is the whole cost.
 #include "tricolor/replay.hpp"
+#include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"
 
 #include <cerrno>
@@ -22,18 +23,7 @@ namespace {
 
 constexpr size_t kEthHeader = 14;
 
-int print_libbpf(enum libbpf_print_level level, const char *format, va_list args) {
-    if (level == LIBBPF_DEBUG || level == LIBBPF_INFO)
-        return 0;
-    std::fputs("libbpf: ", stderr);
-    return std::vfprintf(stderr, format, args);
-}
-
 } // namespace
-
-void quiet_libbpf_logging() {
-    libbpf_set_print(print_libbpf);
-}
 
 struct BpfEngine::Impl {
     replay *skel = nullptr;
@@ -49,11 +39,11 @@ BpfEngine::BpfEngine(const tc_meter_config &config) : impl_(std::make_unique<Imp
         throw std::runtime_error(
             fmt::format("cannot open the BPF replay program: {}", errno_text(errno)));
     impl_->skel->rodata->tc_test_clock = 1;
-    if (int err = replay::load(impl_->skel); err < 0) {
-        std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
-        throw std::runtime_error(
-            fmt::format("cannot load the BPF replay program: {}{}", errno_text(err), hint));
-    }
+    if (auto problem = kernel_support_problem(); !problem.empty())
+        throw std::runtime_error("cannot load the BPF replay program: " + problem);
+    if (auto loaded = load_bpf("the BPF replay program", [&] { return replay::load(impl_->skel); });
+        !loaded)
+        throw std::runtime_error(loaded.error());
     impl_->prog_fd = bpf_program__fd(impl_->skel->progs.tricolor_replay);
     auto &io = impl_->skel->bss->replay;
     io = {};

@@ -2,6 +2,7 @@
 // policy becomes one or more (mask, masked key) entries, port ranges expanded into prefixes,
 // and the masks sorted by the best rank under each so the kernel can stop probing early.
 #include "tricolor/datapath.hpp"
+#include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"
 
 #include <algorithm>
@@ -359,14 +360,16 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     }
     impl_->skel->rodata->tc_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tc_bench_spread_src = o.bench_spread_sources ? 1 : 0;
-    if (int err = tricolor_dp::load(impl_->skel); err < 0) {
-        std::string hint = (err == -EPERM || err == -EACCES) ? " (needs root or CAP_BPF)" : "";
+    if (auto problem = kernel_support_problem(); !problem.empty())
+        throw std::runtime_error("cannot load the BPF data path: " + problem);
+    if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
+        !loaded) {
+        std::string hint;
         if (impl_->adopted)
-            hint += fmt::format(" (the maps pinned in {} do not match this build: a different "
-                                "flow capacity? remove them to start afresh)",
-                                impl_->pin_path);
-        throw std::runtime_error(
-            fmt::format("cannot load the BPF data path: {}{}", errno_text(err), hint));
+            hint = fmt::format(" (the maps pinned in {} do not match this build: a different "
+                               "flow capacity? remove them to start afresh)",
+                               impl_->pin_path);
+        throw std::runtime_error(loaded.error() + hint);
     }
     void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
                      impl_->fd(impl_->skel->maps.tc_runtime), 0);

@@ -2,6 +2,7 @@
 // model (the C meter compiled into this library) or the real BPF bytecode.
 #pragma once
 
+#include "tricolor/bpf_load.hpp" // quiet_libbpf_logging(), for the BPF engine
 #include "tricolor/meter.hpp"
 #include "tricolor/units.hpp"
 
@@ -69,8 +70,5 @@ struct ColorTotals {
 // Meters every packet in order, writes "time_ns,bytes,color" lines to @out, returns the totals.
 ColorTotals run_replay(ReplayEngine &engine, const std::vector<TracePacket> &trace,
                        std::ostream &out);
-
-// Routes libbpf's messages to stderr, warnings and errors only, prefixed "libbpf: ".
-void quiet_libbpf_logging();
 
 } // namespace tricolor

@@ -1,0 +1,23 @@
+/* rejected.bpf.c: a program every kernel's verifier refuses (an unbounded index into a map
+ * value), so the tests can check what a user reads when the verifier says no. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64[2]);
+} rejected_values SEC(".maps");
+
+SEC("xdp")
+int rejected_prog(struct xdp_md *ctx) {
+    __u32 key = 0;
+    __u64 *v = bpf_map_lookup_elem(&rejected_values, &key);
+    if (!v)
+        return XDP_PASS;
+    __u32 i = ctx->data_end - ctx->data; /* any length: out of bounds for the verifier */
+    return v[i] ? XDP_DROP : XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
