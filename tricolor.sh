@@ -3,6 +3,8 @@
 #   ./tricolor.sh demo    install, build, and run a live demo on a veth lab (about a minute)
 #   ./tricolor.sh build   install the packages tricolor needs, configure and build
 #   ./tricolor.sh test    the same, then run every test through ctest
+#   ./tricolor.sh test-kernels  the same build, then every suite again under Debian 12's own
+#                         kernel (6.1) booted in QEMU: the kernel matrix (tests/kernels/)
 #   ./tricolor.sh bench   the same build, then the benchmarks (ratios to baselines in the run)
 #   ./tricolor.sh install the same build, then install under /usr/local: tricolord and
 #                         tricolorctl, man pages, bash completion, the systemd unit
@@ -61,6 +63,23 @@ run_tests() {
     ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
 }
 
+# The kernel matrix: the same binaries and suites under each kernel of KERNELS, each booted in
+# QEMU with this machine's root file system (tests/kernels/guest.sh). The kernel packages and
+# the initramfs are built from Debian's packages and cached, never committed.
+KERNELS=(linux-image-6.1.0-50-amd64-unsigned)
+KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio)
+test_kernels() {
+    local k rc=0
+    for k in "${KERNELS[@]}"; do
+        echo "== kernel matrix: $k"
+        # Waits in the tests stretch tenfold: TCG loads and verifies programs ~10x slower.
+        tests/kernels/guest.sh --kernel "$k" --timeout 2400 -- \
+            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure "$@" ||
+            rc=1
+    done
+    return $rc
+}
+
 # The demo: namespaces tcdemo-a (sender, 198.18.100.1) and tcdemo-b (receiver, 198.18.100.2)
 # joined by a veth pair; tricolord runs in tcdemo-b with XDP on its end of the pair.
 DEMO_DIR=/run/tricolor-demo
@@ -112,10 +131,11 @@ demo() {
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh demo|build|test|bench|install [ctest args...]
+usage: ./tricolor.sh demo|build|test|test-kernels|bench|install [ctest args...]
   demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
+  test-kernels  build, then every test under Debian 12's 6.1 kernel in QEMU (TCG)
   bench  build, then the data-path benchmark (not part of the tests)
   install  build, then install binaries, man pages, bash completion and the systemd unit
 USAGE
@@ -142,6 +162,13 @@ test)
     mount_bpffs
     build
     run_tests "$@"
+    ;;
+test-kernels)
+    need_root
+    install_deps "${KERNEL_PACKAGES[@]}"
+    mount_bpffs
+    build
+    test_kernels "$@"
     ;;
 bench)
     need_root

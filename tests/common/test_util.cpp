@@ -192,4 +192,10 @@ void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat)
     b.join();
 }
 
+double time_scale() {
+    const char *v = std::getenv("TRICOLOR_TIME_SCALE");
+    double scale = v ? std::atof(v) : 1.0;
+    return scale >= 1.0 ? scale : 1.0;
+}
+
 } // namespace tricolor::test

@@ -55,6 +55,10 @@ void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat)
 // points at its packet instead of printing two whole outputs.
 std::string first_difference(const std::string &actual, const std::string &expected);
 
+// How much longer than here waits may take: TRICOLOR_TIME_SCALE (default 1). The kernel
+// matrix sets it, since a guest under QEMU's TCG loads and verifies programs ~10x slower.
+double time_scale();
+
 } // namespace tricolor::test
 
 // Tests that load BPF programs need root (or CAP_BPF); without it they are skipped, not failed.

@@ -113,7 +113,8 @@ void Daemon::start() {
         execv(argv[0], argv.data());
         _exit(127);
     }
-    for (int i = 0; i < 200; ++i) {
+    const int tries = static_cast<int>(200 * time_scale()); // 25 ms each
+    for (int i = 0; i < tries; ++i) {
         if (control_request(socket(), {{"cmd", "status"}}))
             return;
         int status = 0;
@@ -123,7 +124,8 @@ void Daemon::start() {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
-    throw std::runtime_error("tricolord did not answer within 5 s: " + log());
+    throw std::runtime_error(
+        fmt::format("tricolord did not answer within {} s: {}", tries / 40, log()));
 }
 
 void Daemon::kill9() {

@@ -173,7 +173,7 @@ HookState query_tc(int ifindex, Direction dir) {
     if (bpf_tc_query(&hook, &opts) == 0) {
         s.prog_id = opts.prog_id;
         s.prog_name = prog_name(opts.prog_id);
-        s.mode = "tc";
+        s.mode = "clsact";
     }
     return s;
 }
@@ -231,7 +231,7 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
     if (int err = bpf_tc_attach(&hook, &opts); err < 0)
         return std::unexpected(fmt::format("cannot attach the tc program to {} {}: {}",
                                            ifname(ifindex), to_string(dir), errno_text(err)));
-    return AttachResult{"tc", ""};
+    return AttachResult{"clsact", ""};
 }
 
 Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir) {

@@ -21,7 +21,7 @@ std::string_view to_string(Direction d);
 std::string_view to_string(XdpMode m);
 
 struct AttachResult {
-    std::string mode;    // "native", "generic" or "tc"
+    std::string mode;    // "native", "generic", "tcx" or "clsact"
     std::string warning; // e.g. auto mode fell back to generic
 };
 
