@@ -172,7 +172,8 @@ test-kernels)
     ;;
 bench)
     need_root
-    install_deps libdpdk-dev iperf3 python3 # rte_meter; traffic and its JSON for the veth bench
+    # rte_meter; traffic and its JSON for the veth benches; the 6.1 guest for act_police
+    install_deps libdpdk-dev iperf3 python3 ethtool "${KERNEL_PACKAGES[@]}"
     mount_bpffs
     build
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
@@ -181,6 +182,8 @@ bench)
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
     tests/bench/rate_bench.sh "$BUILD_DIR"
+    echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
+    tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
     ;;
 install)
     need_root

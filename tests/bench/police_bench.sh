@@ -48,8 +48,7 @@ police_off() {
 police_counts() {
     $B tc -s -j actions get action police index 7 | python3 -c '
 import json, sys
-a = json.load(sys.stdin)
-a = a[0]["actions"][0] if "actions" in a[0] else a[0]
+a = next(e for e in json.load(sys.stdin) if "actions" in e)["actions"][0]
 s = a["stats"]
 print(s["packets"] - s["drops"], s["drops"])'
 }
@@ -87,8 +86,8 @@ udp() {
     fi
     wait $spid
     wait $rpid || true
-    recv=$(awk '{print $2}' "$DIR/recv")
-    secs=$(awk '{print $4}' "$DIR/send")
+    recv=$(awk '/^packets/{print $2}' "$DIR/recv")
+    secs=$(awk '/^sent/{print $4}' "$DIR/send")
     echo "$recv $secs $("${method}_counts")"
 }
 
@@ -96,11 +95,11 @@ tcp() {
     $B iperf3 -s -1 -D --logfile "$DIR/iperf3-s.log" >/dev/null
     sleep 0.5
     $A iperf3 -c 198.18.160.2 -t "$SECONDS_EACH" -J >"$DIR/tcp.json" 2>/dev/null || true
-    python3 -c '
-import json
-j = json.load(open("'"$DIR"'/tcp.json"))
-e = j["end"]
-print(f"{e[\"sum_received\"][\"bits_per_second\"] / 1e6:.2f} {e[\"sum_sent\"].get(\"retransmits\", 0)}")'
+    python3 - "$DIR/tcp.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+print(f'{e["sum_received"]["bits_per_second"] / 1e6:.2f} {e["sum_sent"].get("retransmits", 0)}')
+PY
 }
 
 printf "%-9s %-16s %10s %12s %10s %10s %9s\n" policer case "frames in" "bound" "excess" \
