@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <algorithm>
 #include <thread>
@@ -89,8 +90,9 @@ TEST_F(E2E, PolicyLifecycle) {
     auto status = parse_json(ok({"-j", "status"}));
     ASSERT_EQ(status["attachments"].size(), 1u);
     EXPECT_TRUE(status["attachments"][0]["attached"].get<bool>());
-    // The change persisted to the config file.
-    auto cfg = yaml_to_json(read_file(daemon->config())).value();
+    // The change persisted to the daemon's state file; the config file is the user's alone.
+    EXPECT_FALSE(std::filesystem::exists(daemon->config()));
+    auto cfg = yaml_to_json(read_file(daemon->state())).value();
     EXPECT_EQ(cfg["policies"][0]["cir"], "20mbit");
     EXPECT_EQ(cfg["attachments"][0]["iface"], lab->host_if);
     ok({"policy", "del", "web"});
@@ -102,7 +104,7 @@ TEST_F(E2E, PolicyLifecycle) {
 TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
     ok({"policy", "add", "base", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
     std::string before = ok({"-j", "policy", "list"}).out;
-    std::string config_before = read_file(daemon->config());
+    std::string config_before = read_file(daemon->state());
     struct Bad {
         std::vector<std::string> args;
         int exit_code;
@@ -156,7 +158,7 @@ TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
         EXPECT_THAT(r.err, HasSubstr(c.message));
         EXPECT_EQ(ok({"-j", "policy", "list"}).out, before);
     }
-    EXPECT_EQ(read_file(daemon->config()), config_before);
+    EXPECT_EQ(read_file(daemon->state()), config_before);
     // Under -j a refusal is a JSON error on stderr.
     auto j = daemon->ctl({"-j", "policy", "del", "ghost"});
     EXPECT_EQ(j.exit_code, 1);
