@@ -268,6 +268,8 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             else if (attach)
                 std::cout << fmt::format("attached to {} ({} {})\n", hf->iface,
                                          r->value("mode", "?"), hf->direction);
+            else if (r->contains("note"))
+                std::cout << fmt::format("{}\n", (*r)["note"].get<std::string>());
             else
                 std::cout << fmt::format("detached from {}\n", hf->iface);
             return rc;
