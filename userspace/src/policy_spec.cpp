@@ -186,8 +186,16 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                     else
                         mr.error(side, pr.error());
                 }
-            if (auto v = mr.number(mt, "dscp", 63))
-                p.match.dscp = static_cast<uint8_t>(*v);
+            // A number or a name, as in the dscp:NAME action (ef, af11..af43, cs0..cs7).
+            if (auto t = mr.text(mt, "dscp")) {
+                auto a = parse_action("dscp:" + *t);
+                if (a)
+                    p.match.dscp = static_cast<uint8_t>(a->value);
+                else
+                    mr.error("dscp", fmt::format("'{}' is not 0 to 63 or a name (ef, af11..af43, "
+                                                 "cs0..cs7)",
+                                                 *t));
+            }
             if (auto v = mr.number(mt, "vlan", 4095))
                 p.match.vlan = static_cast<uint16_t>(*v);
             if (auto t = mr.text(mt, "iface")) {
