@@ -510,4 +510,61 @@ TEST_F(Fault, ReadOnlyConfigAndFullStateDisk) {
     EXPECT_EQ(counted(), sent);
 }
 
+// kill -9 and SIGTERM while `apply` of 10k policies runs, with traffic flowing: the data path
+// switches sets atomically and the state file is replaced only after it, so a restart finds the
+// old set or the whole new one, never a mix; counters of the policy that stays are kept.
+TEST_F(Fault, Kill9AndSigtermDuringApplyOf10kPolicies) {
+    std::string file = daemon->dir() + "/10k.yaml";
+    {
+        std::ofstream out(file);
+        out << "policies:\n  - {name: guests, algo: srtcm, cir: 1mbit, cbs: 15k, match: {proto: "
+               "udp}}\n";
+        for (int i = 0; i < 10000; ++i)
+            out << fmt::format("  - {{name: p{}, algo: srtcm, cir: 1mbit, cbs: 15k, match: {{dst: "
+                               "198.19.{}.{}, proto: tcp}}}}\n",
+                               i, i / 250, i % 250);
+    }
+    auto old_set = policies();
+    // How long the CLI takes to read, check and send the file, and the daemon to apply it.
+    auto t0 = std::chrono::steady_clock::now();
+    ok({"apply", "-f", file, "--dry-run"});
+    int delay_ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+    for (bool hard : {true, false}) {
+        SCOPED_TRACE(hard ? "kill -9" : "SIGTERM");
+        RunResult applied, sender;
+        std::thread tx([&] {
+            sender =
+                lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "600", "200", "1000"});
+        });
+        std::thread apply([&] { applied = daemon->ctl({"apply", "-f", file}); });
+        // Once the request is in (the daemon has the file's first policy's name in its answer
+        // only after applying), strike.
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        if (hard)
+            daemon->kill9();
+        else
+            daemon->terminate();
+        apply.join();
+        daemon->start();
+        tx.join();
+        ASSERT_EQ(sender.exit_code, 0);
+        sent += 600;
+        auto list = policies();
+        std::cerr << (hard ? "kill -9" : "SIGTERM") << " after " << delay_ms << " ms: apply exited "
+                  << applied.exit_code << ", " << list.size() << " policies after the restart\n";
+        EXPECT_TRUE(list == old_set || list.size() == 10001u) << list.size();
+        if (applied.exit_code == 0) // the answer came: the new set is the state
+            EXPECT_EQ(list.size(), 10001u) << applied.err;
+        EXPECT_EQ(counted(), sent);
+        EXPECT_TRUE(status()["attachments"][0]["attached"].get<bool>());
+        EXPECT_EQ(read_file(daemon->config()), user_config);
+        if (list.size() == 10001u) // back to the one policy for the next round
+            ok({"apply", "-f", daemon->config()});
+        old_set = policies();
+    }
+    nothing_lost(old_set);
+}
+
 } // namespace

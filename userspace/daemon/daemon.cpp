@@ -309,23 +309,26 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
     if (!errors.empty())
         return std::unexpected(join_lines(errors));
     // Two policies with the same match and priority: the name breaks the tie, always the same
-    // way, so the later name never sees a packet.
-    if (warnings)
+    // way, so every later name never sees a packet.
+    if (warnings) {
+        std::map<std::pair<uint32_t, std::string>, std::vector<std::string>> same;
         for (size_t i = 0; i < out.entries.size(); ++i)
-            for (size_t j = 0; j < out.entries.size(); ++j) {
-                const auto &a = out.entries[i].spec, &b = out.entries[j].spec;
-                std::string an = a.value("name", ""), bn = b.value("name", "");
-                if (i == j || !(an < bn) || out.policies[i].priority != out.policies[j].priority)
-                    continue;
-                if (a.value("match", json::object()) != b.value("match", json::object()))
-                    continue;
-                if (concerns(an) || concerns(bn))
+            same[{out.policies[i].priority,
+                  out.entries[i].spec.value("match", json::object()).dump()}]
+                .push_back(out.policies[i].name);
+        for (auto &[key, group] : same) {
+            if (group.size() < 2)
+                continue;
+            std::ranges::sort(group);
+            for (size_t k = 1; k < group.size(); ++k)
+                if (concerns(group[0]) || concerns(group[k]))
                     warnings->push_back(fmt::format(
                         "policy '{}': same match and priority as '{}', which wins the tie by "
                         "name: '{}' will never match (give it a lower --priority or a narrower "
                         "--match)",
-                        bn, an, bn));
-            }
+                        group[k], group[0], group[k]));
+        }
+    }
     return out;
 }
 
@@ -909,14 +912,16 @@ json Daemon::cmd_apply(const json &r) {
     json added = json::array(), changed = json::array(), deleted = json::array(),
          unchanged = json::array();
     std::set<std::string> names;
+    std::map<std::string, const json *> running;
+    for (const auto &e : policies_)
+        running[e.spec.value("name", "")] = &e.spec;
     for (const auto &spec : specs) {
         std::string name = spec.is_object() ? spec.value("name", "") : "";
         names.insert(name);
-        auto old = std::ranges::find_if(
-            policies_, [&](const Entry &e) { return e.spec.value("name", "") == name; });
-        if (old == policies_.end())
+        auto old = running.find(name);
+        if (old == running.end())
             added.push_back(name);
-        else if (old->spec != spec)
+        else if (*old->second != spec)
             changed.push_back(name);
         else
             unchanged.push_back(name);
