@@ -567,4 +567,22 @@ TEST_F(Fault, Kill9AndSigtermDuringApplyOf10kPolicies) {
     nothing_lost(old_set);
 }
 
+// A config edited into something broken and then a restart (or a reboot): the daemon keeps
+// policing with the state that ran last, says why, and leaves the broken file as it is.
+TEST_F(Fault, BrokenConfigAtRestartFallsBackToTheState) {
+    send(10);
+    auto expected = policies();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20)); // the edit is newer
+    std::string broken = user_config + "  - {iface: tcf-nosuchif, hook: xdp}\n"
+                                       "policies: [\n";
+    write_file(daemon->config(), broken);
+    daemon->terminate();
+    daemon->start();
+    EXPECT_THAT(daemon->log(), HasSubstr("applying the state"));
+    EXPECT_THAT(daemon->log(), HasSubstr("fix the config and send SIGHUP"));
+    send(10);
+    user_config = broken;
+    nothing_lost(expected);
+}
+
 } // namespace
