@@ -585,4 +585,32 @@ TEST_F(Fault, BrokenConfigAtRestartFallsBackToTheState) {
     nothing_lost(expected);
 }
 
+// The kernel runs this data path on an interface that no entry names (the config was edited
+// while the daemon was down): status shows it, and detach or attach settle it.
+TEST_F(Fault, StatusShowsWhatTheKernelRunsThatNoEntryNames) {
+    daemon->terminate();
+    std::string no_attachments =
+        "policies:\n  - {name: guests, algo: srtcm, cir: 1mbit, cbs: 15k, match: {proto: udp}}\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    write_file(daemon->config(), no_attachments);
+    daemon->start();
+    auto st = status();
+    ASSERT_EQ(st["attachments"].size(), 1u) << st.dump();
+    EXPECT_EQ(st["attachments"][0]["iface"], lab->host_if);
+    EXPECT_FALSE(st["attachments"][0].value("managed", true));
+    EXPECT_THAT(st["attachments"][0]["stale"].get<std::string>(), HasSubstr("not in the state"));
+    EXPECT_THAT(ok({"status"}).out, HasSubstr("NOT MANAGED"));
+    send(10); // still policed by the program left there
+    EXPECT_EQ(counted(), sent);
+    ok({"attach", lab->host_if}); // adopted
+    st = status();
+    ASSERT_EQ(st["attachments"].size(), 1u);
+    EXPECT_TRUE(st["attachments"][0].value("managed", true));
+    user_config = no_attachments;
+    send(10);
+    nothing_lost(policies());
+    ok({"detach", lab->host_if});
+    EXPECT_TRUE(status()["attachments"].empty());
+}
+
 } // namespace

@@ -129,4 +129,33 @@ TEST_F(Operator, TcAttachLogsNoLibbpfNoise) {
     EXPECT_THAT(daemon->log(), Not(HasSubstr("libbpf")));
 }
 
+// Bucket levels as of now, as `tc -s police` users expect: the aggregate bucket in policy show,
+// each flow's in flows.
+TEST_F(Operator, PolicyShowAndFlowsShowBucketLevels) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "agg", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "udp", "--match", "dport", "9000"});
+    ok({"policy", "add", "per",     "--algo", "trtcm", "--cir", "8bit",
+        "--cbs",  "15k", "--pir",   "16bit",  "--pbs", "20k",   "--match",
+        "proto",  "udp", "--match", "dport",  "9001",  "--per", "src"});
+    auto full = json::parse(ok({"-j", "policy", "show", "agg"}).out);
+    EXPECT_EQ(full["buckets"]["c"]["bytes"], 15360); // no packet yet: full
+    for (const char *port : {"9000", "9001"}) {
+        auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, port, "10", "1000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    auto show = json::parse(ok({"-j", "policy", "show", "agg"}).out);
+    // 10 x 1028 bytes taken from 15360; 8 bit/s gives back a byte a second.
+    uint64_t c = show["buckets"]["c"]["bytes"].get<uint64_t>();
+    EXPECT_GE(c, 5080u);
+    EXPECT_LE(c, 5090u);
+    EXPECT_EQ(show["buckets"]["c"]["size"], 15360);
+    EXPECT_THAT(ok({"policy", "show", "agg"}).out, HasSubstr("/15360 bytes (33%)"));
+    auto flows = json::parse(ok({"-j", "flows", "--policy", "per"}).out)["flows"];
+    ASSERT_EQ(flows.size(), 1u);
+    EXPECT_GE(flows[0]["buckets"]["p"]["bytes"].get<uint64_t>(), 20480u - 10280u);
+    EXPECT_LE(flows[0]["buckets"]["c"]["bytes"].get<uint64_t>(), 15360u - 10280u + 10u);
+    EXPECT_THAT(ok({"flows"}).out, HasSubstr("E/P%"));
+}
+
 } // namespace

@@ -285,6 +285,23 @@ void print_policy(const json &spec) {
          spec.contains("overhead") ? with_unit(p->overhead, "bytes") : "0 bytes (default)");
 }
 
+// "12000/15360 bytes (78%)" for each bucket, as of the moment of the request.
+std::string bucket_text(const json &b, const std::string &unit) {
+    return fmt::format("{}/{} {} ({:.0f}%)", b[unit].get<uint64_t>(), b["size"].get<uint64_t>(),
+                       unit, b["percent"].get<double>());
+}
+
+void print_buckets(const json &b) {
+    std::string unit = b.value("unit", std::string("bytes"));
+    for (const auto &[k, v] : b.items())
+        if (k != "unit")
+            std::cout << fmt::format("{:<12} {}\n",
+                                     "bucket " + std::string(k == "c"   ? "C"
+                                                             : k == "p" ? "P"
+                                                                        : "E"),
+                                     bucket_text(v, unit));
+}
+
 } // namespace
 
 std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
@@ -430,6 +447,8 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             return rc;
         }
         print_policy((*r)["policy"]);
+        if (r->contains("buckets"))
+            print_buckets((*r)["buckets"]);
         return rc;
     });
 
@@ -578,13 +597,22 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", "KEY", "GREEN",
-                                 "YELLOW", "RED");
-        for (const auto &f : (*r)["flows"])
+        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", "POLICY",
+                                 "KEY", "GREEN", "YELLOW", "RED", "C%", "E/P%");
+        for (const auto &f : (*r)["flows"]) {
+            std::string c = "-", e = "-";
+            if (f.contains("buckets"))
+                for (const auto &[k, v] : f["buckets"].items()) {
+                    if (k == "c")
+                        c = fmt::format("{:.0f}", v["percent"].get<double>());
+                    else if (k != "unit")
+                        e = fmt::format("{:.0f}", v["percent"].get<double>());
+                }
             std::cout << fmt::format(
-                "{:<16} {:<44} {:>10} {:>10} {:>10}\n", f["policy"].get<std::string>(),
+                "{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", f["policy"].get<std::string>(),
                 f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
-                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]));
+                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]), c, e);
+        }
         return rc;
     });
 
@@ -606,9 +634,10 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
                 "{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", a["iface"].get<std::string>(),
                 a["hook"].get<std::string>(), a["direction"].get<std::string>(),
                 a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
-                a["attached"].get<bool>()
-                    ? std::string("attached")
-                    : "NOT ATTACHED: " + a.value("stale", std::string("not in the kernel")));
+                !a["attached"].get<bool>()
+                    ? "NOT ATTACHED: " + a.value("stale", std::string("not in the kernel"))
+                : a.value("managed", true) ? std::string("attached")
+                                           : "attached, NOT MANAGED: " + a.value("stale", ""));
         if (s["attachments"].empty())
             std::cout << "(no attachments)\n";
         std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),

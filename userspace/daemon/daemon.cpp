@@ -129,6 +129,26 @@ std::string flow_key_text(const tc_flow_key &k, const Policy &p) {
     }
 }
 
+// The two buckets of @f as of @now_ns: what a packet arriving now would find (the refill since
+// the last packet included). In bytes (packets in packet mode) and percent of the size.
+json buckets_json(const Policy &p, const tc_flow &f, uint64_t now_ns) {
+    tc_meter_config cfg = make_meter_config(p.meter);
+    tc_meter_state st = f.meter;
+    if (!(f.flags & TC_FLOW_F_STARTED))
+        tc_meter_start(&cfg, &st, now_ns); // no packet yet: full
+    else
+        tc_meter_refill(&cfg, &st, now_ns);
+    const char *unit = p.meter.packet_mode ? "packets" : "bytes";
+    auto one = [&](uint64_t tokens, uint64_t size) {
+        uint64_t per = cfg.unit_tokens ? cfg.unit_tokens : 1;
+        double pct = size ? 100.0 * static_cast<double>(tokens) / static_cast<double>(size) : 0;
+        return json{{unit, tokens / per}, {"size", size / per}, {"percent", pct}};
+    };
+    return {{"c", one(st.c_tokens, cfg.c_size)},
+            {p.meter.algo == Algo::trtcm ? "p" : "e", one(st.e_tokens, cfg.e_size)},
+            {"unit", unit}};
+}
+
 } // namespace
 
 std::string default_state_path(const std::string &pin_dir) {
@@ -897,8 +917,13 @@ json Daemon::cmd_policy_show(const json &r) {
     if (!name)
         return error(name.error());
     for (const auto &e : policies_)
-        if (e.spec.value("name", "") == *name)
-            return ok({{"policy", e.spec}, {"id", e.id}});
+        if (e.spec.value("name", "") == *name) {
+            json out = {{"policy", e.spec}, {"id", e.id}};
+            // The policy's own (aggregate) buckets; per-key policies keep theirs per flow.
+            if (auto p = to_policy(e.spec, e.id); p && p->per == TC_PER_AGGREGATE)
+                out["buckets"] = buckets_json(*p, dp_->policy_state(e.id), dp_->now_ns());
+            return ok(out);
+        }
     return error(fmt::format("no policy named '{}'", *name));
 }
 
@@ -989,11 +1014,13 @@ json Daemon::cmd_flows(const json &r) {
     if (top && flows.size() > top)
         flows.resize(top);
     json list = json::array();
+    uint64_t now = dp_->now_ns();
     for (const auto &f : flows) {
         const Policy &p = by_id[f.key.policy_id];
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
         j["key"] = flow_key_text(f.key, p);
+        j["buckets"] = buckets_json(p, f.state, now);
         list.push_back(j);
     }
     return ok({{"flows", list}});
@@ -1039,6 +1066,43 @@ json Daemon::cmd_status(const json &) {
                                                                      to_string(a.direction))
                                                        : "");
         att.push_back(j);
+    }
+    // What the kernel runs of this data path (its programs on its maps) that no entry names:
+    // left by hand or by an older daemon. Listed so that it can be adopted or taken off.
+    if (struct if_nameindex *all = if_nameindex()) {
+        for (auto *i = all; i->if_index != 0; ++i) {
+            int idx = static_cast<int>(i->if_index);
+            std::string name = i->if_name;
+            auto listed = [&](Hook h, Direction d) {
+                return std::ranges::any_of(attachments_, [&](const AttachmentSpec &a) {
+                    return a.hook == h && (h == Hook::xdp || a.direction == d) &&
+                           (a.iface == name || a.ifindex == idx);
+                });
+            };
+            auto add = [&](Hook h, Direction d, const HookState &s) {
+                json j = {{"iface", name},   {"hook", to_string(h)}, {"direction", to_string(d)},
+                          {"mode", s.mode},  {"prog_id", s.prog_id}, {"attached", true},
+                          {"managed", false}};
+                j["stale"] = fmt::format(
+                    "not in the state (left by hand or by an older daemon): tricolorctl attach "
+                    "{0}{1} adopts it, tricolorctl detach {0}{1} takes it off",
+                    name,
+                    h == Hook::tc ? fmt::format(" --hook tc --direction {}", to_string(d)) : "");
+                att.push_back(j);
+            };
+            if (!listed(Hook::xdp, Direction::ingress)) {
+                HookState s = query_xdp(idx);
+                if (s.prog_name == kXdpProgName && shares_maps(s.prog_id, dp_->xdp_prog_fd()))
+                    add(Hook::xdp, Direction::ingress, s);
+            }
+            for (Direction d : {Direction::ingress, Direction::egress})
+                if (!listed(Hook::tc, d)) {
+                    HookState s = query_tc(idx, d);
+                    if (s.prog_name == kTcProgName && shares_maps(s.prog_id, dp_->tc_prog_fd()))
+                        add(Hook::tc, d, s);
+                }
+        }
+        if_freenameindex(all);
     }
     return ok({{"attachments", att},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
