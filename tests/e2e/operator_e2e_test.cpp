@@ -158,4 +158,25 @@ TEST_F(Operator, PolicyShowAndFlowsShowBucketLevels) {
     EXPECT_THAT(ok({"flows"}).out, HasSubstr("E/P%"));
 }
 
+// policy set --algo changes the algorithm in place: the other algorithm's parameters go, the
+// policy keeps its id and so its counters.
+TEST_F(Operator, ChangingTheAlgorithmKeepsTheCounters) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "p", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
+        "--match", "proto", "udp"});
+    auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "10", "1000"});
+    ASSERT_EQ(r.exit_code, 0);
+    auto id = json::parse(ok({"-j", "policy", "show", "p"}).out)["id"];
+    ok({"policy", "set", "p", "--algo", "trtcm", "--pir", "16bit", "--pbs", "20k"});
+    auto show = json::parse(ok({"-j", "policy", "show", "p"}).out);
+    EXPECT_EQ(show["id"], id);
+    EXPECT_EQ(show["policy"]["algo"], "trtcm");
+    EXPECT_FALSE(show["policy"].contains("ebs"));
+    auto stats = json::parse(ok({"-j", "stats", "p"}).out)["policies"][0];
+    EXPECT_EQ(stats["green"]["packets"].get<uint64_t>() +
+                  stats["yellow"]["packets"].get<uint64_t>() +
+                  stats["red"]["packets"].get<uint64_t>(),
+              10u);
+}
+
 } // namespace

@@ -267,6 +267,24 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
 }
 
 json merge_policy(json spec, const json &patch) {
+    // A new algorithm drops the old one's own parameters (unless the patch gives them again),
+    // so a policy can change algorithm in place, keeping its id and so its counters.
+    if (auto it = patch.find("algo");
+        it != patch.end() && it->is_string() && spec.value("algo", json()) != *it) {
+        std::string algo = *it;
+        auto belongs = [&](const std::string &key) {
+            if (key == "pir" || key == "pbs")
+                return algo == "trtcm";
+            if (key == "ebs")
+                return algo == "srtcm" || algo == "rfc4115";
+            if (key == "eir")
+                return algo == "rfc4115";
+            return true;
+        };
+        for (const char *key : {"pir", "pbs", "ebs", "eir"})
+            if (!belongs(key) && !patch.contains(key))
+                spec.erase(key);
+    }
     for (const auto &[key, value] : patch.items()) {
         if (value.is_null())
             spec.erase(key);
