@@ -540,7 +540,8 @@ namespace {
 TEST_F(E2E, TheDaemonReclaimsIdleFlows) {
     daemon.reset(); // this test needs its own flags
     daemon =
-        std::make_unique<Daemon>("reclaim", std::vector<std::string>{"--reclaim-interval", "0.3"});
+        std::make_unique<Daemon>("reclaim", std::vector<std::string>{"--reclaim-interval", "0.3",
+                                                                     "--flow-idle-timeout", "0"});
     ok({"attach", lab->host_if});
     // 1000 B/s and 1000-byte buckets: a 128-byte packet's tokens come back in 0.128 s.
     ok({"policy", "add", "per-flow", "--algo", "srtcm", "--cir", "8000", "--cbs", "1000", "--per",

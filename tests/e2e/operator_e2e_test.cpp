@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 using namespace tricolor;
 using namespace tricolor::test;
@@ -177,6 +179,24 @@ TEST_F(Operator, ChangingTheAlgorithmKeepsTheCounters) {
                   stats["yellow"]["packets"].get<uint64_t>() +
                   stats["red"]["packets"].get<uint64_t>(),
               10u);
+}
+
+// Flows stay visible for the idle timeout after their last packet, then go.
+TEST_F(Operator, FlowsStayForTheIdleTimeout) {
+    daemon.reset();
+    daemon = std::make_unique<Daemon>(
+        "idle", std::vector<std::string>{"--reclaim-interval", "0.2", "--flow-idle-timeout", "2"});
+    ok({"attach", lab->host_if});
+    // Buckets full again 0.13 s after a packet: only the idle timeout keeps the flow.
+    ok({"policy", "add", "per-flow", "--algo", "srtcm", "--cir", "8000", "--cbs", "1000", "--per",
+        "5tuple", "--match", "proto", "udp"});
+    auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "1", "100"});
+    ASSERT_EQ(r.exit_code, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    EXPECT_EQ(json::parse(ok({"-j", "flows"}).out)["flows"].size(), 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
+    EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
 }
 
 } // namespace

@@ -28,6 +28,7 @@ struct DaemonOptions {
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
+    double flow_idle_timeout = 300;         // seconds without a packet before a flow may go
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
 };
 

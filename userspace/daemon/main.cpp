@@ -262,6 +262,11 @@ int main(int argc, char **argv) {
                    "Seconds between deletions of idle flows (buckets full again); 0: never")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 86400.0));
+    app.add_option("--flow-idle-timeout", o.flow_idle_timeout,
+                   "Seconds a flow must have seen no packet before it is reclaimed (its buckets "
+                   "full again too); ignored while the flow table is over 90% full; 0: no wait")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 31536000.0));
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
