@@ -8,6 +8,7 @@
 
 using namespace tricolor;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -183,7 +184,7 @@ TEST(UsageErrors, ExitTwoAndAreJsonUnderJ) {
     }
 }
 
-TEST(ManPages, AreGeneratedFromTheHelp) {
+TEST(ManPages, AreWrittenByHandAndComplete) {
     for (const char *page : {"tricolorctl.8", "tricolord.8"}) {
         SCOPED_TRACE(page);
         std::string text = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/" + page);
@@ -192,6 +193,14 @@ TEST(ManPages, AreGeneratedFromTheHelp) {
     }
     EXPECT_THAT(test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolorctl.8"),
                 HasSubstr("policy"));
+    std::string ctl = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolorctl.8");
+    for (const char *section : {".SH COMMANDS", ".SH \"POLICY OPTIONS\"", ".SH UNITS",
+                                ".SH \"EXIT STATUS\"", ".SH EXAMPLES"})
+        EXPECT_THAT(ctl, HasSubstr(section));
+    EXPECT_THAT(ctl, Not(HasSubstr("Positionals:")));
+    std::string d = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolord.8");
+    for (const char *section : {".SH SIGNALS", ".SH FILES", ".SH \"EXIT STATUS\"", "\\-\\-state"})
+        EXPECT_THAT(d, HasSubstr(section));
 }
 
 } // namespace
