@@ -490,7 +490,9 @@ Result<void> Daemon::load_at_start() {
         doc = **st;
         started_from_ = "state";
         startup_notes.push_back(
-            cfg_exists && cfg
+            !cfg ? fmt::format("applying the state {}: the config {} does not check (below)",
+                               options_.state, options_.config)
+            : cfg_exists
                 ? fmt::format("applying the state {}: it is newer than the config {} (changes made "
                               "with tricolorctl since the config was edited; SIGHUP applies the "
                               "config)",
@@ -524,7 +526,12 @@ Result<void> Daemon::load_at_start() {
     // An interface that is not there (yet) does not stop the start: the attachment is kept,
     // and status shows it as not attached until it is attached again or detached.
     for (auto a : doc.attachments) {
+        int recorded = a.ifindex;
         auto r = do_attach(a);
+        if (!r && !interface_index(a.iface))
+            a.ifindex = 0; // an ifindex from before a reboot may name another interface now
+        else if (!r)
+            a.ifindex = recorded;
         if (!r)
             startup_warnings.push_back(fmt::format("attachment {}: {} (kept: status shows it as "
                                                    "not attached; tricolorctl detach removes it)",
