@@ -337,7 +337,7 @@ TEST_F(Fault, BpffsMissingOrPinDirNotBpffs) {
     std::string pin = "/sys/fs/bpf/tricolor-e2e-ns-" + tag;
     RunResult inner;
     std::thread t([&] {
-        inner = run_command({"/usr/bin/timeout", "3", "/sbin/ip", "netns", "exec", lab->ns,
+        inner = run_command({"/usr/bin/timeout", "4", "/sbin/ip", "netns", "exec", lab->ns,
                              tricolord_path(), "--socket", sock, "--pin-dir", pin, "--config",
                              daemon->dir() + "/ns.yaml", "--state",
                              daemon->dir() + "/ns-state.yaml", "--metrics", "none"});
@@ -426,7 +426,7 @@ TEST_F(Fault, TwoDaemonsRaceForOnePinDir) {
     for (int i = 0; i < 2; ++i)
         threads.emplace_back([&, i] {
             results[i] =
-                run_command({"/usr/bin/timeout", "3", tricolord_path(), "--socket", socks[i],
+                run_command({"/usr/bin/timeout", "5", tricolord_path(), "--socket", socks[i],
                              "--pin-dir", pin, "--config", daemon->dir() + "/race.yaml", "--state",
                              daemon->dir() + fmt::format("/race{}.yaml", i), "--metrics", "none"});
         });
@@ -471,7 +471,7 @@ TEST_F(Fault, ReadOnlyConfigAndFullStateDisk) {
     // Restart with the config read-only and the state on the small tmpfs.
     auto restart = [&] {
         std::string pin = daemon->pin_dir();
-        return run_command({"/usr/bin/timeout", "2", tricolord_path(), "--socket", daemon->socket(),
+        return run_command({"/usr/bin/timeout", "5", tricolord_path(), "--socket", daemon->socket(),
                             "--pin-dir", pin, "--config", ro + "/tricolor.yaml", "--state",
                             full + "/state.yaml", "--metrics", "none", "--flows", "65536"});
     };

@@ -194,7 +194,7 @@ TEST_F(Operator, FlowsStayForTheIdleTimeout) {
     ASSERT_EQ(r.exit_code, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     EXPECT_EQ(json::parse(ok({"-j", "flows"}).out)["flows"].size(), 1u);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
     EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
     EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
 }
