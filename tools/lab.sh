@@ -39,13 +39,14 @@ lab_up() {
 }
 
 # lab_daemon NS BUILD_DIR DIR [tricolord flags...]: tricolord in NS with its socket, pins,
-# config and log in DIR; exports TRICOLOR_SOCKET and returns once the daemon answers.
+# config, state and log in DIR; exports TRICOLOR_SOCKET and returns once the daemon answers.
 lab_daemon() {
     local ns=$1 build=$2 dir=$3
     shift 3
     export TRICOLOR_SOCKET="$dir/tricolor.sock"
     ip netns exec "$ns" "$build/userspace/daemon/tricolord" --socket "$TRICOLOR_SOCKET" \
-        --pin-dir "$dir/bpf/tricolor" --config "$dir/tricolor.yaml" --detach-on-exit "$@" \
+        --pin-dir "$dir/bpf/tricolor" --config "$dir/tricolor.yaml" --state "$dir/state.yaml" \
+        --detach-on-exit "$@" \
         >"$dir/tricolord.log" 2>&1 &
     disown
     for _ in $(seq 50); do

@@ -4,9 +4,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 using namespace tricolor;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -141,9 +143,48 @@ TEST(Completion, CompletesCommandsFlagsAndValues) {
     EXPECT_EQ(complete("tricolorctl policy s").out, "set show\n");
     EXPECT_EQ(complete("tricolorctl policy add x --algo ''").out, "srtcm trtcm rfc4115\n");
     EXPECT_THAT(complete("tricolorctl attach ''").out, HasSubstr("lo"));
+    // A global option's value is not taken for the command.
+    EXPECT_EQ(complete("tricolorctl --socket /tmp/x.sock policy s").out, "set show\n");
+    EXPECT_THAT(complete("tricolorctl --socket /tmp/x.sock ''").out,
+                HasSubstr("attach detach policy"));
+    EXPECT_EQ(complete("tricolorctl -j --socket /tmp/x.sock stats --").out,
+              "--watch --interval --count\n");
+    EXPECT_EQ(complete("tricolorctl policy add x --match proto udp --algo ''").out,
+              "srtcm trtcm rfc4115\n");
 }
 
-TEST(ManPages, AreGeneratedFromTheHelp) {
+// Usage errors exit 2, and under -j they are JSON on stderr, CLI11's own included.
+TEST(UsageErrors, ExitTwoAndAreJsonUnderJ) {
+    struct Case {
+        std::vector<std::string> args;
+        const char *message;
+    };
+    const std::vector<Case> cases = {
+        {{"-j", "policy", "add", "p", "--cir", "1mbit", "--cbs", "1k"}, "--algo is required"},
+        {{"-j", "flows", "--top", "-1"}, "--top"},
+        {{"-j", "stats", "--watch", "--count", "-1"}, "--count"},
+        {{"-j", "stats", "--count", "3"}, "--count requires --watch"},
+        {{"-j", "policy", "add", "p", "--algo", "srtcm", "--cir", "10mbits", "--cbs", "1k"},
+         "invalid rate '10mbits'"},
+        {{"-j", "policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "1k", "--match",
+          "src", "198.18.0.1/15"},
+         "198.18.0.1/15"},
+        {{"-j", "apply", "-f", "/tmp"}, "/tmp is a directory"},
+        {{"-j", "attach", "lo", "--direction", "egress"}, "XDP only sees ingress"},
+    };
+    for (const auto &c : cases) {
+        std::vector<std::string> argv = {kCtl, "--socket", "/nonexistent/tricolor.sock"};
+        argv.insert(argv.end(), c.args.begin(), c.args.end());
+        auto r = test::run_command(argv);
+        SCOPED_TRACE(c.message);
+        EXPECT_EQ(r.exit_code, 2) << r.err;
+        auto j = nlohmann::json::parse(r.err, nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << r.err;
+        EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(c.message));
+    }
+}
+
+TEST(ManPages, AreWrittenByHandAndComplete) {
     for (const char *page : {"tricolorctl.8", "tricolord.8"}) {
         SCOPED_TRACE(page);
         std::string text = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/" + page);
@@ -152,6 +193,14 @@ TEST(ManPages, AreGeneratedFromTheHelp) {
     }
     EXPECT_THAT(test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolorctl.8"),
                 HasSubstr("policy"));
+    std::string ctl = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolorctl.8");
+    for (const char *section : {".SH COMMANDS", ".SH \"POLICY OPTIONS\"", ".SH UNITS",
+                                ".SH \"EXIT STATUS\"", ".SH EXAMPLES"})
+        EXPECT_THAT(ctl, HasSubstr(section));
+    EXPECT_THAT(ctl, Not(HasSubstr("Positionals:")));
+    std::string d = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolord.8");
+    for (const char *section : {".SH SIGNALS", ".SH FILES", ".SH \"EXIT STATUS\"", "\\-\\-state"})
+        EXPECT_THAT(d, HasSubstr(section));
 }
 
 } // namespace

@@ -102,9 +102,10 @@ void Daemon::start() {
         int log = open((dir_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(log, 1);
         dup2(log, 2);
-        std::vector<std::string> args = {tricolord_path(), "--socket",  socket(),     "--config",
-                                         config(),         "--pin-dir", pin_dir_,     "--flows",
-                                         "65536",          "--metrics", "127.0.0.1:0"};
+        std::vector<std::string> args = {tricolord_path(), "--socket",  socket(),      "--config",
+                                         config(),         "--pin-dir", pin_dir_,      "--flows",
+                                         "65536",          "--metrics", "127.0.0.1:0", "--state",
+                                         state()};
         args.insert(args.end(), extra_.begin(), extra_.end());
         std::vector<char *> argv;
         for (auto &a : args)

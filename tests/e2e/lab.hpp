@@ -40,6 +40,9 @@ class Daemon {
     RunResult ctl(std::vector<std::string> args) const;
     std::string socket() const { return dir_ + "/sock"; }
     std::string config() const { return dir_ + "/tricolor.yaml"; }
+    std::string state() const { return dir_ + "/state.yaml"; }
+    std::string dir() const { return dir_; }
+    int pid() const { return pid_; }
     std::string pin_dir() const { return pin_dir_; }
     std::string log() const;
 

@@ -130,3 +130,29 @@ TEST(PolicySpec, MergeReplacesFieldsAndNullRemovesThem) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(PolicySpec, DscpMatchTakesTheNamesActionsTake) {
+    using nlohmann::json;
+    for (auto [name, value] : {std::pair{"af11", 10}, {"ef", 46}, {"cs6", 48}, {"0", 0}}) {
+        json spec = {{"name", "d"},
+                     {"algo", "srtcm"},
+                     {"cir", "1mbit"},
+                     {"cbs", "15k"},
+                     {"match", {{"dscp", name}}}};
+        auto p = tricolor::to_policy(spec, 0);
+        ASSERT_TRUE(p.has_value()) << name << ": " << p.error();
+        EXPECT_EQ(p->match.dscp, value) << name;
+    }
+    json bad = {{"name", "d"},
+                {"algo", "srtcm"},
+                {"cir", "1mbit"},
+                {"cbs", "15k"},
+                {"match", {{"dscp", "af99"}}}};
+    auto p = tricolor::to_policy(bad, 0);
+    ASSERT_FALSE(p.has_value());
+    EXPECT_NE(p.error().find("match.dscp: 'af99'"), std::string::npos) << p.error();
+}
+
+} // namespace

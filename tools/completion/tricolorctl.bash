@@ -18,6 +18,12 @@ _tricolorctl() {
     local cmd="" sub="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
+        # Options that take a value: the value is not a command (--match takes two).
+        --socket | --hook | --direction | --xdp-mode | --algo | --cir | --cbs | --ebs | --pir | \
+            --pbs | --eir | --priority | --per | --green | --yellow | --red | --color-map | \
+            --length | --overhead | --interval | --count | --policy | --top | --engine | -f | \
+            --file) ((i++)) ;;
+        --match) ((i += 2)) ;;
         -*) ;;
         *)
             if [[ -z $cmd ]]; then

@@ -4,17 +4,22 @@
 #include "daemon_cmds.hpp"
 
 #include "replay_cmd.hpp"
+#include "tricolor/attach.hpp"
 #include "tricolor/control.hpp"
-#include "tricolor/yaml.hpp"
+#include "tricolor/policy_spec.hpp"
 #include "tricolor/units.hpp"
+#include "tricolor/yaml.hpp"
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
+
+#include <unistd.h>
 
 namespace tricolor::cli {
 
@@ -223,6 +228,80 @@ std::string field(const json &p, const char *key, const char *fallback = "-") {
     return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+std::string with_unit(uint64_t v, const char *unit) {
+    return fmt::format("{} {}", v, unit);
+}
+
+// Every field, the defaults included, and each rate and size also as the number it means.
+void print_policy(const json &spec) {
+    auto p = to_policy(spec, 0);
+    auto given = [&](const char *key, const std::string &fallback) {
+        return spec.contains(key) ? field(spec, key) : fallback + " (default)";
+    };
+    auto line = [](const char *key, const std::string &value) {
+        std::cout << fmt::format("{:<12} {}\n", key, value);
+    };
+    line("name", field(spec, "name"));
+    line("algo", field(spec, "algo"));
+    if (!p) { // cannot be, for a policy the daemon runs; print it as it was given
+        for (const auto &[k, v] : spec.items())
+            if (k != "name" && k != "algo")
+                line(k.c_str(), k == "match" ? match_text(v) : field(spec, k.c_str()));
+        return;
+    }
+    const auto &m = p->meter;
+    const char *rate = m.packet_mode ? "packets/s" : "bit/s",
+               *size = m.packet_mode ? "packets" : "bytes";
+    auto both = [&](const char *key, uint64_t v, const char *unit) {
+        std::string as_given = spec.contains(key) ? field(spec, key) : "";
+        std::string norm = with_unit(v, unit);
+        line(key, as_given.empty()                ? norm + " (default)"
+                  : as_given == std::to_string(v) ? norm
+                                                  : fmt::format("{} ({})", as_given, norm));
+    };
+    both("cir", m.cir, rate);
+    both("cbs", m.cbs, size);
+    if (m.algo == Algo::trtcm) {
+        both("pir", m.pir.value_or(0), rate);
+        both("pbs", m.pbs.value_or(0), size);
+    } else {
+        both("ebs", m.ebs.value_or(0), size);
+        if (m.algo == Algo::rfc4115)
+            both("eir", m.eir.value_or(0), rate);
+    }
+    line("match", match_text(spec.value("match", json::object())));
+    line("priority", given("priority", "0"));
+    line("per", given("per", "aggregate"));
+    const char *colors[] = {"green", "yellow", "red"};
+    for (int c = 0; c < 3; ++c)
+        line(colors[c], spec.contains(colors[c]) ? to_string(p->actions[c])
+                                                 : to_string(p->actions[c]) + " (default)");
+    line("color_aware", m.color_aware ? "true" : "false (default)");
+    if (m.color_aware)
+        line("color_map", given("color_map", "af"));
+    line("packet_mode", m.packet_mode ? "true" : "false (default)");
+    line("length", given("length", "l3"));
+    line("overhead",
+         spec.contains("overhead") ? with_unit(p->overhead, "bytes") : "0 bytes (default)");
+}
+
+// "12000/15360 bytes (78%)" for each bucket, as of the moment of the request.
+std::string bucket_text(const json &b, const std::string &unit) {
+    return fmt::format("{}/{} {} ({:.0f}%)", b[unit].get<uint64_t>(), b["size"].get<uint64_t>(),
+                       unit, b["percent"].get<double>());
+}
+
+void print_buckets(const json &b) {
+    std::string unit = b.value("unit", std::string("bytes"));
+    for (const auto &[k, v] : b.items())
+        if (k != "unit")
+            std::cout << fmt::format("{:<12} {}\n",
+                                     "bucket " + std::string(k == "c"   ? "C"
+                                                             : k == "p" ? "P"
+                                                                        : "E"),
+                                     bucket_text(v, unit));
+}
+
 } // namespace
 
 std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
@@ -254,6 +333,10 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
                 ->capture_default_str();
         on(cmd, [runner, hf, attach] {
             int rc = 0;
+            if (hf->hook == "xdp" && hf->direction == "egress") {
+                runner->fail("XDP only sees ingress traffic: use --hook tc for egress");
+                return kExitUsage;
+            }
             json req = {{"cmd", attach ? "attach" : "detach"},
                         {"iface", hf->iface},
                         {"hook", hf->hook},
@@ -268,6 +351,8 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             else if (attach)
                 std::cout << fmt::format("attached to {} ({} {})\n", hf->iface,
                                          r->value("mode", "?"), hf->direction);
+            else if (r->contains("note"))
+                std::cout << fmt::format("{}\n", (*r)["note"].get<std::string>());
             else
                 std::cout << fmt::format("detached from {}\n", hf->iface);
             return rc;
@@ -282,7 +367,13 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     add_policy_flags(add, *add_f, true);
     on(add, [runner, add_f] {
         int rc = 0;
-        auto r = runner->call({{"cmd", "policy_add"}, {"policy", policy_json(*add_f, true)}}, rc);
+        json spec = policy_json(*add_f, true);
+        // Bad values (units, prefixes, ports, meter rules) are bad usage: exit 2, nothing sent.
+        if (auto p = to_policy(spec, 0); !p) {
+            runner->fail(p.error());
+            return kExitUsage;
+        }
+        auto r = runner->call({{"cmd", "policy_add"}, {"policy", spec}}, rc);
         if (r && runner->json_out())
             std::cout << r->dump() << "\n";
         return rc;
@@ -295,6 +386,14 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
         json patch = policy_json(*set_f, false);
         if (patch.empty()) {
             runner->fail("policy set: give at least one field to change");
+            return kExitUsage;
+        }
+        // The patch over the policy as it is: bad values are bad usage (exit 2), nothing sent.
+        auto cur = runner->call({{"cmd", "policy_show"}, {"name", set_f->name}}, rc);
+        if (!cur)
+            return rc;
+        if (auto p = to_policy(merge_policy((*cur)["policy"], patch), 0); !p) {
+            runner->fail(p.error());
             return kExitUsage;
         }
         auto r = runner->call({{"cmd", "policy_set"}, {"name", set_f->name}, {"patch", patch}}, rc);
@@ -347,10 +446,9 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        for (const auto &[k, v] : (*r)["policy"].items())
-            std::cout << fmt::format(
-                "{:<12} {}\n", k,
-                k == "match" ? match_text(v) : (v.is_string() ? v.get<std::string>() : v.dump()));
+        print_policy((*r)["policy"]);
+        if (r->contains("buckets"))
+            print_buckets((*r)["buckets"]);
         return rc;
     });
 
@@ -366,9 +464,14 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
         ->required();
     apply->add_flag("--dry-run", af->dry_run, "Check only; change nothing");
     on(apply, [runner, af] {
+        std::error_code ec;
+        if (std::filesystem::is_directory(af->file, ec)) {
+            runner->fail(fmt::format("{} is a directory: give a YAML or JSON file", af->file));
+            return kExitUsage;
+        }
         std::ifstream in(af->file);
         if (!in) {
-            runner->fail(fmt::format("cannot read {}", af->file));
+            runner->fail(fmt::format("cannot read {}: {}", af->file, std::strerror(errno)));
             return kExitUsage;
         }
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -385,6 +488,17 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
         if (doc.contains("attachments") && !runner->json_out())
             std::cerr << "warning: " << af->file
                       << ": attachments are not changed by apply (use attach and detach)\n";
+        std::vector<std::string> problems;
+        for (const auto &spec : doc["policies"])
+            if (auto p = to_policy(spec, 0); !p)
+                problems.push_back(p.error());
+        if (!problems.empty()) {
+            std::string all;
+            for (const auto &e : problems)
+                all += (all.empty() ? "" : "\n") + e;
+            runner->fail(fmt::format("{}: {}", af->file, all));
+            return kExitUsage;
+        }
         int rc = 0;
         auto r = runner->call(
             {{"cmd", "apply"}, {"policies", doc["policies"]}, {"dry_run", af->dry_run}}, rc);
@@ -392,9 +506,21 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             return rc;
         if (runner->json_out())
             std::cout << r->dump() << "\n";
-        else
+        else {
             std::cout << fmt::format("{} {} policies\n", af->dry_run ? "checked" : "applied",
                                      (*r)["policies"].get<uint64_t>());
+            for (const char *what : {"added", "changed", "deleted"}) {
+                if (!r->contains(what) || (*r)[what].empty())
+                    continue;
+                std::string names;
+                for (const auto &n : (*r)[what])
+                    names += " " + n.get<std::string>();
+                std::cout << fmt::format("{} {}:{}\n",
+                                         af->dry_run ? fmt::format("would be {}", what)
+                                                     : std::string(what),
+                                         (*r)[what].size(), names);
+            }
+        }
         return rc;
     });
 
@@ -411,8 +537,12 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     stats->add_flag("--watch", sf->watch, "Refresh in place with rates per colour");
     stats->add_option("--interval", sf->interval, "Seconds between refreshes")
         ->check(CLI::Range(0.1, 3600.0));
-    stats->add_option("--count", sf->count, "Stop after this many refreshes (0: until Ctrl-C)");
+    auto *watch = stats->get_option("--watch");
+    stats->add_option("--count", sf->count, "Stop after this many refreshes (0: until Ctrl-C)")
+        ->check(CLI::NonNegativeNumber)
+        ->needs(watch);
     on(stats, [runner, sf] {
+        bool tty = isatty(STDOUT_FILENO);
         json req = {{"cmd", "stats"}};
         if (!sf->name.empty())
             req["name"] = sf->name;
@@ -428,8 +558,10 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             if (runner->json_out()) {
                 std::cout << r->dump() << std::endl;
             } else {
-                if (sf->watch)
+                if (sf->watch && tty)
                     std::cout << "\033[H\033[2J"; // home and clear: refresh in place
+                else if (sf->watch && i > 0)
+                    std::cout << "\n"; // not a terminal: one table after another
                 print_stats_table(*r, prev ? &*prev : nullptr, secs);
                 std::cout.flush();
             }
@@ -444,12 +576,13 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     // flows [--policy NAME] [--top N]
     struct FlowFlags {
         std::string policy;
-        uint64_t top = 0;
+        int64_t top = 0;
     };
     auto ff = std::make_shared<FlowFlags>();
     auto *flows = app.add_subcommand("flows", "The busiest flows with their colour counters");
     flows->add_option("--policy", ff->policy, "Only this policy's flows");
-    flows->add_option("--top", ff->top, "Only the N busiest (by bytes)");
+    flows->add_option("--top", ff->top, "Only the N busiest (by bytes)")
+        ->check(CLI::NonNegativeNumber);
     on(flows, [runner, ff] {
         json req = {{"cmd", "flows"}};
         if (!ff->policy.empty())
@@ -464,13 +597,22 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", "KEY", "GREEN",
-                                 "YELLOW", "RED");
-        for (const auto &f : (*r)["flows"])
+        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", "POLICY",
+                                 "KEY", "GREEN", "YELLOW", "RED", "C%", "E/P%");
+        for (const auto &f : (*r)["flows"]) {
+            std::string c = "-", e = "-";
+            if (f.contains("buckets"))
+                for (const auto &[k, v] : f["buckets"].items()) {
+                    if (k == "c")
+                        c = fmt::format("{:.0f}", v["percent"].get<double>());
+                    else if (k != "unit")
+                        e = fmt::format("{:.0f}", v["percent"].get<double>());
+                }
             std::cout << fmt::format(
-                "{:<16} {:<44} {:>10} {:>10} {:>10}\n", f["policy"].get<std::string>(),
+                "{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", f["policy"].get<std::string>(),
                 f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
-                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]));
+                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]), c, e);
+        }
         return rc;
     });
 
@@ -484,17 +626,32 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        for (const auto &a : (*r)["attachments"])
-            std::cout << fmt::format("{:<12} {:<4} {:<8} {:<8} prog {} {}\n",
-                                     a["iface"].get<std::string>(), a["hook"].get<std::string>(),
-                                     a["direction"].get<std::string>(),
-                                     a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
-                                     a["attached"].get<bool>() ? "" : "(NOT ATTACHED)");
+        const auto &s = *r;
+        std::cout << fmt::format("{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", "INTERFACE", "HOOK",
+                                 "DIRECTION", "MODE", "PROG", "STATE");
+        for (const auto &a : s["attachments"])
+            std::cout << fmt::format(
+                "{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", a["iface"].get<std::string>(),
+                a["hook"].get<std::string>(), a["direction"].get<std::string>(),
+                a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
+                !a["attached"].get<bool>()
+                    ? "NOT ATTACHED: " + a.value("stale", std::string("not in the kernel"))
+                : a.value("managed", true) ? std::string("attached")
+                                           : "attached, NOT MANAGED: " + a.value("stale", ""));
+        if (s["attachments"].empty())
+            std::cout << "(no attachments)\n";
+        std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),
+                                 s["policies"]["capacity"].get<uint64_t>());
         std::cout << fmt::format(
-            "policies {}/{}, flows {}/{}, pin dir {}, config {}\n",
-            (*r)["policies"]["used"].get<uint64_t>(), (*r)["policies"]["capacity"].get<uint64_t>(),
-            (*r)["flows"]["used"].get<uint64_t>(), (*r)["flows"]["capacity"].get<uint64_t>(),
-            (*r)["pin_dir"].get<std::string>(), (*r)["config"].get<std::string>());
+            "flows       {} of {}, {} idle flows reclaimed\n", s["flows"]["used"].get<uint64_t>(),
+            s["flows"]["capacity"].get<uint64_t>(), s["flows"].value("reclaimed", uint64_t{0}));
+        std::cout << fmt::format("metrics     {}\n", s.value("metrics", std::string("none")));
+        std::cout << fmt::format("pin dir     {}\n", s["pin_dir"].get<std::string>());
+        std::cout << fmt::format("config      {}\n", s["config"].get<std::string>());
+        if (s.contains("state"))
+            std::cout << fmt::format("state       {} (started from the {})\n",
+                                     s["state"].get<std::string>(),
+                                     s.value("started_from", std::string("?")));
         return rc;
     });
 

@@ -3,6 +3,7 @@
 #include "replay_cmd.hpp"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <iostream>
@@ -31,6 +32,14 @@ int main(int argc, char **argv) {
     } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
+        // -j may not have been parsed when the error struck: look for it among the words.
+        bool json = global.json;
+        for (int i = 1; i < argc && !json; ++i)
+            json = std::string_view(argv[i]) == "-j" || std::string_view(argv[i]) == "--json";
+        if (json) {
+            std::cerr << nlohmann::json{{"error", e.what()}}.dump() << "\n";
+            return tricolor::cli::kExitUsage;
+        }
         app.exit(e);
         return tricolor::cli::kExitUsage;
     }

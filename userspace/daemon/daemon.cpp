@@ -1,6 +1,7 @@
 // daemon.cpp: see daemon.hpp.
 #include "daemon.hpp"
 
+#include "tricolor/control.hpp"
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"
@@ -9,9 +10,15 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <net/if.h>
+#include <optional>
 #include <set>
+#include <unistd.h>
 
 namespace tricolor {
 
@@ -72,6 +79,8 @@ Result<AttachmentSpec> attachment_from(const json &r) {
         a.xdp_mode = XdpMode::generic;
     else
         return std::unexpected(fmt::format("xdp mode '{}' is not native, generic or auto", mode));
+    if (auto it = r.find("ifindex"); it != r.end() && it->is_number_integer())
+        a.ifindex = it->get<int>(); // recorded in the state file
     return a;
 }
 
@@ -120,9 +129,117 @@ std::string flow_key_text(const tc_flow_key &k, const Policy &p) {
     }
 }
 
+// The two buckets of @f as of @now_ns: what a packet arriving now would find (the refill since
+// the last packet included). In bytes (packets in packet mode) and percent of the size.
+json buckets_json(const Policy &p, const tc_flow &f, uint64_t now_ns) {
+    tc_meter_config cfg = make_meter_config(p.meter);
+    tc_meter_state st = f.meter;
+    if (!(f.flags & TC_FLOW_F_STARTED))
+        tc_meter_start(&cfg, &st, now_ns); // no packet yet: full
+    else
+        tc_meter_refill(&cfg, &st, now_ns);
+    const char *unit = p.meter.packet_mode ? "packets" : "bytes";
+    auto one = [&](uint64_t tokens, uint64_t size) {
+        uint64_t per = cfg.unit_tokens ? cfg.unit_tokens : 1;
+        double pct = size ? 100.0 * static_cast<double>(tokens) / static_cast<double>(size) : 0;
+        return json{{unit, tokens / per}, {"size", size / per}, {"percent", pct}};
+    };
+    return {{"c", one(st.c_tokens, cfg.c_size)},
+            {p.meter.algo == Algo::trtcm ? "p" : "e", one(st.e_tokens, cfg.e_size)},
+            {"unit", unit}};
+}
+
+} // namespace
+
+std::string default_state_path(const std::string &pin_dir) {
+    std::string dir = pin_dir;
+    while (dir.size() > 1 && dir.back() == '/')
+        dir.pop_back();
+    if (dir == kDefaultPinDir)
+        return "/var/lib/tricolor/state.yaml";
+    std::string key;
+    for (char c : dir)
+        key += c == '/' ? '-' : c;
+    while (!key.empty() && key.front() == '-')
+        key.erase(key.begin());
+    return fmt::format("/var/lib/tricolor/state-{}.yaml", key);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A config or state file, read and checked for shape (the policies are checked later, whole).
+struct Doc {
+    std::vector<json> specs;
+    std::vector<AttachmentSpec> attachments;
+};
+
+// Empty optional: there is no such file.
+Result<std::optional<Doc>> read_doc(const std::string &path) {
+    std::error_code ec;
+    auto st = fs::status(path, ec);
+    if (ec || st.type() == fs::file_type::not_found)
+        return std::optional<Doc>{};
+    if (st.type() == fs::file_type::directory)
+        return std::unexpected(fmt::format("{} is a directory, not a file", path));
+    std::ifstream in(path);
+    if (!in)
+        return std::unexpected(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    std::string text;
+    try {
+        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::exception &) {
+        return std::unexpected(fmt::format("cannot read {}", path));
+    }
+    if (in.bad())
+        return std::unexpected(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    auto parsed = yaml_to_json(text);
+    if (!parsed)
+        return std::unexpected(fmt::format("{}: {}", path, parsed.error()));
+    json cfg = *parsed;
+    if (cfg.is_null())
+        cfg = json::object(); // an empty file
+    if (!cfg.is_object())
+        return std::unexpected(
+            fmt::format("{}: expected sections policies: and attachments:", path));
+    for (const auto &[key, value] : cfg.items())
+        if (key != "policies" && key != "attachments")
+            return std::unexpected(fmt::format("{}: unknown section '{}'", path, key));
+    Doc doc;
+    if (cfg.contains("policies") && !cfg["policies"].is_null()) {
+        if (!cfg["policies"].is_array())
+            return std::unexpected(fmt::format("{}: policies must be a list", path));
+        doc.specs.assign(cfg["policies"].begin(), cfg["policies"].end());
+    }
+    if (cfg.contains("attachments") && !cfg["attachments"].is_null()) {
+        if (!cfg["attachments"].is_array())
+            return std::unexpected(fmt::format("{}: attachments must be a list", path));
+        for (const auto &a : cfg["attachments"]) {
+            auto spec = attachment_from(a.is_object() ? a : json::object());
+            if (!spec)
+                return std::unexpected(
+                    fmt::format("{}: attachment {}: {}", path, a.dump(), spec.error()));
+            for (const auto &b : doc.attachments)
+                if (same_hook(b, *spec))
+                    return std::unexpected(
+                        fmt::format("{}: attachment {} is listed twice", path, a.dump()));
+            doc.attachments.push_back(*spec);
+        }
+    }
+    return std::optional<Doc>{std::move(doc)};
+}
+
+std::string hook_text(const AttachmentSpec &a) {
+    return a.hook == Hook::xdp ? fmt::format("{} xdp", a.iface)
+                               : fmt::format("{} tc {}", a.iface, to_string(a.direction));
+}
+
 } // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
+    if (options_.state.empty())
+        options_.state = default_state_path(options_.pin_dir);
     DatapathOptions o;
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = options_.flow_capacity;
@@ -130,7 +247,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     dp_->set_drop_malformed(options_.drop_malformed);
     for (const auto &p : dp_->policies())
         adopted_ids_[p.name] = p.id;
-    if (auto r = load_config(true); !r)
+    if (auto r = load_at_start(); !r)
         throw std::runtime_error(r.error());
 }
 
@@ -166,13 +283,20 @@ class Daemon::IdAllocator {
     uint32_t cursor_ = 0;
 };
 
-Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
-                                 std::vector<std::string> *warnings) {
-    std::vector<Entry> next;
-    std::vector<Policy> policies;
+Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
+                                         std::vector<std::string> *warnings,
+                                         const std::string &warn_about) {
+    Prepared out;
     IdAllocator id_for(policies_, adopted_ids_);
     std::vector<std::string> errors;
     std::set<std::string> names;
+    auto concerns = [&](const std::string &name) {
+        return warn_about.empty() || name == warn_about;
+    };
+    bool xdp_only =
+        !attachments_.empty() && std::ranges::none_of(attachments_, [](const AttachmentSpec &a) {
+            return a.hook == Hook::tc;
+        });
     for (const auto &spec : specs) {
         std::string name = spec.is_object() ? spec.value("name", "") : "";
         if (!name.empty() && !names.insert(name).second) {
@@ -185,147 +309,360 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
             errors.push_back(p.error());
             continue;
         }
-        if (warnings) {
+        if (warnings && concerns(name)) {
             for (const auto &w : validate(p->meter).warnings)
                 warnings->push_back(fmt::format("policy '{}': {}", name, w));
-            bool xdp_only = !attachments_.empty() &&
-                            std::ranges::none_of(attachments_, [](const AttachmentSpec &a) {
-                                return a.hook == Hook::tc;
-                            });
+            if (p->meter.algo == Algo::rfc4115 && !spec.contains("eir"))
+                warnings->push_back(fmt::format(
+                    "policy '{}': rfc4115 without --eir: EIR is 0, so E never refills and "
+                    "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
+                    name));
             for (const auto &a : p->actions)
                 if (xdp_only && (a.kind == TC_ACT_KIND_MARK || a.kind == TC_ACT_KIND_PRIORITY))
                     warnings->push_back(fmt::format(
                         "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
                         name, to_string(a)));
         }
-        next.push_back({id, spec});
-        policies.push_back(*p);
+        out.entries.push_back({id, spec});
+        out.policies.push_back(*p);
     }
     if (!errors.empty())
         return std::unexpected(join_lines(errors));
+    // Two policies with the same match and priority: the name breaks the tie, always the same
+    // way, so every later name never sees a packet.
+    if (warnings) {
+        std::map<std::pair<uint32_t, std::string>, std::vector<std::string>> same;
+        for (size_t i = 0; i < out.entries.size(); ++i)
+            same[{out.policies[i].priority,
+                  out.entries[i].spec.value("match", json::object()).dump()}]
+                .push_back(out.policies[i].name);
+        for (auto &[key, group] : same) {
+            if (group.size() < 2)
+                continue;
+            std::ranges::sort(group);
+            for (size_t k = 1; k < group.size(); ++k)
+                if (concerns(group[0]) || concerns(group[k]))
+                    warnings->push_back(fmt::format(
+                        "policy '{}': same match and priority as '{}', which wins the tie by "
+                        "name: '{}' will never match (give it a lower --priority or a narrower "
+                        "--match)",
+                        group[k], group[0], group[k]));
+        }
+    }
+    return out;
+}
+
+Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
+                                 std::vector<std::string> *warnings,
+                                 const std::string &warn_about) {
+    auto prep = prepare(specs, warnings, warn_about);
+    if (!prep)
+        return std::unexpected(prep.error());
     // apply() checks the whole set before it touches anything, and refuses with check()'s
     // message; only a dry run needs check() on its own.
     if (dry_run)
-        return dp_->check(policies);
-    if (auto r = dp_->apply(policies); !r)
+        return dp_->check(prep->policies);
+    if (auto s = stage(state_json(specs, attachments_)); !s)
+        return s;
+    if (auto r = dp_->apply(prep->policies); !r) {
+        unstage();
         return r;
-    policies_ = std::move(next);
+    }
+    policies_ = std::move(prep->entries);
     adopted_ids_.clear();
-    return persist();
+    if (auto c = commit(); !c && warnings)
+        warnings->push_back(c.error());
+    return {};
 }
 
-Result<AttachResult> Daemon::do_attach(const AttachmentSpec &a) {
+Result<AttachResult> Daemon::do_attach(AttachmentSpec &a) {
     auto idx = interface_index(a.iface);
     if (!idx)
         return std::unexpected(idx.error());
+    a.ifindex = *idx;
     if (a.hook == Hook::xdp)
         return attach_xdp(*idx, dp_->xdp_prog_fd(), a.xdp_mode);
     return attach_tc(*idx, a.direction, dp_->tc_prog_fd(), link_dir());
 }
 
-json Daemon::config_json() const {
-    json cfg = {{"policies", json::array()}, {"attachments", json::array()}};
+std::vector<json> Daemon::specs() const {
+    std::vector<json> out;
     for (const auto &e : policies_)
-        cfg["policies"].push_back(e.spec);
-    for (const auto &a : attachments_)
-        cfg["attachments"].push_back(attachment_json(a));
+        out.push_back(e.spec);
+    return out;
+}
+
+json Daemon::state_json(const std::vector<json> &specs,
+                        const std::vector<AttachmentSpec> &attachments) const {
+    json cfg = {{"policies", json::array()}, {"attachments", json::array()}};
+    for (const auto &s : specs)
+        cfg["policies"].push_back(s);
+    for (const auto &a : attachments) {
+        json j = attachment_json(a);
+        if (a.ifindex)
+            j["ifindex"] = a.ifindex;
+        cfg["attachments"].push_back(j);
+    }
     return cfg;
 }
 
-Result<void> Daemon::persist() const {
-    namespace fs = std::filesystem;
-    fs::path path(options_.config);
+Result<void> Daemon::stage(const json &state) const {
+    fs::path path(options_.state);
     std::error_code ec;
     if (path.has_parent_path())
         fs::create_directories(path.parent_path(), ec);
-    // Temp file and rename: a reader (or a crash) sees the old file or the new, never half.
-    std::string tmp = options_.config + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        if (path.extension() == ".json")
-            out << config_json().dump(2) << "\n";
-        else
-            out << "# tricolord's configuration: rewritten by tricolorctl changes.\n"
-                << json_to_yaml(config_json());
-        out.flush();
-        if (!out)
-            return std::unexpected(fmt::format("applied, but cannot write {}: the change will "
-                                               "not survive a restart",
-                                               tmp));
-    }
-    fs::rename(tmp, path, ec);
-    if (ec)
+    std::string tmp = options_.state + ".tmp";
+    std::string text = "# tricolord's state: what runs now, written by the daemon on every change\n"
+                       "# made through tricolorctl. Edit " +
+                       options_.config +
+                       " instead; see tricolord --help for which of the two a start applies.\n" +
+                       json_to_yaml(state);
+    auto fail = [&](const std::string &what) -> Result<void> {
+        int err = errno;
+        unlink(tmp.c_str());
         return std::unexpected(
-            fmt::format("applied, but cannot replace {}: {}", options_.config, ec.message()));
+            fmt::format("cannot write the state file {}: {}: {}; nothing changed", options_.state,
+                        what, std::strerror(err)));
+    };
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return fail("open " + tmp);
+    for (size_t off = 0; off < text.size();) {
+        ssize_t n = write(fd, text.data() + off, text.size() - off);
+        if (n < 0) {
+            int err = errno;
+            close(fd);
+            errno = err;
+            return fail("write");
+        }
+        off += static_cast<size_t>(n);
+    }
+    if (fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return fail("fsync");
+    }
+    close(fd);
     return {};
 }
 
-Result<void> Daemon::load_config(bool at_start) {
-    std::ifstream in(options_.config);
-    if (!in) {
-        if (at_start)
-            return {}; // no config yet: start empty, the first change creates it
-        return std::unexpected(fmt::format("cannot read {}", options_.config));
+Result<void> Daemon::commit() const {
+    std::string tmp = options_.state + ".tmp";
+    if (rename(tmp.c_str(), options_.state.c_str()) < 0)
+        return std::unexpected(fmt::format("applied, but cannot replace {}: {}", options_.state,
+                                           std::strerror(errno)));
+    fs::path parent = fs::path(options_.state).parent_path();
+    if (int dir = open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        dir >= 0) {
+        fsync(dir); // the rename itself survives a crash
+        close(dir);
     }
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto parsed = yaml_to_json(text);
-    if (!parsed)
-        return std::unexpected(fmt::format("{}: {}", options_.config, parsed.error()));
-    json cfg = *parsed;
-    if (cfg.is_null())
-        cfg = json::object(); // an empty file
-    if (!cfg.is_object())
-        return std::unexpected(
-            fmt::format("{}: expected sections policies: and attachments:", options_.config));
-    for (const auto &[key, value] : cfg.items())
-        if (key != "policies" && key != "attachments")
-            return std::unexpected(fmt::format("{}: unknown section '{}'", options_.config, key));
-    std::vector<json> specs;
-    if (cfg.contains("policies")) {
-        if (!cfg["policies"].is_array())
-            return std::unexpected(fmt::format("{}: policies must be a list", options_.config));
-        specs.assign(cfg["policies"].begin(), cfg["policies"].end());
+    return {};
+}
+
+void Daemon::unstage() const {
+    unlink((options_.state + ".tmp").c_str());
+}
+
+Result<void> Daemon::load_at_start() {
+    auto cfg = read_doc(options_.config);
+    auto st = read_doc(options_.state);
+    if (!st)
+        return std::unexpected(fmt::format("{} (the daemon's state file: remove it to start from "
+                                           "{})",
+                                           st.error(), options_.config));
+    std::error_code e1, e2;
+    bool cfg_exists = !cfg || *cfg;
+    bool use_state = *st && (!cfg_exists || fs::last_write_time(options_.state, e1) >=
+                                                fs::last_write_time(options_.config, e2));
+    Doc doc;
+    if (!cfg && !use_state) {
+        if (!*st)
+            return std::unexpected(cfg.error());
+        // The user's newest edit is broken: keep policing with what ran last, and say so.
+        startup_warnings.push_back(fmt::format("{}; applying the state {} instead (what ran "
+                                               "last); fix the config and send SIGHUP",
+                                               cfg.error(), options_.state));
+        use_state = true;
     }
-    std::vector<AttachmentSpec> attach;
-    if (cfg.contains("attachments")) {
-        if (!cfg["attachments"].is_array())
-            return std::unexpected(fmt::format("{}: attachments must be a list", options_.config));
-        for (const auto &a : cfg["attachments"]) {
-            auto spec = attachment_from(a);
-            if (!spec)
-                return std::unexpected(
-                    fmt::format("{}: attachment {}: {}", options_.config, a.dump(), spec.error()));
-            attach.push_back(*spec);
-        }
+    if (use_state) {
+        doc = **st;
+        started_from_ = "state";
+        startup_notes.push_back(
+            !cfg ? fmt::format("applying the state {}: the config {} does not check (below)",
+                               options_.state, options_.config)
+            : cfg_exists
+                ? fmt::format("applying the state {}: it is newer than the config {} (changes made "
+                              "with tricolorctl since the config was edited; SIGHUP applies the "
+                              "config)",
+                              options_.state, options_.config)
+                : fmt::format("applying the state {} (no config at {})", options_.state,
+                              options_.config));
+    } else if (*cfg) {
+        doc = **cfg;
+        started_from_ = "config";
+        startup_notes.push_back(
+            *st ? fmt::format("applying the config {}: it is newer than the state {}, whose "
+                              "tricolorctl changes it replaces",
+                              options_.config, options_.state)
+                : fmt::format("applying the config {}", options_.config));
+    } else {
+        started_from_ = "nothing";
+        startup_notes.push_back(fmt::format(
+            "no config at {} and no state at {}: starting with no policies and no attachments",
+            options_.config, options_.state));
     }
+    const std::string &from = use_state ? options_.state : options_.config;
     std::vector<std::string> warnings;
-    if (auto r = apply_specs(specs, false, &warnings); !r)
-        return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+    auto prep = prepare(doc.specs, &warnings);
+    if (!prep)
+        return std::unexpected(fmt::format("{}: {}", from, prep.error()));
+    if (auto r = dp_->apply(prep->policies); !r)
+        return std::unexpected(fmt::format("{}: {}", from, r.error()));
+    policies_ = std::move(prep->entries);
+    adopted_ids_.clear();
     startup_warnings.insert(startup_warnings.end(), warnings.begin(), warnings.end());
-    std::vector<AttachmentSpec> done;
-    for (auto a : attach) {
+    // An interface that is not there (yet) does not stop the start: the attachment is kept,
+    // and status shows it as not attached until it is attached again or detached.
+    for (auto a : doc.attachments) {
+        int recorded = a.ifindex;
         auto r = do_attach(a);
-        if (!r) {
-            startup_warnings.push_back(r.error());
-            continue;
-        }
-        if (!r->warning.empty())
+        if (!r && !interface_index(a.iface))
+            a.ifindex = 0; // an ifindex from before a reboot may name another interface now
+        else if (!r)
+            a.ifindex = recorded;
+        if (!r)
+            startup_warnings.push_back(fmt::format("attachment {}: {} (kept: status shows it as "
+                                                   "not attached; tricolorctl detach removes it)",
+                                                   hook_text(a), r.error()));
+        else if (!r->warning.empty())
             startup_warnings.push_back(r->warning);
-        a.mode = r->mode;
-        done.push_back(a);
+        if (r)
+            a.mode = r->mode;
+        attachments_.push_back(a);
     }
-    attachments_ = done;
+    if (!use_state || std::ranges::any_of(attachments_, [](auto &a) { return a.ifindex; })) {
+        auto s = stage(state_json(specs(), attachments_));
+        if (s)
+            s = commit();
+        if (!s)
+            startup_warnings.push_back(s.error());
+    }
     return {};
 }
 
 Result<void> Daemon::reload() {
     std::lock_guard lock(mu_);
-    return load_config(false);
+    auto cfg = read_doc(options_.config);
+    if (!cfg)
+        return std::unexpected(cfg.error());
+    if (!*cfg)
+        return std::unexpected(fmt::format("cannot read {}: no such file", options_.config));
+    Doc doc = **cfg;
+    std::vector<std::string> errors;
+    for (const auto &a : doc.attachments)
+        if (auto idx = interface_index(a.iface); !idx)
+            errors.push_back(fmt::format("attachment {}: {}", hook_text(a), idx.error()));
+    std::vector<std::string> warnings;
+    auto prep = prepare(doc.specs, &warnings);
+    if (!prep)
+        errors.push_back(prep.error());
+    else if (auto c = dp_->check(prep->policies); !c)
+        errors.push_back(c.error());
+    if (!errors.empty())
+        return std::unexpected(fmt::format("{}: {}", options_.config, join_lines(errors)));
+    if (auto s = stage(state_json(doc.specs, doc.attachments)); !s)
+        return s;
+    // Attach first, then switch the policies: anything that fails undoes what this reload added.
+    std::vector<AttachmentSpec> done, added;
+    auto undo = [&] {
+        for (const auto &a : added)
+            (void)(a.hook == Hook::xdp ? detach_xdp(a.ifindex)
+                                       : detach_tc(a.ifindex, a.direction, link_dir()));
+        unstage();
+    };
+    for (auto a : doc.attachments) {
+        auto idx = interface_index(a.iface);
+        HookState before = !idx                  ? HookState{}
+                           : a.hook == Hook::xdp ? query_xdp(*idx)
+                                                 : query_tc(*idx, a.direction);
+        auto r = do_attach(a);
+        if (!r) {
+            undo();
+            return std::unexpected(
+                fmt::format("{}: attachment {}: {}", options_.config, hook_text(a), r.error()));
+        }
+        if (!r->warning.empty())
+            warnings.push_back(r->warning);
+        a.mode = r->mode;
+        done.push_back(a);
+        if (!before.prog_id)
+            added.push_back(a);
+    }
+    if (auto r = dp_->apply(prep->policies); !r) {
+        undo();
+        return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+    }
+    // What the config no longer names comes off.
+    for (const auto &old : attachments_) {
+        if (std::ranges::any_of(done, [&](const AttachmentSpec &d) { return same_hook(d, old); }))
+            continue;
+        auto note = detach_one(old);
+        warnings.push_back(note
+                               ? fmt::format("detached {}: not in {}{}", hook_text(old),
+                                             options_.config, note->empty() ? "" : "; " + *note)
+                               : fmt::format("cannot detach {}: {}", hook_text(old), note.error()));
+    }
+    attachments_ = std::move(done);
+    policies_ = std::move(prep->entries);
+    adopted_ids_.clear();
+    if (auto c = commit(); !c)
+        warnings.push_back(c.error());
+    reload_warnings = std::move(warnings);
+    return {};
+}
+
+// Takes @a off its hook. An interface that is gone (deleted, moved to another namespace) has
+// nothing left to detach here: its pinned tcx link, if any, is released. Returns a note.
+Result<std::string> Daemon::detach_one(const AttachmentSpec &a) {
+    auto idx = interface_index(a.iface);
+    if (!idx) {
+        // Renamed: the ifindex still exists under another name, and the program runs there.
+        if (a.ifindex > 0) {
+            char buf[IF_NAMESIZE] = {};
+            if (if_indextoname(static_cast<unsigned>(a.ifindex), buf)) {
+                auto r = a.hook == Hook::xdp ? detach_xdp(a.ifindex)
+                                             : detach_tc(a.ifindex, a.direction, link_dir());
+                if (!r)
+                    return std::unexpected(r.error());
+                return fmt::format("{} is now called {}: detached from it", a.iface, buf);
+            }
+        }
+        int released = a.hook == Hook::tc ? release_defunct_tcx_links(link_dir()) : 0;
+        return fmt::format("{} no longer exists (deleted, or moved to another namespace): entry "
+                           "removed{}",
+                           a.iface, released ? ", its pinned tcx link released" : "");
+    }
+    HookState s = a.hook == Hook::xdp ? query_xdp(*idx) : query_tc(*idx, a.direction);
+    bool ours = s.prog_id && (s.prog_name == kXdpProgName || s.prog_name == kTcProgName);
+    if (!ours) {
+        // Not in the kernel (taken off by hand): only the entry is left to remove.
+        if (a.hook == Hook::tc)
+            (void)detach_tc(*idx, a.direction, link_dir()); // a pinned link, if one is left
+        return fmt::format("the kernel had no tricolor program on {}: entry removed", hook_text(a));
+    }
+    auto r = a.hook == Hook::xdp ? detach_xdp(*idx) : detach_tc(*idx, a.direction, link_dir());
+    if (!r)
+        return std::unexpected(r.error());
+    return std::string();
 }
 
 size_t Daemon::reclaim_idle_flows() {
     std::lock_guard lock(mu_);
-    size_t n = dp_->reclaim_idle_flows();
+    // Under pressure (the table 90% full) the idle timeout does not hold a full flow back.
+    size_t n = dp_->reclaim_idle_flows(static_cast<uint64_t>(options_.flow_idle_timeout * 1e9),
+                                       static_cast<size_t>(options_.flow_capacity) / 10 * 9);
     reclaimed_total_ += n;
     return n;
 }
@@ -395,15 +732,8 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
 }
 
 void Daemon::detach_all() {
-    for (const auto &a : attachments_) {
-        auto idx = interface_index(a.iface);
-        if (!idx)
-            continue;
-        if (a.hook == Hook::xdp)
-            (void)detach_xdp(*idx);
-        else
-            (void)detach_tc(*idx, a.direction, link_dir());
-    }
+    for (const auto &a : attachments_)
+        (void)detach_one(a);
     attachments_.clear();
     Datapath::remove_pins(options_.pin_dir);
 }
@@ -449,17 +779,29 @@ json Daemon::cmd_attach(const json &r) {
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
+    a->ifindex = 0;
+    auto idx = interface_index(a->iface);
+    if (!idx)
+        return error(idx.error());
+    a->ifindex = *idx;
+    auto next = attachments_;
+    std::erase_if(next, [&](const AttachmentSpec &x) { return same_hook(x, *a); });
+    next.push_back(*a);
+    if (auto s = stage(state_json(specs(), next)); !s)
+        return error(s.error());
     auto res = do_attach(*a);
-    if (!res)
+    if (!res) {
+        unstage();
         return error(res.error());
+    }
     a->mode = res->mode;
-    std::erase_if(attachments_, [&](const AttachmentSpec &x) { return same_hook(x, *a); });
-    attachments_.push_back(*a);
+    next.back() = *a;
+    attachments_ = std::move(next);
     json out = {{"mode", res->mode}};
     if (!res->warning.empty())
         out["warning"] = res->warning;
-    if (auto p = persist(); !p)
-        out["warning"] = p.error();
+    if (auto c = commit(); !c)
+        out["warning"] = c.error();
     return ok(out);
 }
 
@@ -467,16 +809,36 @@ json Daemon::cmd_detach(const json &r) {
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
-    auto idx = interface_index(a->iface);
-    if (!idx)
-        return error(idx.error());
-    auto res = a->hook == Hook::xdp ? detach_xdp(*idx) : detach_tc(*idx, a->direction, link_dir());
-    if (!res)
-        return error(res.error());
-    std::erase_if(attachments_, [&](const AttachmentSpec &x) { return same_hook(x, *a); });
-    if (auto p = persist(); !p)
-        return ok({{"warning", p.error()}});
-    return ok();
+    auto known = std::ranges::find_if(attachments_,
+                                      [&](const AttachmentSpec &x) { return same_hook(x, *a); });
+    if (known == attachments_.end()) {
+        // Not ours to remember, but the kernel may still run our program there (an older
+        // daemon's attachment): take it off.
+        auto idx = interface_index(a->iface);
+        if (!idx)
+            return error(idx.error());
+        auto res =
+            a->hook == Hook::xdp ? detach_xdp(*idx) : detach_tc(*idx, a->direction, link_dir());
+        if (!res)
+            return error(res.error());
+        return ok();
+    }
+    auto next = attachments_;
+    std::erase_if(next, [&](const AttachmentSpec &x) { return same_hook(x, *a); });
+    if (auto s = stage(state_json(specs(), next)); !s)
+        return error(s.error());
+    auto note = detach_one(*known);
+    if (!note) {
+        unstage();
+        return error(note.error());
+    }
+    attachments_ = std::move(next);
+    json out = json::object();
+    if (!note->empty())
+        out["note"] = *note;
+    if (auto c = commit(); !c)
+        out["warning"] = c.error();
+    return ok(out);
 }
 
 namespace {
@@ -501,7 +863,7 @@ json Daemon::cmd_policy_add(const json &r) {
         specs.push_back(e.spec);
     specs.push_back(*it);
     std::vector<std::string> warnings;
-    if (auto res = apply_specs(specs, false, &warnings); !res)
+    if (auto res = apply_specs(specs, false, &warnings, name); !res)
         return error(res.error());
     return ok(warnings_body(warnings));
 }
@@ -528,7 +890,7 @@ json Daemon::cmd_policy_set(const json &r) {
     if (!found)
         return error(fmt::format("no policy named '{}'", *name));
     std::vector<std::string> warnings;
-    if (auto res = apply_specs(specs, false, &warnings); !res)
+    if (auto res = apply_specs(specs, false, &warnings, *name); !res)
         return error(res.error());
     return ok(warnings_body(warnings));
 }
@@ -564,8 +926,13 @@ json Daemon::cmd_policy_show(const json &r) {
     if (!name)
         return error(name.error());
     for (const auto &e : policies_)
-        if (e.spec.value("name", "") == *name)
-            return ok({{"policy", e.spec}, {"id", e.id}});
+        if (e.spec.value("name", "") == *name) {
+            json out = {{"policy", e.spec}, {"id", e.id}};
+            // The policy's own (aggregate) buckets; per-key policies keep theirs per flow.
+            if (auto p = to_policy(e.spec, e.id); p && p->per == TC_PER_AGGREGATE)
+                out["buckets"] = buckets_json(*p, dp_->policy_state(e.id), dp_->now_ns());
+            return ok(out);
+        }
     return error(fmt::format("no policy named '{}'", *name));
 }
 
@@ -575,12 +942,37 @@ json Daemon::cmd_apply(const json &r) {
         return error("the request needs \"policies\" (a list)");
     bool dry_run = r.value("dry_run", false);
     std::vector<json> specs(it->begin(), it->end());
+    // What the file does to the running set, by name.
+    json added = json::array(), changed = json::array(), deleted = json::array(),
+         unchanged = json::array();
+    std::set<std::string> names;
+    std::map<std::string, const json *> running;
+    for (const auto &e : policies_)
+        running[e.spec.value("name", "")] = &e.spec;
+    for (const auto &spec : specs) {
+        std::string name = spec.is_object() ? spec.value("name", "") : "";
+        names.insert(name);
+        auto old = running.find(name);
+        if (old == running.end())
+            added.push_back(name);
+        else if (*old->second != spec)
+            changed.push_back(name);
+        else
+            unchanged.push_back(name);
+    }
+    for (const auto &e : policies_)
+        if (!names.contains(e.spec.value("name", "")))
+            deleted.push_back(e.spec.value("name", ""));
     std::vector<std::string> warnings;
     if (auto res = apply_specs(specs, dry_run, &warnings); !res)
         return error(res.error());
     json out = warnings_body(warnings);
     out["policies"] = specs.size();
     out["dry_run"] = dry_run;
+    out["added"] = added;
+    out["changed"] = changed;
+    out["deleted"] = deleted;
+    out["unchanged"] = unchanged;
     return ok(out);
 }
 
@@ -631,16 +1023,20 @@ json Daemon::cmd_flows(const json &r) {
     if (top && flows.size() > top)
         flows.resize(top);
     json list = json::array();
+    uint64_t now = dp_->now_ns();
     for (const auto &f : flows) {
         const Policy &p = by_id[f.key.policy_id];
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
         j["key"] = flow_key_text(f.key, p);
+        j["buckets"] = buckets_json(p, f.state, now);
         list.push_back(j);
     }
     return ok({{"flows", list}});
 }
 
+// What the kernel has, not what the daemon remembers: every entry is queried, and one the
+// kernel does not run says why (and how to remove it).
 json Daemon::cmd_status(const json &) {
     json att = json::array();
     for (const auto &a : attachments_) {
@@ -648,17 +1044,81 @@ json Daemon::cmd_status(const json &) {
         j["mode"] = a.mode;
         auto idx = interface_index(a.iface);
         HookState s;
-        if (idx)
-            s = a.hook == Hook::xdp ? query_xdp(*idx) : query_tc(*idx, a.direction);
-        j["prog_id"] = s.prog_id;
-        j["attached"] =
+        std::string stale;
+        int where = idx ? *idx : 0;
+        if (!idx && a.ifindex > 0) {
+            char buf[IF_NAMESIZE] = {};
+            if (if_indextoname(static_cast<unsigned>(a.ifindex), buf)) {
+                where = a.ifindex;
+                stale = fmt::format("{} is now called {} (ifindex {})", a.iface, buf, a.ifindex);
+            }
+        }
+        if (where)
+            s = a.hook == Hook::xdp ? query_xdp(where) : query_tc(where, a.direction);
+        bool attached =
             s.prog_id != 0 && (s.prog_name == kXdpProgName || s.prog_name == kTcProgName);
+        if (!where)
+            stale = fmt::format("no interface named '{}' (deleted, or moved to another "
+                                "namespace)",
+                                a.iface);
+        else if (!attached && stale.empty())
+            stale = s.prog_id ? fmt::format("the kernel runs '{}' there, not tricolor", s.prog_name)
+                              : "the kernel has no tricolor program there";
+        if (attached && !s.mode.empty())
+            j["mode"] = s.mode; // as the kernel reports it
+        j["prog_id"] = s.prog_id;
+        j["attached"] = attached && where == (idx ? *idx : -1);
+        if (!stale.empty())
+            j["stale"] =
+                stale + fmt::format("; tricolorctl detach {}{} removes this entry", a.iface,
+                                    a.hook == Hook::tc ? fmt::format(" --hook tc --direction {}",
+                                                                     to_string(a.direction))
+                                                       : "");
         att.push_back(j);
+    }
+    // What the kernel runs of this data path (its programs on its maps) that no entry names:
+    // left by hand or by an older daemon. Listed so that it can be adopted or taken off.
+    if (struct if_nameindex *all = if_nameindex()) {
+        for (auto *i = all; i->if_index != 0; ++i) {
+            int idx = static_cast<int>(i->if_index);
+            std::string name = i->if_name;
+            auto listed = [&](Hook h, Direction d) {
+                return std::ranges::any_of(attachments_, [&](const AttachmentSpec &a) {
+                    return a.hook == h && (h == Hook::xdp || a.direction == d) &&
+                           (a.iface == name || a.ifindex == idx);
+                });
+            };
+            auto add = [&](Hook h, Direction d, const HookState &s) {
+                json j = {{"iface", name},   {"hook", to_string(h)}, {"direction", to_string(d)},
+                          {"mode", s.mode},  {"prog_id", s.prog_id}, {"attached", true},
+                          {"managed", false}};
+                j["stale"] = fmt::format(
+                    "not in the state (left by hand or by an older daemon): tricolorctl attach "
+                    "{0}{1} adopts it, tricolorctl detach {0}{1} takes it off",
+                    name,
+                    h == Hook::tc ? fmt::format(" --hook tc --direction {}", to_string(d)) : "");
+                att.push_back(j);
+            };
+            if (!listed(Hook::xdp, Direction::ingress)) {
+                HookState s = query_xdp(idx);
+                if (s.prog_name == kXdpProgName && shares_maps(s.prog_id, dp_->xdp_prog_fd()))
+                    add(Hook::xdp, Direction::ingress, s);
+            }
+            for (Direction d : {Direction::ingress, Direction::egress})
+                if (!listed(Hook::tc, d)) {
+                    HookState s = query_tc(idx, d);
+                    if (s.prog_name == kTcProgName && shares_maps(s.prog_id, dp_->tc_prog_fd()))
+                        add(Hook::tc, d, s);
+                }
+        }
+        if_freenameindex(all);
     }
     return ok({{"attachments", att},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},
+               {"state", options_.state},
+               {"started_from", started_from_},
                {"policies", {{"used", policies_.size()}, {"capacity", TC_MAX_POLICIES}}},
                {"flows",
                 {{"used", dp_->flows().size()},

@@ -1,6 +1,8 @@
 // daemon.hpp: tricolord's state and request handling. The daemon owns the policy set (specs as
 // users wrote them, with their stable ids) and the attachments; every change is validated
-// whole, applied to the data path all or nothing, then written to the config file.
+// whole, written to the daemon's state file (a temp file, fsynced), applied to the data path
+// all or nothing, and only then made the state (rename). The user's config file is only ever
+// read: at start (when it is newer than the state file) and on SIGHUP.
 #pragma once
 
 #include "tricolor/attach.hpp"
@@ -19,12 +21,14 @@ namespace tricolor {
 
 struct DaemonOptions {
     std::string config;
+    std::string state; // the daemon's own record of what tricolorctl changed
     std::string socket;
     std::string pin_dir;
     uint32_t flow_capacity = TC_DEFAULT_FLOWS;
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
+    double flow_idle_timeout = 300;         // seconds without a packet before a flow may go
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
 };
 
@@ -34,7 +38,13 @@ struct AttachmentSpec {
     Direction direction = Direction::ingress;
     XdpMode xdp_mode = XdpMode::auto_mode;
     std::string mode; // what it runs in: native, generic, tc
+    int ifindex = 0;  // when last attached: finds a pinned tcx link once the name is gone
 };
+
+// The state file's default for a pin directory: /var/lib/tricolor/state.yaml for the default
+// one, else /var/lib/tricolor/state-<pin dir, '/' as '-'>.yaml, so daemons side by side (one per
+// pin directory) never share one.
+std::string default_state_path(const std::string &pin_dir);
 
 class Daemon {
   public:
@@ -43,7 +53,8 @@ class Daemon {
 
     // Answers one request; never throws for a bad request.
     nlohmann::json handle(const nlohmann::json &request);
-    // Re-reads the config file: all or nothing.
+    // Re-reads the config file and makes it the running state: all or nothing, attachments
+    // included (an interface that does not exist refuses the whole file).
     Result<void> reload();
     // Takes the data path off every interface and removes the pinned maps.
     void detach_all();
@@ -55,6 +66,8 @@ class Daemon {
     void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
     std::vector<std::string> startup_warnings;
+    std::vector<std::string> startup_notes;   // which file the start applied, and why
+    std::vector<std::string> reload_warnings; // of the last successful reload
 
   private:
     struct Entry {
@@ -62,12 +75,28 @@ class Daemon {
         nlohmann::json spec;
     };
 
+    struct Prepared {
+        std::vector<Entry> entries;
+        std::vector<Policy> policies;
+    };
+    // Checks @specs whole; warnings only about the policy named @warn_about ("" for all).
+    Result<Prepared> prepare(const std::vector<nlohmann::json> &specs,
+                             std::vector<std::string> *warnings,
+                             const std::string &warn_about = "");
     Result<void> apply_specs(const std::vector<nlohmann::json> &specs, bool dry_run,
-                             std::vector<std::string> *warnings);
-    Result<AttachResult> do_attach(const AttachmentSpec &a);
-    Result<void> load_config(bool at_start);
-    Result<void> persist() const;
-    nlohmann::json config_json() const;
+                             std::vector<std::string> *warnings,
+                             const std::string &warn_about = "");
+    Result<AttachResult> do_attach(AttachmentSpec &a);
+    Result<void> load_at_start();
+    Result<std::string> detach_one(const AttachmentSpec &a);
+    // The state file: stage() writes @state to a temp file beside it (fsynced), commit() renames
+    // it into place, unstage() drops it. A change that cannot be staged is refused.
+    Result<void> stage(const nlohmann::json &state) const;
+    Result<void> commit() const;
+    void unstage() const;
+    nlohmann::json state_json(const std::vector<nlohmann::json> &specs,
+                              const std::vector<AttachmentSpec> &attachments) const;
+    std::vector<nlohmann::json> specs() const;
     class IdAllocator;
     std::string link_dir() const; // where tcx links are pinned
 
@@ -89,6 +118,7 @@ class Daemon {
     std::vector<AttachmentSpec> attachments_;
     std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
     std::string metrics_address_;
+    std::string started_from_; // "config", "state" or "nothing"
     uint64_t reclaimed_total_ = 0;
     // Requests come from the socket loop, scrapes from the exposer's thread.
     mutable std::mutex mu_;

@@ -20,7 +20,10 @@
 #include <iostream>
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -115,18 +118,137 @@ std::string check_metrics_address(const std::string &a) {
     return a;
 }
 
+// Binds ADDR:PORT once to say exactly why the metrics endpoint cannot be served there (the
+// HTTP server only says "null context").
+void probe_metrics_address(const std::string &a) {
+    auto colon = a.rfind(':');
+    std::string host = a.substr(0, colon), port = a.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+        rc != 0)
+        throw std::runtime_error(
+            fmt::format("cannot serve metrics on {}: {}", a, gai_strerror(rc)));
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int rc = bind(fd, res->ai_addr, res->ai_addrlen);
+    int err = errno;
+    close(fd);
+    freeaddrinfo(res);
+    if (rc < 0)
+        throw std::runtime_error(fmt::format(
+            "cannot serve metrics on {}: {}{}", a, std::strerror(err),
+            err == EADDRINUSE ? " (another process listens there: choose another port with "
+                                "--metrics ADDR:PORT, port 0 for any free one, or --metrics none)"
+                              : ""));
+}
+
+// A socket file that a daemon answers belongs to it: refused before anything is created.
+void probe_socket(const std::string &path) {
+    sockaddr_un addr{};
+    if (path.size() >= sizeof(addr.sun_path))
+        throw std::runtime_error(fmt::format("socket path '{}' is too long", path));
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    struct stat st {};
+    if (lstat(path.c_str(), &st) < 0)
+        return;
+    if (!S_ISSOCK(st.st_mode))
+        throw std::runtime_error(fmt::format(
+            "{} exists and is not a socket: remove it or choose another --socket", path));
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool live = connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0;
+    close(probe);
+    if (live)
+        throw std::runtime_error(fmt::format("another tricolord answers on {}", path));
+}
+
+constexpr long kBpfFsMagic = 0xcafe4a11;
+
+bool on_bpffs(const std::string &path) {
+    struct statfs fs {};
+    return statfs(path.c_str(), &fs) == 0 && static_cast<long>(fs.f_type) == kBpfFsMagic;
+}
+
+bool in_host_mount_namespace() {
+    struct stat self {
+    }, init{};
+    return stat("/proc/self/ns/mnt", &self) == 0 && stat("/proc/1/ns/mnt", &init) == 0 &&
+           self.st_ino == init.st_ino;
+}
+
+// The pin directory must be on bpffs. Where nothing is mounted at /sys/fs/bpf (the case under
+// `ip netns exec`, which remounts /sys), one is mounted, as bpftool and Cilium do; anywhere else
+// the start is refused with the command that fixes it. Nothing is created before this check.
+void check_pin_dir(const std::string &pin_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p = fs::absolute(pin_dir, ec);
+    fs::path existing = p;
+    while (!fs::exists(existing, ec) && existing.has_parent_path() &&
+           existing != existing.parent_path())
+        existing = existing.parent_path();
+    if (fs::exists(existing, ec) && !fs::is_directory(existing, ec))
+        throw std::runtime_error(
+            fmt::format("--pin-dir {}: {} is not a directory", pin_dir, existing.string()));
+    if (on_bpffs(existing))
+        return;
+    const fs::path bpf_root = "/sys/fs/bpf";
+    auto rel = p.lexically_relative(bpf_root);
+    bool under_root = !rel.empty() && *rel.begin() != "..";
+    if (under_root && fs::is_directory(bpf_root, ec) && existing == bpf_root) {
+        if (mount("bpf", bpf_root.c_str(), "bpf", 0, "mode=0700") == 0) {
+            log(fmt::format("mounted a bpf filesystem at {} (nothing was mounted there), as "
+                            "bpftool does",
+                            bpf_root.string()));
+            if (!in_host_mount_namespace())
+                log("warning: this is not the host's mount namespace (ip netns exec?): the pins "
+                    "last only as long as this namespace; run tricolord in the host's (e.g. "
+                    "`nsenter --net=/run/netns/NS tricolord`) to keep them across restarts");
+            return;
+        }
+        throw std::runtime_error(fmt::format(
+            "--pin-dir {}: no bpf filesystem is mounted at {} and mounting one failed ({}): "
+            "mount -t bpf bpf {}",
+            pin_dir, bpf_root.string(), std::strerror(errno), bpf_root.string()));
+    }
+    throw std::runtime_error(fmt::format(
+        "--pin-dir {}: {} is not on a bpf filesystem, so maps cannot be pinned there: choose a "
+        "directory under {} (mount one there with `mount -t bpf bpf {}` if it is missing), or "
+        "mount one at the pin directory: mkdir -p {} && mount -t bpf bpf {}",
+        pin_dir, existing.string(), bpf_root.string(), bpf_root.string(), p.string(), p.string()));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
     CLI::App app{"tricolord: the tricolor daemon (data path, policies, control socket)",
                  "tricolord"};
     app.set_version_flag("--version", "tricolord " TRICOLOR_VERSION);
+    app.footer(
+        "Where state lives: the config file is yours and is never written. Changes made with\n"
+        "tricolorctl (attach, detach, policy add/set/del, apply) go to the state file. At start\n"
+        "the newer of the two is applied (the state on a tie), and the log says which; SIGHUP\n"
+        "applies the config, all or nothing (attachments included), and it becomes the state.\n"
+        "Buckets and counters live in the pinned maps (--pin-dir) and survive restarts.\n"
+        "Exit status: 0 after SIGTERM, 1 when the start is refused (nothing is left behind),\n"
+        "2 for bad usage.");
     DaemonOptions o;
     o.config = kDefaultConfig;
     o.socket = kDefaultSocket;
     o.pin_dir = kDefaultPinDir;
-    app.add_option("--config", o.config, "Config file (policies and attachments)")
+    app.add_option("--config", o.config,
+                   "Your config file (policies and attachments): read at start and on SIGHUP, "
+                   "never written")
         ->capture_default_str();
+    app.add_option("--state", o.state,
+                   "The daemon's own state file, rewritten (temp file, fsync, rename) by every "
+                   "change made with tricolorctl (default: /var/lib/tricolor/state.yaml, or "
+                   "state-<pin dir>.yaml beside it for another --pin-dir)");
     app.add_option("--socket", o.socket, "Control socket")->capture_default_str();
     app.add_option("--pin-dir", o.pin_dir, "bpffs directory for the pinned maps")
         ->capture_default_str();
@@ -140,6 +262,11 @@ int main(int argc, char **argv) {
                    "Seconds between deletions of idle flows (buckets full again); 0: never")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 86400.0));
+    app.add_option("--flow-idle-timeout", o.flow_idle_timeout,
+                   "Seconds a flow must have seen no packet before it is reclaimed (its buckets "
+                   "full again too); ignored while the flow table is over 90% full; 0: no wait")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 31536000.0));
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
@@ -155,16 +282,36 @@ int main(int argc, char **argv) {
         return 2;
     }
     quiet_libbpf_logging();
+    if (o.state.empty())
+        o.state = default_state_path(o.pin_dir);
 
-    // One daemon per pin directory.
-    std::error_code ec;
-    std::filesystem::create_directories(o.pin_dir, ec);
-    int lock_fd = open(o.pin_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-        log(fmt::format("cannot lock {}: {}", o.pin_dir,
-                        errno == EWOULDBLOCK ? "another tricolord uses it" : std::strerror(errno)));
+    // Everything that can refuse the start is checked before anything is created.
+    try {
+        check_metrics_address(o.metrics);
+        probe_socket(o.socket);
+        if (o.metrics != "none")
+            probe_metrics_address(o.metrics);
+        check_pin_dir(o.pin_dir);
+    } catch (const std::exception &e) {
+        log(e.what());
         return 1;
     }
+
+    // One daemon per pin directory.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    bool pin_dir_existed = fs::exists(o.pin_dir, ec);
+    fs::create_directories(o.pin_dir, ec);
+    int lock_fd = open(o.pin_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        int err = errno;
+        log(fmt::format("cannot lock {}: {}", o.pin_dir,
+                        err == EWOULDBLOCK ? "another tricolord uses it" : std::strerror(err)));
+        return 1; // never remove anything here: the directory may be the other daemon's
+    }
+    std::string abi_dir = fmt::format("{}/abi{}", o.pin_dir, TC_ABI_VERSION);
+    bool abi_existed = fs::exists(abi_dir, ec);
+    bool state_existed = fs::exists(o.state, ec);
 
     sigset_t mask;
     sigemptyset(&mask);
@@ -180,10 +327,7 @@ int main(int argc, char **argv) {
     int listen_fd = -1;
     std::string metrics_at = "none";
     try {
-        check_metrics_address(o.metrics);
-        daemon = std::make_unique<Daemon>(o);
-        for (const auto &w : daemon->startup_warnings)
-            log("warning: " + w);
+        // Clients that connect now wait until the loop below answers them.
         listen_fd = listen_on(o.socket);
         if (o.metrics != "none") {
             try {
@@ -192,6 +336,13 @@ int main(int argc, char **argv) {
                 throw std::runtime_error(
                     fmt::format("cannot serve metrics on {}: {}", o.metrics, e.what()));
             }
+        }
+        daemon = std::make_unique<Daemon>(o);
+        for (const auto &n : daemon->startup_notes)
+            log(n);
+        for (const auto &w : daemon->startup_warnings)
+            log("warning: " + w);
+        if (exposer) {
             metrics = std::make_shared<Metrics>(*daemon);
             exposer->RegisterCollectable(metrics);
             auto ports = exposer->GetListeningPorts();
@@ -200,11 +351,25 @@ int main(int argc, char **argv) {
             daemon->set_metrics_address(metrics_at);
         }
     } catch (const std::exception &e) {
+        // A failed start leaves nothing behind that it created.
+        exposer.reset();
+        if (listen_fd >= 0) {
+            close(listen_fd);
+            unlink(o.socket.c_str());
+        }
+        daemon.reset();
+        if (!abi_existed)
+            fs::remove_all(abi_dir, ec);
+        if (!pin_dir_existed)
+            fs::remove(o.pin_dir, ec);
+        if (!state_existed)
+            fs::remove(o.state, ec);
+        fs::remove(o.state + ".tmp", ec);
         log(e.what());
         return 1;
     }
-    log(fmt::format("ready: socket {}, pin dir {}, config {}, metrics {}", o.socket, o.pin_dir,
-                    o.config, metrics_at));
+    log(fmt::format("ready: socket {}, pin dir {}, config {}, state {}, metrics {}", o.socket,
+                    o.pin_dir, o.config, o.state, metrics_at));
     sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     bool running = true;
@@ -240,7 +405,11 @@ int main(int argc, char **argv) {
                     sd_notify(0, "RELOADING=1");
                     auto r = daemon->reload();
                     sd_notify(0, "READY=1");
-                    log(r ? fmt::format("reloaded {}", o.config)
+                    if (r)
+                        for (const auto &w : daemon->reload_warnings)
+                            log("warning: " + w);
+                    log(r ? fmt::format("reloaded {} (it is now the state, {})", o.config,
+                                        daemon->options().state)
                           : fmt::format("reload refused, nothing changed: {}", r.error()));
                 } else {
                     running = false;

@@ -9,8 +9,12 @@
 #include <net/if.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 #include <unistd.h>
 
 namespace tricolor {
@@ -46,6 +50,21 @@ std::string prog_name(uint32_t id) {
     std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
     close(fd);
     return name;
+}
+
+// libbpf prints the kernel's extack for a tc query on an interface without a clsact qdisc
+// ("Parent Qdisc doesn't exists"): expected when tcx is in use, and not worth a line.
+int quiet_print(enum libbpf_print_level, const char *, va_list) {
+    return 0;
+}
+struct QuietLibbpf {
+    libbpf_print_fn_t old = libbpf_set_print(quiet_print);
+    ~QuietLibbpf() { libbpf_set_print(old); }
+};
+
+int tc_query(bpf_tc_hook *hook, bpf_tc_opts *opts) {
+    QuietLibbpf quiet;
+    return bpf_tc_query(hook, opts);
 }
 
 bpf_tc_hook tc_hook(int ifindex, Direction dir) {
@@ -114,12 +133,39 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode) {
         return bpf_xdp_attach(ifindex, prog_fd, flags, &opts);
     };
     AttachResult r;
-    if (now.prog_id) { // ours: keep its mode, swap the program
-        uint32_t flags = now.mode == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
-        if (int err = try_mode(flags); err < 0)
+    auto flags_of = [](const std::string &m) {
+        return m == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+    };
+    std::string want = mode == XdpMode::native    ? "native"
+                       : mode == XdpMode::generic ? "generic"
+                                                  : now.mode;
+    if (now.prog_id && want == now.mode) { // ours, in the mode asked for: swap the program
+        if (int err = try_mode(flags_of(now.mode)); err < 0)
             return std::unexpected(fmt::format("cannot replace the XDP program on {}: {}",
                                                ifname(ifindex), errno_text(err)));
         r.mode = now.mode;
+        return r;
+    }
+    if (now.prog_id) {
+        // Ours in the other mode. The kernel runs one mode at a time: take it off, put it on in
+        // the mode asked for, and if that fails put it back as it was.
+        if (int err = bpf_xdp_detach(ifindex, flags_of(now.mode), nullptr); err < 0)
+            return std::unexpected(fmt::format("cannot take XDP off {} to switch it from {} to "
+                                               "{} mode: {}",
+                                               ifname(ifindex), now.mode, want, errno_text(err)));
+        if (int err = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | flags_of(want)); err < 0) {
+            int back = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | flags_of(now.mode));
+            return std::unexpected(fmt::format(
+                "cannot switch XDP on {} from {} to {} mode: {}; {}", ifname(ifindex), now.mode,
+                want, errno_text(err),
+                back == 0 ? fmt::format("it stays in {} mode", now.mode)
+                          : fmt::format("and putting it back in {} mode failed too ({}): the "
+                                        "interface is not policed",
+                                        now.mode, errno_text(back))));
+        }
+        r.mode = want;
+        r.warning =
+            fmt::format("{}: switched XDP from {} to {} mode", ifname(ifindex), now.mode, want);
         return r;
     }
     if (mode != XdpMode::generic) {
@@ -170,7 +216,7 @@ HookState query_tc(int ifindex, Direction dir) {
             }
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    if (bpf_tc_query(&hook, &opts) == 0) {
+    if (tc_query(&hook, &opts) == 0) {
         s.prog_id = opts.prog_id;
         s.prog_name = prog_name(opts.prog_id);
         s.mode = "clsact";
@@ -184,13 +230,64 @@ namespace {
 void remove_clsact_filter(int ifindex, Direction dir) {
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    if (bpf_tc_query(&hook, &opts) == 0 && prog_name(opts.prog_id) == kTcProgName) {
+    if (tc_query(&hook, &opts) == 0 && prog_name(opts.prog_id) == kTcProgName) {
         LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
         bpf_tc_detach(&hook, &del);
     }
 }
 
 } // namespace
+
+namespace {
+std::vector<uint32_t> map_ids(int fd) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || info.nr_map_ids == 0)
+        return {};
+    std::vector<uint32_t> ids(info.nr_map_ids);
+    bpf_prog_info again{};
+    again.nr_map_ids = static_cast<uint32_t>(ids.size());
+    again.map_ids = reinterpret_cast<uint64_t>(ids.data());
+    len = sizeof(again);
+    if (bpf_obj_get_info_by_fd(fd, &again, &len) != 0)
+        return {};
+    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
+    return ids;
+}
+} // namespace
+
+bool shares_maps(uint32_t prog_id, int prog_fd) {
+    int fd = bpf_prog_get_fd_by_id(prog_id);
+    if (fd < 0)
+        return false;
+    auto theirs = map_ids(fd);
+    close(fd);
+    auto ours = map_ids(prog_fd);
+    for (uint32_t id : theirs)
+        if (std::find(ours.begin(), ours.end(), id) != ours.end())
+            return true;
+    return false;
+}
+
+int release_defunct_tcx_links(const std::string &link_dir) {
+    int n = 0;
+    std::error_code ec;
+    if (link_dir.empty() || !std::filesystem::is_directory(link_dir, ec))
+        return 0;
+    for (const auto &entry : std::filesystem::directory_iterator(link_dir, ec)) {
+        unsigned idx = 0;
+        char dir[16] = {};
+        std::string name = entry.path().filename().string();
+        if (std::sscanf(name.c_str(), "tcx_%u_%15s", &idx, dir) != 2)
+            continue;
+        char buf[IF_NAMESIZE] = {};
+        if (if_indextoname(idx, buf))
+            continue; // the interface is still here
+        if (unlink(entry.path().c_str()) == 0)
+            ++n;
+    }
+    return n;
+}
 
 Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
                                const std::string &link_dir) {

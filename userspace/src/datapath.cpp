@@ -729,16 +729,25 @@ uint64_t Datapath::now_ns() const {
 }
 
 size_t Datapath::reclaim_idle_flows() {
+    return reclaim_idle_flows(0, 0);
+}
+
+size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
     std::map<uint32_t, tc_meter_config> configs;
     for (const auto &[id, p] : impl_->active)
         configs[id] = make_meter_config(p.meter);
     const uint64_t now = now_ns();
     int fd = impl_->fd(impl_->skel->maps.tc_flows);
     size_t reclaimed = 0;
-    for (const auto &f : flows()) {
+    auto all = flows();
+    bool pressure = pressure_at && all.size() > pressure_at;
+    for (const auto &f : all) {
         auto cfg = configs.find(f.key.policy_id);
         if (cfg == configs.end() || f.state.lock)
             continue;
+        if (!pressure && min_idle_ns && (f.state.flags & TC_FLOW_F_STARTED) &&
+            now - std::min<uint64_t>(now, f.state.meter.last_ns) < min_idle_ns)
+            continue; // seen recently: left for an operator to look at
         // Exactly what the next packet would see: the shared refill code on a copy.
         tc_meter_state s = f.state.meter;
         tc_meter_refill(&cfg->second, &s, now);

@@ -186,8 +186,16 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                     else
                         mr.error(side, pr.error());
                 }
-            if (auto v = mr.number(mt, "dscp", 63))
-                p.match.dscp = static_cast<uint8_t>(*v);
+            // A number or a name, as in the dscp:NAME action (ef, af11..af43, cs0..cs7).
+            if (auto t = mr.text(mt, "dscp")) {
+                auto a = parse_action("dscp:" + *t);
+                if (a)
+                    p.match.dscp = static_cast<uint8_t>(a->value);
+                else
+                    mr.error("dscp", fmt::format("'{}' is not 0 to 63 or a name (ef, af11..af43, "
+                                                 "cs0..cs7)",
+                                                 *t));
+            }
             if (auto v = mr.number(mt, "vlan", 4095))
                 p.match.vlan = static_cast<uint16_t>(*v);
             if (auto t = mr.text(mt, "iface")) {
@@ -259,6 +267,24 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
 }
 
 json merge_policy(json spec, const json &patch) {
+    // A new algorithm drops the old one's own parameters (unless the patch gives them again),
+    // so a policy can change algorithm in place, keeping its id and so its counters.
+    if (auto it = patch.find("algo");
+        it != patch.end() && it->is_string() && spec.value("algo", json()) != *it) {
+        std::string algo = *it;
+        auto belongs = [&](const std::string &key) {
+            if (key == "pir" || key == "pbs")
+                return algo == "trtcm";
+            if (key == "ebs")
+                return algo == "srtcm" || algo == "rfc4115";
+            if (key == "eir")
+                return algo == "rfc4115";
+            return true;
+        };
+        for (const char *key : {"pir", "pbs", "ebs", "eir"})
+            if (!belongs(key) && !patch.contains(key))
+                spec.erase(key);
+    }
     for (const auto &[key, value] : patch.items()) {
         if (value.is_null())
             spec.erase(key);

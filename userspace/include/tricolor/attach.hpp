@@ -43,6 +43,13 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
                                const std::string &link_dir);
 Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir);
 HookState query_tc(int ifindex, Direction dir);
+// True when program @prog_id uses one of the maps program @prog_fd uses: the same data path
+// (the same pinned maps), not another daemon's.
+bool shares_maps(uint32_t prog_id, int prog_fd);
+
+// Unpins the tcx links in @link_dir whose interface no longer exists (deleted, or moved to
+// another namespace); returns how many.
+int release_defunct_tcx_links(const std::string &link_dir);
 
 // Our programs' names, as the kernel reports them (15 characters at most).
 inline constexpr const char *kXdpProgName = "tricolor_xdp";

@@ -125,6 +125,10 @@ class Datapath {
     // Deletes the flows whose buckets are full now (idle at least their fill time): such a
     // flow is indistinguishable from a new one, so no colour changes. Returns how many.
     size_t reclaim_idle_flows();
+    // The same, only for flows that have seen no packet for @min_idle_ns as well (as conntrack
+    // times out idle entries), unless the table holds more than @pressure_at flows: then every
+    // full flow goes, idle or not. 0 for either: no such condition.
+    size_t reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at);
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
 

@@ -24,6 +24,8 @@ const std::vector<std::string> &match_fields();
 Result<Policy> to_policy(const nlohmann::json &spec, uint32_t id);
 
 // Applies @patch (fields to change; "match" entries replace the whole match) to @spec.
+// A new "algo" drops the old algorithm's own parameters (pir, pbs, ebs, eir) the patch does not
+// give.
 nlohmann::json merge_policy(nlohmann::json spec, const nlohmann::json &patch);
 
 } // namespace tricolor

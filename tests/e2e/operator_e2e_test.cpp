@@ -1,0 +1,202 @@
+// The minors of issue 10, each as a user meets it: warnings that concern what was touched, DSCP
+// names in matches, dry runs that say what they would do, policy show with its defaults, a text
+// status that reads as a table, and a quiet tcx attach.
+#include "lab.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+using namespace tricolor;
+using namespace tricolor::test;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+class Operator : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        lab = std::make_unique<Lab>();
+        daemon = std::make_unique<Daemon>(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    }
+    void TearDown() override {
+        if (HasFailure() && daemon)
+            std::cerr << "daemon log:\n" << daemon->log();
+        daemon.reset();
+        lab.reset();
+    }
+    RunResult ok(std::vector<std::string> args) {
+        auto r = daemon->ctl(args);
+        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+        return r;
+    }
+    std::unique_ptr<Lab> lab;
+    std::unique_ptr<Daemon> daemon;
+};
+
+TEST_F(Operator, WarningsConcernThePolicyTouched) {
+    // A bucket below a packet: warned about when added...
+    auto a = ok({"policy", "add", "small", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "100",
+                 "--match", "proto", "udp"});
+    EXPECT_THAT(a.err, HasSubstr("policy 'small'"));
+    // ...but not again when another policy changes.
+    ok({"policy", "add", "other", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+        "proto", "tcp"});
+    auto set = ok({"policy", "set", "other", "--cir", "2mbit"});
+    EXPECT_THAT(set.err, Not(HasSubstr("small")));
+}
+
+TEST_F(Operator, ShadowedPolicyAndRfc4115WithoutEirAreWarned) {
+    ok({"policy", "add", "a", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+        "proto", "udp"});
+    auto b = ok({"policy", "add", "b", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k",
+                 "--match", "proto", "udp"});
+    EXPECT_THAT(b.err, HasSubstr("policy 'b': same match and priority as 'a'"));
+    auto c = ok({"policy", "add", "c", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k",
+                 "--match", "proto", "udp", "--priority", "5"});
+    EXPECT_THAT(c.err, Not(HasSubstr("same match")));
+    auto e = ok({"policy", "add", "e", "--algo", "rfc4115", "--cir", "1mbit", "--cbs", "15k",
+                 "--ebs", "15k"});
+    EXPECT_THAT(e.err, HasSubstr("rfc4115 without --eir"));
+    auto e2 = ok({"policy", "add", "e2", "--algo", "rfc4115", "--cir", "1mbit", "--cbs", "15k",
+                  "--ebs", "15k", "--eir", "1mbit"});
+    EXPECT_THAT(e2.err, Not(HasSubstr("without --eir")));
+}
+
+TEST_F(Operator, DscpMatchTakesNames) {
+    ok({"policy", "add", "af", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+        "dscp", "af11"});
+    ok({"policy", "add", "ef", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--match",
+        "dscp", "ef"});
+    auto bad = daemon->ctl({"policy", "add", "x", "--algo", "srtcm", "--cir", "1mbit", "--cbs",
+                            "15k", "--match", "dscp", "af99"});
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_THAT(bad.err, HasSubstr("af99"));
+}
+
+TEST_F(Operator, DryRunSaysWhatWouldBeAddedChangedAndDeleted) {
+    ok({"policy", "add", "keep", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    ok({"policy", "add", "change", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    ok({"policy", "add", "drop", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
+    std::string file = daemon->dir() + "/apply.yaml";
+    std::ofstream(file) << "policies:\n"
+                           "  - {name: keep, algo: srtcm, cir: 1mbit, cbs: 15k}\n"
+                           "  - {name: change, algo: srtcm, cir: 2mbit, cbs: 15k}\n"
+                           "  - {name: new, algo: srtcm, cir: 1mbit, cbs: 15k}\n";
+    auto dry = ok({"apply", "-f", file, "--dry-run"});
+    EXPECT_THAT(dry.out, HasSubstr("would be added 1: new"));
+    EXPECT_THAT(dry.out, HasSubstr("would be changed 1: change"));
+    EXPECT_THAT(dry.out, HasSubstr("would be deleted 1: drop"));
+    EXPECT_EQ(json::parse(ok({"-j", "policy", "list"}).out)["policies"].size(), 3u);
+    auto j = json::parse(ok({"-j", "apply", "-f", file, "--dry-run"}).out);
+    EXPECT_EQ(j["deleted"], json::array({"drop"}));
+}
+
+TEST_F(Operator, PolicyShowPrintsDefaultsAndNormalizedRates) {
+    ok({"policy", "add", "p", "--algo", "srtcm", "--cir", "10mbit", "--cbs", "15k"});
+    auto show = ok({"policy", "show", "p"});
+    EXPECT_THAT(show.out, HasSubstr("10mbit (10000000 bit/s)"));
+    EXPECT_THAT(show.out, HasSubstr("15k (15360 bytes)"));
+    EXPECT_THAT(show.out, HasSubstr("ebs          0 bytes (default)"));
+    EXPECT_THAT(show.out, HasSubstr("per          aggregate (default)"));
+    EXPECT_THAT(show.out, HasSubstr("red          drop (default)"));
+    EXPECT_THAT(show.out, HasSubstr("priority     0 (default)"));
+}
+
+TEST_F(Operator, TextStatusHasAHeaderMetricsAndReclaimed) {
+    ok({"attach", lab->host_if});
+    auto st = ok({"status"});
+    EXPECT_THAT(st.out, HasSubstr("INTERFACE"));
+    EXPECT_THAT(st.out, HasSubstr("attached"));
+    EXPECT_THAT(st.out, HasSubstr("metrics     127.0.0.1:"));
+    EXPECT_THAT(st.out, HasSubstr("idle flows reclaimed"));
+    EXPECT_THAT(st.out, HasSubstr("state       " + daemon->state()));
+}
+
+TEST_F(Operator, TcAttachLogsNoLibbpfNoise) {
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "ingress"});
+    ok({"status"});
+    EXPECT_THAT(daemon->log(), Not(HasSubstr("Parent Qdisc")));
+    EXPECT_THAT(daemon->log(), Not(HasSubstr("Kernel error message")));
+}
+
+// Bucket levels as of now, as `tc -s police` users expect: the aggregate bucket in policy show,
+// each flow's in flows.
+TEST_F(Operator, PolicyShowAndFlowsShowBucketLevels) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "agg", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "udp", "--match", "dport", "9000"});
+    ok({"policy", "add", "per",     "--algo", "trtcm", "--cir", "8bit",
+        "--cbs",  "15k", "--pir",   "16bit",  "--pbs", "20k",   "--match",
+        "proto",  "udp", "--match", "dport",  "9001",  "--per", "src"});
+    auto full = json::parse(ok({"-j", "policy", "show", "agg"}).out);
+    EXPECT_EQ(full["buckets"]["c"]["bytes"], 15360); // no packet yet: full
+    for (const char *port : {"9000", "9001"}) {
+        auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, port, "10", "1000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    auto show = json::parse(ok({"-j", "policy", "show", "agg"}).out);
+    // 10 x 1028 bytes taken from 15360; 8 bit/s gives back a byte a second.
+    uint64_t c = show["buckets"]["c"]["bytes"].get<uint64_t>();
+    EXPECT_GE(c, 5080u);
+    EXPECT_LE(c, 5090u);
+    EXPECT_EQ(show["buckets"]["c"]["size"], 15360);
+    EXPECT_THAT(ok({"policy", "show", "agg"}).out, HasSubstr("/15360 bytes (33%)"));
+    auto flows = json::parse(ok({"-j", "flows", "--policy", "per"}).out)["flows"];
+    ASSERT_EQ(flows.size(), 1u);
+    EXPECT_GE(flows[0]["buckets"]["p"]["bytes"].get<uint64_t>(), 20480u - 10280u);
+    EXPECT_LE(flows[0]["buckets"]["c"]["bytes"].get<uint64_t>(), 15360u - 10280u + 10u);
+    EXPECT_THAT(ok({"flows"}).out, HasSubstr("E/P%"));
+}
+
+// policy set --algo changes the algorithm in place: the other algorithm's parameters go, the
+// policy keeps its id and so its counters.
+TEST_F(Operator, ChangingTheAlgorithmKeepsTheCounters) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "p", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
+        "--match", "proto", "udp"});
+    auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "10", "1000"});
+    ASSERT_EQ(r.exit_code, 0);
+    auto id = json::parse(ok({"-j", "policy", "show", "p"}).out)["id"];
+    ok({"policy", "set", "p", "--algo", "trtcm", "--pir", "16bit", "--pbs", "20k"});
+    auto show = json::parse(ok({"-j", "policy", "show", "p"}).out);
+    EXPECT_EQ(show["id"], id);
+    EXPECT_EQ(show["policy"]["algo"], "trtcm");
+    EXPECT_FALSE(show["policy"].contains("ebs"));
+    auto stats = json::parse(ok({"-j", "stats", "p"}).out)["policies"][0];
+    EXPECT_EQ(stats["green"]["packets"].get<uint64_t>() +
+                  stats["yellow"]["packets"].get<uint64_t>() +
+                  stats["red"]["packets"].get<uint64_t>(),
+              10u);
+}
+
+// Flows stay visible for the idle timeout after their last packet, then go.
+TEST_F(Operator, FlowsStayForTheIdleTimeout) {
+    daemon.reset();
+    daemon = std::make_unique<Daemon>(
+        "idle", std::vector<std::string>{"--reclaim-interval", "0.2", "--flow-idle-timeout", "2"});
+    ok({"attach", lab->host_if});
+    // Buckets full again 0.13 s after a packet: only the idle timeout keeps the flow.
+    ok({"policy", "add", "per-flow", "--algo", "srtcm", "--cir", "8000", "--cbs", "1000", "--per",
+        "5tuple", "--match", "proto", "udp"});
+    auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "1", "100"});
+    ASSERT_EQ(r.exit_code, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    EXPECT_EQ(json::parse(ok({"-j", "flows"}).out)["flows"].size(), 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
+    EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
+}
+
+} // namespace
