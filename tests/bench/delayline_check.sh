@@ -25,6 +25,9 @@ for how in delayline netem; do
     ip netns exec dlchk-b iperf3 -s -D -1 --logfile "$DIR/iperf3-s.log"
     sleep 0.3
     out=$(ip netns exec dlchk-a iperf3 -c 198.18.161.2 -t "$SECONDS_EACH" -J)
-    read -r mbit retr < <(echo "$out" | python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]; print(f"{e[\"sum_received\"][\"bits_per_second\"]/1e6:.1f}", e["sum_sent"].get("retransmits", 0))')
+    read -r mbit retr < <(echo "$out" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["end"]
+print("%.1f" % (e["sum_received"]["bits_per_second"] / 1e6), e["sum_sent"].get("retransmits", 0))')
     echo "RESULT name=delay_${how} one_way=$DELAY rtt_min_avg_max_ms=$rtt goodput_mbit=$mbit retransmits=$retr"
 done
