@@ -2,24 +2,21 @@
  * (SPEC §8). The law, per bucket pair:
  *
  *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
- *   deficit D = S - R after the packet was metered; level = how many eighths of S it is (0..8).
- *   The signal zone starts at half: levels 4, 5, 6 and 7 each send ONE signal, to the first
- *   packet that would pass (not red, its colour's action not drop) at or past that level.
- *   The bucket remembers the deepest level it signalled (3 bits of the flow's flags); it re-arms
- *   level by level as the reserve refills, so a bucket that fills back above half sends nothing
- *   until it drains past half again.
+ *   deficit D = S - R after the packet was metered.
+ *   When D reaches 7/8 of S, ONE signal goes to the first packet that would pass (not red, its
+ *   colour's action not drop); the bucket then stays quiet until D is back under S/2 (one bit
+ *   of the flow's flags), so one drain sends one signal whatever the packet rate, and a bucket
+ *   that refilled past half, or a full one, sends nothing.
  *
- * So a drain sends at most four signals, spaced by S/8 of deficit, whatever the packet rate:
- * one for a single flow to react to (a CE mark, or a loss, takes an RTT to act on; CUBIC cuts
- * by 30%), and more, deeper, for aggregates of several flows or for a flow that did not slow
- * down. Unlike random early drop on the level, the number of signals per drain is fixed, not
- * proportional to the packet rate (which, at 1500-byte packets and tens of Mbit/s, drowned the
- * sender in signals: it halves on the first and the rest are lost retransmissions); unlike
- * PCN-style marking of every packet past a threshold, classic ECN senders are not halved every
- * RTT. Early-dropped packets keep the tokens their colour took: the buckets and every colour
- * are exactly §1's with or without --aqm, and what passes is a subset of what would have.
- * A full bucket never signals (D = 0 is level 0). The cost on a packet of a policy without
- * --aqm is one load and one branch. */
+ * Why: a window-based sender needs at most one signal per RTT and reacts an RTT late. Random
+ * early drop on the level sends signals in proportion to the packet rate (the sender halves on
+ * the first; the rest are lost retransmissions); PCN-style marking of every packet past a
+ * threshold halves classic-ECN senders every RTT; stepped signals (one per eighth past half,
+ * tried first) cut a sender twice in one drain. One late signal keeps the sender's cycle where
+ * the hard policer puts it, with a mark in place of a burst of losses.
+ * Early-dropped packets keep the tokens their colour took: the buckets and every colour are
+ * exactly §1's with or without --aqm, and what passes is a subset of what would have. The cost
+ * on a packet of a policy without --aqm is one load and one branch. */
 #ifndef TRICOLOR_AQM_H
 #define TRICOLOR_AQM_H
 
@@ -38,10 +35,14 @@ struct {
     __type(value, struct tc_tcp_counters);
 } tc_tcp_stats SEC(".maps");
 
-/* tc_flow.flags bits 24..26: the deepest level (4..7) signalled since the bucket was above half;
- * 0 when armed. */
-#define TC_FLOW_AQM_SHIFT 24
-#define TC_FLOW_AQM_MASK (7u << TC_FLOW_AQM_SHIFT)
+/* tc_flow.flags bit 24: the signal was sent in this drain (cleared when the reserve is back
+ * above TC_AQM_REARM eighths). */
+#define TC_FLOW_AQM_SIGNALLED (1u << 24)
+
+/* The signal is sent when the deficit reaches TC_AQM_LEVEL eighths of the reserve; the bucket
+ * re-arms when the deficit is back under TC_AQM_REARM eighths. */
+#define TC_AQM_LEVEL 7
+#define TC_AQM_REARM 4
 
 /* Returned by tc_flow_meter_packet with the colour: send the early signal on this packet. */
 #define TC_METER_SIGNAL 0x100
@@ -62,26 +63,16 @@ static __always_inline int tc_aqm_step(const struct tc_policy *pol, struct tc_fl
     }
     __u64 deficit = size > tokens ? size - tokens : 0;
     __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 7 * eighth */
-    __u32 level = 0;
-    if (deficit >= 4 * eighth) {
-        level = 4;
-        if (deficit >= 5 * eighth)
-            level = 5;
-        if (deficit >= 6 * eighth)
-            level = 6;
-        if (deficit >= 7 * eighth)
-            level = 7;
-    }
-    __u32 done = (f->flags & TC_FLOW_AQM_MASK) >> TC_FLOW_AQM_SHIFT;
-    if (level <= done) {
-        if (level < done) /* refilling: re-arm the levels above */
-            f->flags = (f->flags & ~TC_FLOW_AQM_MASK) | (level << TC_FLOW_AQM_SHIFT);
+    if (f->flags & TC_FLOW_AQM_SIGNALLED) {
+        if (deficit < TC_AQM_REARM * eighth)
+            f->flags &= ~TC_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
         return 0;
     }
-    /* Deeper than signalled: this packet signals, if it is one that would pass. */
-    if (color == TC_RED || pol->action[color].kind == TC_ACT_KIND_DROP)
+    /* Armed: the first packet past the level that would pass carries the signal. */
+    if (deficit < TC_AQM_LEVEL * eighth || color == TC_RED ||
+        pol->action[color].kind == TC_ACT_KIND_DROP)
         return 0;
-    f->flags = (f->flags & ~TC_FLOW_AQM_MASK) | (level << TC_FLOW_AQM_SHIFT);
+    f->flags |= TC_FLOW_AQM_SIGNALLED;
     return 1;
 }
 

@@ -71,33 +71,35 @@ TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
             EXPECT_EQ(r.data_out, f);
         }
     }
-    // Deficit after packet i is 100·i bytes of 8000: levels 4/8, 5/8, 6/8, 7/8.
-    EXPECT_EQ(marked, (std::vector<int>{40, 50, 60, 70}));
+    // Deficit after packet i is 100·i bytes of 8000: the signal at 7/8, once.
+    EXPECT_EQ(marked, (std::vector<int>{70}));
     // Red is red: dropped by its action, never marked instead.
     EXPECT_EQ(dp->run_xdp(frame(2)).retval, kXdpDrop);
     auto t = dp->shape_counters()[3].tcp;
-    EXPECT_EQ(t.aqm_marked_packets, 4u);
-    EXPECT_EQ(t.aqm_marked_bytes, 400u);
+    EXPECT_EQ(t.aqm_marked_packets, 1u);
+    EXPECT_EQ(t.aqm_marked_bytes, 100u);
     EXPECT_EQ(t.aqm_dropped_packets, 0u);
 }
 
 TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) {
     apply(TC_AQM_ECN);
-    std::vector<int> dropped;
-    for (int i = 1; i <= 50; ++i) {
-        bool ect = i > 45; // not ECN-capable up to 45
-        auto r = dp->run_xdp(frame(ect ? 1 : 0, true));
-        if (r.retval == kXdpDrop)
-            dropped.push_back(i);
-        uint32_t word = uint32_t(r.data_out[14]) << 24 | r.data_out[15] << 16;
-        if (i == 50) {
-            ASSERT_EQ(r.retval, kXdpPass);
-            EXPECT_EQ((word >> 20) & 3, 3u) << "ECT(1) IPv6 packet marked CE";
-        } else if (r.retval == kXdpPass) {
-            EXPECT_EQ((word >> 20) & 3, ect ? 1u : 0u);
+    auto drain = [&](uint8_t ecn, std::vector<int> &signalled) {
+        for (int i = 1; i <= 75; ++i) {
+            auto r = dp->run_xdp(frame(ecn, true));
+            uint32_t word = uint32_t(r.data_out[14]) << 24 | r.data_out[15] << 16;
+            if (r.retval == kXdpDrop || ((word >> 20) & 3) == 3)
+                signalled.push_back(i);
+            if (r.retval == kXdpPass && i != 70) {
+                EXPECT_EQ((word >> 20) & 3, ecn) << "packet " << i;
+            }
         }
-    }
-    EXPECT_EQ(dropped, (std::vector<int>{40}));
+    };
+    std::vector<int> dropped, marked;
+    drain(0, dropped); // not ECN-capable: dropped instead
+    EXPECT_EQ(dropped, (std::vector<int>{70}));
+    dp->set_clock(1000000000 + 9000000000ull); // full again
+    drain(1, marked);                          // ECT(1): CE in the traffic class
+    EXPECT_EQ(marked, (std::vector<int>{70}));
     auto t = dp->shape_counters()[3].tcp;
     EXPECT_EQ(t.aqm_dropped_packets, 1u);
     EXPECT_EQ(t.aqm_marked_packets, 1u);
@@ -112,15 +114,19 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
                 drops.push_back(i);
         return drops;
     };
-    EXPECT_EQ(drain(45), (std::vector<int>{40}));
-    // Refill completely (8 s at 1000 bytes/s), then drain to just above half: nothing.
-    dp->set_clock(1000000000 + 9000000000ull);
-    EXPECT_EQ(drain(39), std::vector<int>{});
-    // Re-armed: past half again, one signal per level.
-    EXPECT_EQ(drain(41), (std::vector<int>{1, 11, 21, 31}));
-    // Partly refilled to above half (deficit 8000 - 5000 = 3000 after 5 s): re-armed from there.
-    dp->set_clock(1000000000 + 9000000000ull + 5000000000ull);
-    EXPECT_EQ(drain(15), (std::vector<int>{10}));
+    EXPECT_EQ(drain(75), (std::vector<int>{70}));
+    // Refill completely (8 s at 1000 bytes/s), then drain to just short of 7/8: nothing.
+    const uint64_t t1 = 1000000000 + 9000000000ull;
+    dp->set_clock(t1);
+    EXPECT_EQ(drain(69), std::vector<int>{});
+    // Re-armed: the signal at 7/8 again, once.
+    EXPECT_EQ(drain(11), (std::vector<int>{1}));
+    // Partly refilled (5 s: deficit 8000 - 5000 = 3000, under half): re-armed from there, and
+    // nothing until 7/8 again (deficit 3000 + 100 k >= 7000 at the 40th packet).
+    const uint64_t t2 = t1 + 5000000000ull;
+    dp->set_clock(t2);
+    EXPECT_EQ(drain(15), std::vector<int>{});
+    EXPECT_EQ(drain(30), (std::vector<int>{25}));
 
     // The colours are §1's: the same packets with --aqm off colour identically.
     auto with = dp->policy_counters()[3];
@@ -130,11 +136,11 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
     dp = std::make_unique<Datapath>(o);
     dp->set_clock(1000000000);
     apply(TC_AQM_OFF);
-    drain(45);
-    dp->set_clock(1000000000 + 9000000000ull);
+    drain(75);
+    dp->set_clock(t1);
     drain(80);
-    dp->set_clock(1000000000 + 9000000000ull + 5000000000ull);
-    drain(15);
+    dp->set_clock(t2);
+    drain(45);
     auto without = dp->policy_counters()[3];
     for (int c = 0; c < TC_NR_COLORS; ++c) {
         EXPECT_EQ(with.packets[c], without.packets[c]) << "colour " << c;
@@ -154,7 +160,7 @@ TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
             EXPECT_LE(i, 80) << "packet " << i << " is red";
         }
     }
-    EXPECT_EQ(marks, 4);
+    EXPECT_EQ(marks, 1);
 }
 
 } // namespace
