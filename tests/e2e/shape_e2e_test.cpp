@@ -215,6 +215,53 @@ TEST_F(Shape, RefusedWhereItCannotWork) {
     EXPECT_THAT(r.err, HasSubstr("paces TCP"));
 }
 
+std::string scrape_metrics(const std::string &address) {
+    int port = std::stoi(address.substr(address.rfind(':') + 1));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    std::string body;
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof(sa)) == 0) {
+        std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        (void)!write(fd, req.data(), req.size());
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+            body.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return body;
+}
+
+// --aqm on XDP ingress with UDP from the namespace: 100 datagrams of 100 IP bytes into an
+// 8000-byte bucket that does not refill; the one early drop (at 7/8) is in stats -j, the table
+// and the metrics, and the colours are what they would be without it.
+TEST_F(Shape, AqmCountersInStatsTableAndMetrics) {
+    ASSERT_EQ(d.ctl({"attach", lab.host_if}).exit_code, 0);
+    ASSERT_EQ(d.ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "8bit", "--cbs", "8000",
+                     "--match", "proto", "udp", "--aqm", "drop"})
+                  .exit_code,
+              0);
+    auto r = lab.in_ns({udp_tool_path(), "send", lab.host_v4, "9000", "100", "72"});
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    auto s = json::parse(d.ctl({"-j", "stats", "udp"}).out)["policies"][0];
+    EXPECT_EQ(s["green"]["packets"], 80);
+    EXPECT_EQ(s["red"]["packets"], 20);
+    EXPECT_EQ(s["aqm"]["dropped"]["packets"], 1);
+    EXPECT_EQ(s["aqm"]["dropped"]["bytes"], 100);
+    EXPECT_EQ(s["aqm"]["marked"]["packets"], 0);
+    EXPECT_EQ(s["shape"]["sockets"], 0);
+    EXPECT_THAT(d.ctl({"stats"}).out, HasSubstr("aqm marked 0 dropped 1 pkts"));
+    auto status = json::parse(d.ctl({"-j", "status"}).out);
+    std::string body = scrape_metrics(status["metrics"]);
+    EXPECT_THAT(
+        body,
+        HasSubstr("tricolor_tcp_signal_packets_total{action=\"aqm_dropped\",policy=\"udp\"} 1"));
+    EXPECT_THAT(body, HasSubstr("tricolor_shape_sockets{policy=\"udp\"} 0"));
+}
+
 // iperf3 from this namespace to the lab's, through tc egress: goodput in bit/s.
 double iperf_goodput(const Lab &lab, int seconds) {
     auto r = run_command(
