@@ -122,6 +122,10 @@ demo() {
     "$ctl" stats --watch --interval 1 --count 9
     wait "$client" || true
     grep -E "sender|receiver" "$DEMO_DIR/tcp.log" || tail -3 "$DEMO_DIR/tcp.log"
+    echo "== busiest flows"
+    "$ctl" flows --top 5
+    echo "== the same counters as JSON: tricolorctl -j stats"
+    "$ctl" -j stats
     echo "== TCP from tcdemo-b's own sockets through tc egress, 20 Mbit/s, CBS 16 KiB:"
     echo "   the hard policer, then --shape sockets (the sender paced to the policy's rate)"
     "$ctl" attach tcd-b --hook tc --direction egress
@@ -137,10 +141,6 @@ demo() {
         "$ctl" stats tcp-out
         "$ctl" policy del tcp-out
     done
-    echo "== busiest flows"
-    "$ctl" flows --top 5
-    echo "== the same counters as JSON: tricolorctl -j stats"
-    "$ctl" -j stats
     echo
 }
 
