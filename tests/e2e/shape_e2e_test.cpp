@@ -190,6 +190,25 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
         close(fd);
 }
 
+TEST_F(Shape, ARestartedDaemonKeepsPacing) {
+    ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "20000000", "--cbs", "64k",
+                     "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
+                  .exit_code,
+              0);
+    d.kill9();
+    d.start(); // adopts the pinned maps and swaps its sock_ops program into the pinned link
+    int lst = listen_in_ns(lab.ns, lab.ns_v4, 5203);
+    ASSERT_GE(lst, 0);
+    int a = connect_to(lab.ns_v4, 5203);
+    ASSERT_GE(a, 0);
+    int pa = accept(lst, nullptr, nullptr);
+    EXPECT_EQ(pacing(a), share_of("20000000", 1));
+    pump(a, pa, 256 * 1024);
+    EXPECT_EQ(json::parse(d.ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
+    for (int fd : {a, pa, lst})
+        close(fd);
+}
+
 TEST_F(Shape, RefusedWhereItCannotWork) {
     // XDP only: the daemon says why.
     Lab xdp_lab;

@@ -184,12 +184,13 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     dp_->set_drop_malformed(options_.drop_malformed);
     for (const auto &p : dp_->policies())
         adopted_ids_[p.name] = p.id;
-    // A sock_ops link an earlier daemon pinned: swap our program in (it reads our maps).
+    if (auto r = load_config(true); !r)
+        throw std::runtime_error(r.error());
+    // A sock_ops link an earlier daemon pinned: swap our program in (it reads the same maps),
+    // once the config is applied, so that it knows which policies shape from its first socket.
     if (sockops_attached(link_dir()))
         if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
             startup_warnings.push_back(r.error());
-    if (auto r = load_config(true); !r)
-        throw std::runtime_error(r.error());
 }
 
 Daemon::~Daemon() = default;
