@@ -126,6 +126,21 @@ demo() {
     "$ctl" flows --top 5
     echo "== the same counters as JSON: tricolorctl -j stats"
     "$ctl" -j stats
+    echo "== TCP from tcdemo-b's own sockets through tc egress, 20 Mbit/s, CBS 16 KiB:"
+    echo "   the hard policer, then --shape sockets (the sender paced to the policy's rate)"
+    "$ctl" attach tcd-b --hook tc --direction egress
+    $A iperf3 -s -D -p 5202 --logfile "$DEMO_DIR/iperf3-server-a.log"
+    sleep 0.5
+    local shape
+    for shape in off sockets; do
+        "$ctl" policy add tcp-out --algo srtcm --cir 20mbit --cbs 16k --ebs 0 \
+            --match dst 198.18.100.1/32 --match proto tcp --shape "$shape" >/dev/null
+        $B iperf3 -C cubic -c 198.18.100.1 -p 5202 -t 5 >"$DEMO_DIR/tcp-$shape.log" 2>&1 || true
+        echo "-- --shape $shape:"
+        grep -E "receiver" "$DEMO_DIR/tcp-$shape.log" || tail -3 "$DEMO_DIR/tcp-$shape.log"
+        "$ctl" stats tcp-out
+        "$ctl" policy del tcp-out
+    done
     echo
 }
 
@@ -182,6 +197,13 @@ bench)
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
     tests/bench/rate_bench.sh "$BUILD_DIR"
+    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0 and 20 ms"
+    rm -f "$BUILD_DIR/tcp_bench.tsv"
+    TSV="$BUILD_DIR/tcp_bench.tsv" tests/bench/tcp_bench.sh "$BUILD_DIR"
+    python3 tests/bench/tcp_plot.py "$BUILD_DIR/tcp_bench.tsv" "$BUILD_DIR/tcp_goodput_vs_cbs.svg"
+    echo "plot: $BUILD_DIR/tcp_goodput_vs_cbs.svg (docs/tcp_goodput_vs_cbs.svg is a committed run)"
+    echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
+    tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
     ;;

@@ -7,6 +7,7 @@
 
 #include "tricolor_abi.h"
 #include "pipeline.h"
+#include "shape.h"
 
 SEC("xdp.frags")
 int tricolor_xdp(struct xdp_md *ctx) {

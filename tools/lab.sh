@@ -57,3 +57,50 @@ lab_daemon() {
     echo "tricolord did not start" >&2
     return 1
 }
+
+# lab_up_delayed NS_A IF_A ADDR_A NS_B IF_B ADDR_B DIR DELAYLINE DELAY: as lab_up, but the
+# namespaces are joined through a third one, NS_A-m, where DELAYLINE (tests/tools/delayline)
+# relays every frame after DELAY one way (RTT = 2 x DELAY): a wire with latency on kernels
+# without netem. With DELAY "netem:D" the middle namespace is a plain bridge and both of its
+# ports get `netem delay D` instead (for the cross-check where sch_netem exists). Offloads stay
+# as on any veth pair (the delay line carries GSO packets whole, with their virtio-net header).
+# lab_down NS_A NS_B DIR also removes NS_A-m.
+lab_up_delayed() {
+    local a=$1 if_a=$2 addr_a=$3 b=$4 if_b=$5 addr_b=$6 dir=$7 delayline=$8 delay=$9
+    local m="$a-m" dev
+    mkdir -p "$dir/bpf"
+    ip netns add "$a"
+    ip netns add "$b"
+    ip netns add "$m"
+    ip link add "$if_a" netns "$a" type veth peer name ma netns "$m"
+    ip link add "$if_b" netns "$b" type veth peer name mb netns "$m"
+    ip -n "$a" addr add "$addr_a/24" dev "$if_a"
+    ip -n "$b" addr add "$addr_b/24" dev "$if_b"
+    for dev in "$a:$if_a" "$b:$if_b" "$m:ma" "$m:mb"; do
+        ip -n "${dev%%:*}" link set dev "${dev#*:}" up
+    done
+    ip -n "$a" link set lo up
+    ip -n "$b" link set lo up
+    ip -n "$m" link set lo up
+    if [ "${delay#netem:}" != "$delay" ]; then
+        ip -n "$m" link add br0 type bridge
+        ip -n "$m" link set dev ma master br0
+        ip -n "$m" link set dev mb master br0
+        ip -n "$m" link set br0 up
+        ip netns exec "$m" tc qdisc replace dev ma root netem delay "${delay#netem:}" limit 10000
+        ip netns exec "$m" tc qdisc replace dev mb root netem delay "${delay#netem:}" limit 10000
+    else
+        ip netns exec "$m" "$delayline" ma mb "$delay" --stats "$dir/delayline.stats" \
+            >"$dir/delayline.log" 2>&1 &
+        disown
+    fi
+    mount -t bpf bpf "$dir/bpf"
+}
+
+# lab_down_delayed NS_A NS_B DIR: lab_down and the middle namespace.
+lab_down_delayed() {
+    ip netns pids "$1-m" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    sleep 0.2
+    ip netns del "$1-m" 2>/dev/null || true
+    lab_down "$@"
+}

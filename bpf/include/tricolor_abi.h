@@ -166,7 +166,8 @@ struct tc_policy {
     __u8 prefix6;     /* and IPv6 */
     __u8 length_mode; /* enum tc_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
-    __u32 pad;
+    __u8 aqm;         /* enum tc_aqm_mode (was padding: 0, off, in maps of earlier builds) */
+    __u8 pad[3];
     char name[TC_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
                                       names back to ids, keeping their buckets and counters */
 };
@@ -217,5 +218,60 @@ struct tc_runtime {
     __u32 active_set;     /* 0 or 1 */
     __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */
 };
+
+/* ---- TCP through the policer (SPEC §8): --shape and --aqm ---------------------------------- */
+
+enum tc_shape_mode {
+    TC_SHAPE_OFF = 0,
+    TC_SHAPE_SOCKETS = 1, /* pace the policy's local TCP sockets (cgroup sock_ops) */
+    TC_SHAPE_EDT = 2,     /* departure times on tc egress under fq (refused in this build) */
+};
+
+enum tc_aqm_mode {
+    TC_AQM_OFF = 0,
+    TC_AQM_DROP = 1,
+    TC_AQM_ECN = 2,
+};
+
+/* By policy id, written by the daemon: how the policy's local TCP sockets are paced. A new map
+ * beside the others (not a field of tc_policy), so no pinned layout changes. */
+struct tc_shape_cfg {
+    __u64 rate;       /* bytes/s of TCP payload for all the policy's sockets; 0: not shaped */
+    __u32 per_socket; /* 1: every socket gets the whole rate (the policy meters per 5-tuple) */
+    __u32 gen;        /* bumped by the daemon on every change of rate or per_socket */
+};
+
+/* By policy id, written by the sock_ops program: the policy's paced sockets. */
+struct tc_shape_state {
+    __u32 sockets; /* established sockets classified into the policy, not yet closed */
+    __u32 gen;     /* bumped whenever sockets changes: each socket re-reads its share */
+};
+
+/* Socket-local storage of a paced socket. */
+struct tc_sock_shape {
+    __u32 policy_id; /* + 1: 0 in a socket that is not paced */
+    __u32 gen;       /* tc_shape_state.gen + tc_shape_cfg.gen when the share was last set */
+    __u32 counted;   /* 0 not yet active, 1 in tc_shape_state.sockets, 2 done */
+    __u32 rate;      /* the share set, bytes/s (SO_MAX_PACING_RATE) */
+};
+
+/* Per-CPU by policy id: what the signal (--aqm) and the shaper did. */
+struct tc_tcp_counters {
+    __u64 aqm_marked_packets; /* CE set on a packet that would have passed */
+    __u64 aqm_marked_bytes;
+    __u64 aqm_dropped_packets; /* dropped early: would have passed */
+    __u64 aqm_dropped_bytes;
+    __u64 shape_delayed_packets; /* edt: given a later departure time */
+    __u64 shape_delayed_bytes;
+    __u64 shape_dropped_packets; /* edt: beyond the horizon */
+    __u64 shape_dropped_bytes;
+};
+
+/* A paced socket counts as active in its policy's share once this much was acknowledged. */
+#define TC_SHAPE_ACTIVE_BYTES (64 * 1024)
+
+/* Up to this many tc egress interfaces are tried when a socket is classified (a policy may
+ * match an interface; a socket does not know which one its packets will leave by). */
+#define TC_SHAPE_MAX_IFACES 8
 
 #endif /* TRICOLOR_ABI_H */

@@ -11,6 +11,7 @@
 #include "meter.h"
 #include "clock.h"
 #include "parse.h"
+#include "aqm.h"
 
 static __always_inline void tc_mask_prefix(__u32 *addr, __u32 plen) {
 #pragma unroll
@@ -132,12 +133,14 @@ static __always_inline __u32 tc_flow_meter(const struct tc_policy *pol, struct t
     color = tc_color_index(tc_meter_mark(&pol->meter, &f->meter, now, len, in_color));
     f->counters.packets[color]++;
     f->counters.bytes[color] += len;
+    __u32 signal = pol->aqm && tc_aqm_step(pol, f, color) ? TC_METER_SIGNAL : 0;
     tc_flow_unlock(f);
-    return color;
+    return color | signal;
 }
 
-/* Finds the packet's buckets, colours it and counts it in its flow. Returns enum tc_color, or
- * TC_NR_COLORS when no bucket could be found (a failed map lookup: the packet is not metered).
+/* Finds the packet's buckets, colours it and counts it in its flow. Returns enum tc_color, with
+ * TC_METER_SIGNAL set if --aqm picked the packet for its early signal (aqm.h), or TC_NR_COLORS
+ * when no bucket could be found (a failed map lookup: the packet is not metered).
  *
  * A global function, not inlined: the verifier checks it once, on its own, instead of once for
  * every path of the parser that leads to it. Inlined, the product of the parser's paths with

@@ -33,6 +33,28 @@ static __always_inline __u32 tc_metered_len(const struct tc_policy *pol, const s
     return len + segs * pol->overhead;
 }
 
+/* --aqm: the early signal on a packet that would pass: CE if the policy says ecn and the packet
+ * is ECN-capable, else a drop (aqm.h has the law). Counted per policy apart from the colours,
+ * which stay what the meter said. */
+static __always_inline void tc_aqm_signal(void *data, void *data_end, const struct tc_pkt *p,
+                                          const struct tc_policy *pol, struct tc_verdict *v,
+                                          __u32 segs, __u32 len) {
+    __u32 id = pol->policy_id;
+    struct tc_tcp_counters *t = bpf_map_lookup_elem(&tc_tcp_stats, &id);
+    if (pol->aqm == TC_AQM_ECN && tc_set_ce(data, data_end, p) == 0) {
+        if (t) {
+            t->aqm_marked_packets += segs;
+            t->aqm_marked_bytes += len;
+        }
+        return;
+    }
+    v->drop = 1;
+    if (t) {
+        t->aqm_dropped_packets += segs;
+        t->aqm_dropped_bytes += len;
+    }
+}
+
 /* @l3_total: the IP bytes of the whole (possibly GSO) packet; @segs: segments it will be. */
 static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end, __u32 frame_len,
                                                      struct tc_pkt *p, __u32 segs, __u32 l2_extra,
@@ -79,7 +101,7 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
     int metered = tc_flow_meter_packet(pol, &p->key, len, in_color);
     if (metered == TC_NR_COLORS)
         return v;
-    __u32 color = tc_color_index(metered);
+    __u32 color = tc_color_index(metered & 0xff);
 
     __u32 id = pol->policy_id;
     struct tc_counters *c = bpf_map_lookup_elem(&tc_policy_stats, &id);
@@ -92,6 +114,8 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
     v.drop = v.kind == TC_ACT_KIND_DROP;
     if (v.kind == TC_ACT_KIND_DSCP)
         tc_set_dscp(data, data_end, p, v.value);
+    if (metered & TC_METER_SIGNAL)
+        tc_aqm_signal(data, data_end, p, pol, &v, segs, len);
     return v;
 }
 

@@ -1,5 +1,6 @@
 // Policy objects (SPEC §7): every field parsed, every bad value refused naming the field.
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/yaml.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -153,6 +154,68 @@ TEST(PolicySpec, DscpMatchTakesTheNamesActionsTake) {
     auto p = tricolor::to_policy(bad, 0);
     ASSERT_FALSE(p.has_value());
     EXPECT_NE(p.error().find("match.dscp: 'af99'"), std::string::npos) << p.error();
+}
+
+// SPEC §8: shape and aqm.
+TEST(PolicySpec, ShapeAndAqmAreReadAndDefaultOff) {
+    auto p = to_policy(base(), 1);
+    ASSERT_TRUE(p) << p.error();
+    EXPECT_EQ(p->shape, TC_SHAPE_OFF);
+    EXPECT_EQ(p->aqm, TC_AQM_OFF);
+    json spec = base();
+    spec["shape"] = "sockets";
+    spec["aqm"] = "ecn";
+    p = to_policy(spec, 1);
+    ASSERT_TRUE(p) << p.error();
+    EXPECT_EQ(p->shape, TC_SHAPE_SOCKETS);
+    EXPECT_EQ(p->aqm, TC_AQM_ECN);
+    spec["shape"] = "edt";
+    spec["aqm"] = "drop";
+    p = to_policy(spec, 1);
+    ASSERT_TRUE(p) << p.error();
+    EXPECT_EQ(p->shape, TC_SHAPE_EDT);
+    EXPECT_EQ(p->aqm, TC_AQM_DROP);
+    // Through YAML and back, values as given.
+    json cfg = {{"policies", json::array({spec})}};
+    auto back = yaml_to_json(json_to_yaml(cfg));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ((*back)["policies"][0]["shape"], "edt");
+    EXPECT_EQ((*back)["policies"][0]["aqm"], "drop");
+}
+
+TEST(PolicySpec, BadShapeAndAqmAreRefusedWithTheReason) {
+    json spec = base();
+    spec["shape"] = "fast";
+    spec["aqm"] = "red";
+    auto p = to_policy(spec, 1);
+    ASSERT_FALSE(p);
+    EXPECT_THAT(p.error(), HasSubstr("shape: 'fast' is not off, sockets or edt"));
+    EXPECT_THAT(p.error(), HasSubstr("aqm: 'red' is not off, drop or ecn"));
+    spec = base();
+    spec["shape"] = "sockets";
+    spec["packet_mode"] = true;
+    spec["cir"] = "1000";
+    spec["cbs"] = "10";
+    p = to_policy(spec, 1);
+    ASSERT_FALSE(p);
+    EXPECT_THAT(p.error(), HasSubstr("byte-mode"));
+    spec = base();
+    spec["shape"] = "sockets";
+    spec["match"] = {{"proto", "udp"}};
+    p = to_policy(spec, 1);
+    ASSERT_FALSE(p);
+    EXPECT_THAT(p.error(), HasSubstr("paces TCP sockets"));
+}
+
+TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {
+    Policy p;
+    p.meter.cir = 20000000; // 20 Mbit/s: 2.5 MB/s of IP packets
+    // 1448 of every 1500 bytes are payload, less 1%: 2.5e6 * 1448 / 1500 * 0.99.
+    EXPECT_EQ(shape_payload_rate(p), 2389200u);
+    p.length = TC_LEN_L2;
+    EXPECT_EQ(shape_payload_rate(p), 2367107u); // 1514-byte frames
+    p.meter.packet_mode = true;
+    EXPECT_EQ(shape_payload_rate(p), 0u);
 }
 
 } // namespace

@@ -14,7 +14,8 @@ _tricolorctl() {
     local words=("${COMP_WORDS[@]}") cword=$COMP_CWORD
     local commands="attach detach policy apply stats flows status replay"
     local policy_flags="--algo --cir --cbs --ebs --pir --pbs --eir --match --priority --per
-        --green --yellow --red --color-aware --color-map --packet-mode --length --overhead"
+        --green --yellow --red --color-aware --color-map --packet-mode --length --overhead
+        --shape --aqm"
     local cmd="" sub="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
@@ -42,6 +43,8 @@ _tricolorctl() {
     --engine) COMPREPLY=($(compgen -W "model bpf" -- "$cur")); return ;;
     --per) COMPREPLY=($(compgen -W "aggregate src dst src/ dst/ 5tuple" -- "$cur")); return ;;
     --length) COMPREPLY=($(compgen -W "l3 l2" -- "$cur")); return ;;
+    --shape) COMPREPLY=($(compgen -W "off sockets edt" -- "$cur")); return ;;
+    --aqm) COMPREPLY=($(compgen -W "off drop ecn" -- "$cur")); return ;;
     --match) COMPREPLY=($(compgen -W "src dst proto sport dport dscp vlan iface" -- "$cur")); return ;;
     --green | --yellow | --red)
         COMPREPLY=($(compgen -W "pass drop dscp: mark: priority: classid:" -- "$cur")); return ;;

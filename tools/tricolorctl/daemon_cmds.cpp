@@ -30,7 +30,7 @@ namespace {
 struct PolicyFlags {
     std::string name;
     std::optional<std::string> algo, cir, cbs, ebs, pir, pbs, eir, priority, per, green, yellow,
-        red, color_map, length, overhead;
+        red, color_map, length, overhead, shape, aqm;
     std::vector<std::pair<std::string, std::string>> match;
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
 };
@@ -63,6 +63,9 @@ void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
     cmd->add_flag("--packet-mode", f.packet_mode, "Meter packets: rates in pps, sizes in packets");
     cmd->add_option("--length", f.length, "l3 (default) or l2");
     cmd->add_option("--overhead", f.overhead, "Bytes added to every packet");
+    cmd->add_option("--shape", f.shape,
+                    "off, sockets (pace this host's TCP sockets) or edt (fq departure times)");
+    cmd->add_option("--aqm", f.aqm, "off, drop or ecn: an early signal as the bucket drains");
     if (!required) {
         cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
         cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
@@ -93,6 +96,8 @@ json policy_json(const PolicyFlags &f, bool full) {
     put("length", f.length);
     put("priority", f.priority);
     put("overhead", f.overhead);
+    put("shape", f.shape);
+    put("aqm", f.aqm);
     if (!f.match.empty()) {
         json m = json::object();
         for (const auto &[k, v] : f.match)
@@ -189,6 +194,20 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
         std::cout << line << "\n";
+        // SPEC §8: paced sockets, early signals and EDT, on a line of their own when any.
+        if (p.contains("shape") && p.contains("aqm")) {
+            const auto &sh = p["shape"];
+            const auto &aq = p["aqm"];
+            uint64_t n = sh["sockets"].get<uint64_t>(),
+                     marked = aq["marked"]["packets"].get<uint64_t>(),
+                     dropped = aq["dropped"]["packets"].get<uint64_t>(),
+                     delayed = sh["delayed"]["packets"].get<uint64_t>(),
+                     late = sh["dropped"]["packets"].get<uint64_t>();
+            if (n || marked || dropped || delayed || late)
+                std::cout << fmt::format("{:<20} paced sockets {}; aqm marked {} dropped {} pkts; "
+                                         "edt delayed {} dropped {} pkts\n",
+                                         "  tcp", n, marked, dropped, delayed, late);
+        }
         if (prev && seconds > 0)
             for (const auto &q : (*prev)["policies"])
                 if (q["name"] == p["name"]) {

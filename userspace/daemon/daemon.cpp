@@ -3,6 +3,7 @@
 
 #include "tricolor/control.hpp"
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"
 
@@ -235,6 +236,59 @@ std::string hook_text(const AttachmentSpec &a) {
                                : fmt::format("{} tc {}", a.iface, to_string(a.direction));
 }
 
+// SPEC §8: what a policy's --shape needs of the attachments. Empty if it can be applied.
+std::string shape_problem(const Policy &p, const std::vector<AttachmentSpec> &attachments) {
+    std::vector<const AttachmentSpec *> egress;
+    for (const auto &a : attachments)
+        if (a.hook == Hook::tc && a.direction == Direction::egress)
+            egress.push_back(&a);
+    if (p.shape == TC_SHAPE_SOCKETS) {
+        if (!attachments.empty() && egress.empty())
+            return fmt::format(
+                "policy '{}': shape sockets paces this host's TCP senders, whose packets tricolor "
+                "sees on a tc egress attachment; {} only has {}: add `tricolorctl attach IF "
+                "--hook tc --direction egress`, or use --aqm for remote senders",
+                p.name, attachments.front().iface,
+                attachments.front().hook == Hook::xdp ? "XDP (ingress)" : "tc ingress");
+    } else if (p.shape == TC_SHAPE_EDT) {
+        if (egress.empty())
+            return fmt::format("policy '{}': shape edt gives departure times on a tc egress "
+                               "attachment with fq as its qdisc, and there is none",
+                               p.name);
+        for (const auto *a : egress)
+            if (root_qdisc(a->iface) != "fq")
+                return fmt::format("policy '{}': shape edt needs fq as the egress qdisc of {}: "
+                                   "tc qdisc replace dev {} root fq",
+                                   p.name, a->iface, a->iface);
+        return fmt::format("policy '{}': shape edt is not implemented in this build; use shape "
+                           "sockets for this host's TCP senders",
+                           p.name);
+    }
+    return "";
+}
+
+std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attachments) {
+    std::vector<uint32_t> out;
+    for (const auto &a : attachments)
+        if (a.hook == Hook::tc && a.direction == Direction::egress)
+            if (auto idx = interface_index(a.iface))
+                out.push_back(static_cast<uint32_t>(*idx));
+    return out;
+}
+
+json tcp_counters_json(const ShapeCounters &c) {
+    auto pb = [](uint64_t packets, uint64_t bytes) {
+        return json{{"packets", packets}, {"bytes", bytes}};
+    };
+    return {{"aqm",
+             {{"marked", pb(c.tcp.aqm_marked_packets, c.tcp.aqm_marked_bytes)},
+              {"dropped", pb(c.tcp.aqm_dropped_packets, c.tcp.aqm_dropped_bytes)}}},
+            {"shape",
+             {{"sockets", c.sockets},
+              {"delayed", pb(c.tcp.shape_delayed_packets, c.tcp.shape_delayed_bytes)},
+              {"dropped", pb(c.tcp.shape_dropped_packets, c.tcp.shape_dropped_bytes)}}}};
+}
+
 } // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
@@ -249,6 +303,11 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         adopted_ids_[p.name] = p.id;
     if (auto r = load_at_start(); !r)
         throw std::runtime_error(r.error());
+    // A sock_ops link an earlier daemon pinned: swap our program in (it reads the same maps),
+    // once the config is applied, so that it knows which policies shape from its first socket.
+    if (sockops_attached(link_dir()))
+        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+            startup_warnings.push_back(r.error());
 }
 
 Daemon::~Daemon() = default;
@@ -323,6 +382,10 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
                         "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
                         name, to_string(a)));
         }
+        if (auto why = shape_problem(*p, attachments_); !why.empty()) {
+            errors.push_back(why);
+            continue;
+        }
         out.entries.push_back({id, spec});
         out.policies.push_back(*p);
     }
@@ -358,6 +421,16 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
     auto prep = prepare(specs, warnings, warn_about);
     if (!prep)
         return std::unexpected(prep.error());
+    // --shape sockets: the sock_ops program goes on the root cgroup before the first shaping
+    // policy is live, and stays (it returns at once while no policy shapes).
+    if (!dry_run && std::ranges::any_of(prep->policies, [](const Policy &p) {
+            return p.shape == TC_SHAPE_SOCKETS;
+        })) {
+        dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+        if (!sockops_attached(link_dir()))
+            if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+                return std::unexpected(r.error());
+    }
     // apply() checks the whole set before it touches anything, and refuses with check()'s
     // message; only a dry run needs check() on its own.
     if (dry_run)
@@ -549,6 +622,7 @@ Result<void> Daemon::load_at_start() {
         if (!s)
             startup_warnings.push_back(s.error());
     }
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     return {};
 }
 
@@ -615,6 +689,12 @@ Result<void> Daemon::reload() {
                                : fmt::format("cannot detach {}: {}", hook_text(old), note.error()));
     }
     attachments_ = std::move(done);
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+    if (std::ranges::any_of(prep->policies,
+                            [](const Policy &p) { return p.shape == TC_SHAPE_SOCKETS; }) &&
+        !sockops_attached(link_dir()))
+        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+            warnings.push_back(r.error());
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     if (auto c = commit(); !c)
@@ -684,6 +764,35 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
     MetricFamily bytes{
         "tricolor_bytes_total", "Bytes metered, by policy and colour", MetricType::Counter, {}};
     const char *colors[] = {"green", "yellow", "red"};
+    auto tcp = dp_->shape_counters();
+    MetricFamily sockets{"tricolor_shape_sockets",
+                         "TCP sockets of this host paced by the policy (--shape sockets)",
+                         MetricType::Gauge,
+                         {}};
+    MetricFamily tcp_packets{"tricolor_tcp_signal_packets_total",
+                             "Packets that would have passed, by what the policy's --aqm or "
+                             "--shape did instead (aqm_marked, aqm_dropped, shape_delayed, "
+                             "shape_dropped)",
+                             MetricType::Counter,
+                             {}};
+    for (const auto &e : policies_) {
+        const auto &t = tcp[e.id];
+        std::string name = e.spec.value("name", "");
+        ClientMetric m;
+        m.label = {{"policy", name}};
+        m.gauge.value = t.sockets;
+        sockets.metric.push_back(m);
+        std::pair<const char *, uint64_t> what[] = {{"aqm_marked", t.tcp.aqm_marked_packets},
+                                                    {"aqm_dropped", t.tcp.aqm_dropped_packets},
+                                                    {"shape_delayed", t.tcp.shape_delayed_packets},
+                                                    {"shape_dropped", t.tcp.shape_dropped_packets}};
+        for (auto [action, v] : what) {
+            ClientMetric c;
+            c.label = {{"action", action}, {"policy", name}};
+            c.counter.value = static_cast<double>(v);
+            tcp_packets.metric.push_back(c);
+        }
+    }
     for (const auto &e : policies_) {
         const auto &c = counters[e.id];
         std::string name = e.spec.value("name", "");
@@ -706,6 +815,8 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
     };
     return {packets,
             bytes,
+            sockets,
+            tcp_packets,
             single("tricolor_unclassified_packets_total", "IP packets no policy matched",
                    MetricType::Counter, static_cast<double>(g.unclassified_packets)),
             single("tricolor_unclassified_bytes_total", "Bytes of IP packets no policy matched",
@@ -735,6 +846,7 @@ void Daemon::detach_all() {
     for (const auto &a : attachments_)
         (void)detach_one(a);
     attachments_.clear();
+    detach_sockops(link_dir());
     Datapath::remove_pins(options_.pin_dir);
 }
 
@@ -797,6 +909,7 @@ json Daemon::cmd_attach(const json &r) {
     a->mode = res->mode;
     next.back() = *a;
     attachments_ = std::move(next);
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     json out = {{"mode", res->mode}};
     if (!res->warning.empty())
         out["warning"] = res->warning;
@@ -833,6 +946,7 @@ json Daemon::cmd_detach(const json &r) {
         return error(note.error());
     }
     attachments_ = std::move(next);
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     json out = json::object();
     if (!note->empty())
         out["note"] = *note;
@@ -979,6 +1093,7 @@ json Daemon::cmd_apply(const json &r) {
 json Daemon::cmd_stats(const json &r) {
     std::string only = r.value("name", "");
     auto counters = dp_->policy_counters();
+    auto tcp = dp_->shape_counters();
     json list = json::array();
     bool found = only.empty();
     for (const auto &e : policies_) {
@@ -988,6 +1103,7 @@ json Daemon::cmd_stats(const json &r) {
         found = true;
         json p = counters_json(counters[e.id]);
         p["name"] = name;
+        p.update(tcp_counters_json(tcp[e.id]));
         list.push_back(p);
     }
     if (!found)

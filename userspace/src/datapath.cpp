@@ -537,6 +537,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         cfg.prefix6 = p.prefix6;
         cfg.length_mode = static_cast<uint8_t>(p.length);
         cfg.overhead = p.overhead;
+        cfg.aqm = static_cast<uint8_t>(p.aqm);
         std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
         uint32_t idx = next * TC_MAX_POLICIES + slot;
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_cfg), &idx, &cfg, 0))
@@ -592,10 +593,82 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         delete_flows_if(flows_fd,
                         [&](uint32_t id) { return !kept.contains(id) && !fresh.contains(id); });
 
+    // 6. --shape sockets: each policy's pacing rate; a change bumps its generation so that its
+    // sockets re-read their share, and so does a policy that left (its sockets go unpaced).
+    int shape_fd = impl_->fd(skel->maps.tc_shape_cfg);
+    uint32_t shaping = 0;
+    auto write_shape = [&](uint32_t id, uint64_t rate, uint32_t per_socket) {
+        tc_shape_cfg old{};
+        bpf_map_lookup_elem(shape_fd, &id, &old);
+        if (old.rate == rate && old.per_socket == per_socket)
+            return;
+        tc_shape_cfg cfg{rate, per_socket, old.gen + 1};
+        bpf_map_update_elem(shape_fd, &id, &cfg, 0);
+    };
+    for (const auto &p : policies) {
+        bool on = p.shape == TC_SHAPE_SOCKETS;
+        shaping += on;
+        write_shape(p.id, on ? shape_payload_rate(p) : 0, p.per == TC_PER_5TUPLE);
+    }
+    for (const auto &[id, p] : impl_->active)
+        if (!kept.contains(id) && !fresh.contains(id))
+            write_shape(id, 0, 0);
+    __atomic_store_n(&skel->bss->tc_shape_policies, shaping, __ATOMIC_RELEASE);
+
     impl_->active.clear();
     for (const auto &p : policies)
         impl_->active[p.id] = p;
     return {};
+}
+
+uint64_t shape_payload_rate(const Policy &p) {
+    if (p.meter.packet_mode)
+        return 0;
+    // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
+    // more of Ethernet with --length l2, and the policy's overhead.
+    const uint64_t payload = 1448;
+    uint64_t wire = payload + 52 + (p.length == TC_LEN_L2 ? 14 : 0) + p.overhead;
+    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
+    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
+    return std::max<uint64_t>(rate, 1);
+}
+
+void Datapath::set_shape_ifaces(const std::vector<uint32_t> &ifindexes) {
+    auto *bss = impl_->skel->bss;
+    uint32_t n = 0;
+    for (uint32_t idx : ifindexes)
+        if (n < TC_SHAPE_MAX_IFACES)
+            bss->tc_shape_ifaces[n++] = idx;
+    __atomic_store_n(&bss->tc_shape_n_ifaces, n, __ATOMIC_RELEASE);
+}
+
+int Datapath::sockops_prog_fd() const {
+    return bpf_program__fd(impl_->skel->progs.tricolor_sockops);
+}
+
+std::map<uint32_t, ShapeCounters> Datapath::shape_counters() const {
+    std::map<uint32_t, ShapeCounters> out;
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<tc_tcp_counters> per_cpu(ncpus);
+    for (const auto &[id, p] : impl_->active) {
+        ShapeCounters c;
+        tc_shape_state st{};
+        uint32_t key = id;
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_shape_state), &key, &st) == 0)
+            c.sockets = st.sockets > 0x7fffffffu ? 0 : st.sockets;
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_tcp_stats), &key, per_cpu.data()) ==
+            0) {
+            constexpr size_t n = sizeof(tc_tcp_counters) / sizeof(uint64_t);
+            auto *s = reinterpret_cast<uint64_t *>(&c.tcp);
+            for (const auto &v : per_cpu) {
+                auto *w = reinterpret_cast<const uint64_t *>(&v);
+                for (size_t i = 0; i < n; ++i)
+                    s[i] += w[i];
+            }
+        }
+        out[id] = c;
+    }
+    return out;
 }
 
 namespace {

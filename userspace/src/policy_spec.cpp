@@ -14,9 +14,9 @@ using nlohmann::json;
 
 const std::vector<std::string> &policy_fields() {
     static const std::vector<std::string> fields = {
-        "name",        "algo",      "cir",         "cbs",    "ebs",     "pir",    "pbs",
-        "eir",         "match",     "priority",    "per",    "green",   "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length", "overhead"};
+        "name",        "algo",      "cir",         "cbs",    "ebs",      "pir",    "pbs",
+        "eir",         "match",     "priority",    "per",    "green",    "yellow", "red",
+        "color_aware", "color_map", "packet_mode", "length", "overhead", "shape",  "aqm"};
     return fields;
 }
 
@@ -258,6 +258,35 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     }
     if (auto v = r.number(spec, "overhead", 65535))
         p.overhead = static_cast<uint32_t>(*v);
+    if (auto t = r.text(spec, "shape")) {
+        if (*t == "off")
+            p.shape = TC_SHAPE_OFF;
+        else if (*t == "sockets")
+            p.shape = TC_SHAPE_SOCKETS;
+        else if (*t == "edt")
+            p.shape = TC_SHAPE_EDT;
+        else
+            r.error("shape", fmt::format("'{}' is not off, sockets or edt", *t));
+    }
+    if (auto t = r.text(spec, "aqm")) {
+        if (*t == "off")
+            p.aqm = TC_AQM_OFF;
+        else if (*t == "drop")
+            p.aqm = TC_AQM_DROP;
+        else if (*t == "ecn")
+            p.aqm = TC_AQM_ECN;
+        else
+            r.error("aqm", fmt::format("'{}' is not off, drop or ecn", *t));
+    }
+    if (p.shape == TC_SHAPE_SOCKETS) {
+        if (p.meter.packet_mode)
+            r.error("shape", "sockets paces TCP in bytes: it needs a byte-mode policy, not "
+                             "--packet-mode");
+        if (p.match.proto && *p.match.proto != 6)
+            r.error("shape", fmt::format("sockets paces TCP sockets, and the policy matches only "
+                                         "protocol {}",
+                                         *p.match.proto));
+    }
 
     if (!errors.empty()) {
         return std::unexpected(

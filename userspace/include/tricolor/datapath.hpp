@@ -70,6 +70,19 @@ struct Policy {
     std::array<Color, 64> color_map = af_color_map();
     tc_length_mode length = TC_LEN_L3;
     uint32_t overhead = 0;
+    tc_shape_mode shape = TC_SHAPE_OFF; // SPEC §8
+    tc_aqm_mode aqm = TC_AQM_OFF;
+};
+
+// The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
+// its CIR less the TCP/IP (and, with --length l2, Ethernet) headers and overhead of full-sized
+// segments, and 1% of margin, so paced traffic stays green.
+uint64_t shape_payload_rate(const Policy &p);
+
+// What the sock_ops program of --shape sockets sees of one policy.
+struct ShapeCounters {
+    uint32_t sockets = 0;
+    tc_tcp_counters tcp{}; // aqm and edt counters, summed over CPUs
 };
 
 struct DatapathOptions {
@@ -131,6 +144,12 @@ class Datapath {
     size_t reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at);
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
+
+    // --shape sockets: the tc egress interfaces to classify sockets against, the sock_ops
+    // program, and per policy the paced sockets and the shaping and AQM counters.
+    void set_shape_ifaces(const std::vector<uint32_t> &ifindexes);
+    int sockops_prog_fd() const;
+    std::map<uint32_t, ShapeCounters> shape_counters() const;
 
     void set_drop_malformed(bool drop);
     uint32_t active_set() const;

@@ -1,0 +1,106 @@
+/* aqm.h: --aqm drop|ecn, an early congestion signal for TCP senders a policer cannot pace
+ * (SPEC §8). The law, per bucket pair:
+ *
+ *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
+ *   deficit D = S - R after the packet was metered.
+ *   When D reaches 7/8 of S, ONE signal goes to the first packet that would pass (not red, its
+ *   colour's action not drop); the bucket then stays quiet until D is back under S/2 (one bit
+ *   of the flow's flags), so one drain sends one signal whatever the packet rate, and a bucket
+ *   that refilled past half, or a full one, sends nothing.
+ *
+ * Why: a window-based sender needs at most one signal per RTT and reacts an RTT late. Random
+ * early drop on the level sends signals in proportion to the packet rate (the sender halves on
+ * the first; the rest are lost retransmissions); PCN-style marking of every packet past a
+ * threshold halves classic-ECN senders every RTT; stepped signals (one per eighth past half,
+ * tried first) cut a sender twice in one drain. One late signal keeps the sender's cycle where
+ * the hard policer puts it, with a mark in place of a burst of losses.
+ * Early-dropped packets keep the tokens their colour took: the buckets and every colour are
+ * exactly §1's with or without --aqm, and what passes is a subset of what would have. The cost
+ * on a packet of a policy without --aqm is one load and one branch. */
+#ifndef TRICOLOR_AQM_H
+#define TRICOLOR_AQM_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "tricolor_abi.h"
+#include "parse.h"
+#include "act.h"
+
+/* Per CPU by policy id: the counters of --aqm and --shape edt. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TC_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tc_tcp_counters);
+} tc_tcp_stats SEC(".maps");
+
+/* tc_flow.flags bit 24: the signal was sent in this drain (cleared when the reserve is back
+ * above TC_AQM_REARM eighths). */
+#define TC_FLOW_AQM_SIGNALLED (1u << 24)
+
+/* The signal is sent when the deficit reaches TC_AQM_LEVEL eighths of the reserve; the bucket
+ * re-arms when the deficit is back under TC_AQM_REARM eighths. */
+#define TC_AQM_LEVEL 7
+#define TC_AQM_REARM 4
+
+/* Returned by tc_flow_meter_packet with the colour: send the early signal on this packet. */
+#define TC_METER_SIGNAL 0x100
+
+/* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
+ * this packet carries the signal. */
+static __always_inline int tc_aqm_step(const struct tc_policy *pol, struct tc_flow *f,
+                                       __u32 color) {
+    const struct tc_meter_config *m = &pol->meter;
+    __u64 size, tokens;
+
+    if (m->algo == TC_ALGO_TRTCM) {
+        size = m->e_size;
+        tokens = f->meter.e_tokens;
+    } else {
+        size = m->c_size + m->e_size;
+        tokens = f->meter.c_tokens + f->meter.e_tokens;
+    }
+    __u64 deficit = size > tokens ? size - tokens : 0;
+    __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 7 * eighth */
+    if (f->flags & TC_FLOW_AQM_SIGNALLED) {
+        if (deficit < TC_AQM_REARM * eighth)
+            f->flags &= ~TC_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
+        return 0;
+    }
+    /* Armed: the first packet past the level that would pass carries the signal. */
+    if (deficit < TC_AQM_LEVEL * eighth || color == TC_RED ||
+        pol->action[color].kind == TC_ACT_KIND_DROP)
+        return 0;
+    f->flags |= TC_FLOW_AQM_SIGNALLED;
+    return 1;
+}
+
+/* Sets CE on an ECN-capable packet (ECT(0) or ECT(1)); the IPv4 header checksum is patched
+ * (RFC 1624), IPv6 has none. Returns 0 if marked, -1 if the packet is not ECN-capable. */
+static __always_inline int tc_set_ce(void *data, void *data_end, const struct tc_pkt *p) {
+    if (p->key.flags & TC_KEY_F_IPV6) {
+        __be32 *word = TC_HDR(data, data_end, p->l3_off & 0xff, 4);
+        if (!word)
+            return -1;
+        __u32 host = bpf_ntohl(*word);
+        if (((host >> 20) & 3) == 0)
+            return -1;
+        *word = bpf_htonl(host | (3u << 20));
+        return 0;
+    }
+    struct iphdr *ip = TC_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
+    if (!ip || (ip->tos & 3) == 0)
+        return -1;
+    __u16 *first = (__u16 *)ip;
+    __u16 old = *first;
+    ip->tos |= 3;
+    __u16 new = *first;
+    __u32 sum = (__u16)~ip->check;
+    sum += (__u16)~old;
+    sum += new;
+    ip->check = ~tc_csum_fold(sum);
+    return 0;
+}
+
+#endif /* TRICOLOR_AQM_H */

@@ -1,0 +1,231 @@
+/* shape.h: --shape sockets. A cgroup sock_ops program (attached to the root of cgroup v2, so it
+ * sees the TCP sockets of every process and every network namespace) classifies each TCP
+ * socket once, when it is established, with the data path's own classifier and a key built
+ * from the socket as its packets will look on a tc egress attachment (src = local address and
+ * port, dst = remote, proto TCP). A socket that falls under a policy with `shape: sockets` is
+ * paced with SO_MAX_PACING_RATE (which also turns on the kernel's TCP pacing and sizes TSO
+ * bursts to about 1 ms at that rate) to its share of the policy's rate:
+ *
+ *     share = rate / N     (rate: the policy's CIR as TCP payload; per 5-tuple: the whole rate)
+ *
+ * N counts the policy's *active* sockets: a socket joins once it has had TC_SHAPE_ACTIVE_BYTES
+ * acknowledged (a bulk sender, not a control connection or an idle keep-alive), and leaves when
+ * it reaches FIN_WAIT2, TIME_WAIT or CLOSE (its data all acknowledged, or gone), exactly once.
+ * Until it joins, a socket is paced at rate / (N + 1), the share it would have.
+ * The share is re-read whenever N or the configuration changes: both carry generation numbers,
+ * and every paced socket compares their sum with the one it last used on each RTT callback (an
+ * ACK that gives an RTT sample: about every ACK), so a socket that comes or goes re-paces every
+ * other socket of the policy within one of their RTTs. The division happens only then, never
+ * per packet. */
+#ifndef TRICOLOR_SHAPE_H
+#define TRICOLOR_SHAPE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "tricolor_abi.h"
+#include "classify.h"
+
+#ifndef SOL_SOCKET
+#define SOL_SOCKET 1
+#endif
+#ifndef SO_MAX_PACING_RATE
+#define SO_MAX_PACING_RATE 47
+#endif
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TC_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tc_shape_cfg);
+} tc_shape_cfg SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TC_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tc_shape_state);
+} tc_shape_state SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tc_sock_shape);
+} tc_sock_shape SEC(".maps");
+
+/* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
+ * ifindexes of the tc egress attachments to classify sockets against. */
+__u32 tc_shape_policies = 0;
+__u32 tc_shape_n_ifaces = 0;
+__u32 tc_shape_ifaces[TC_SHAPE_MAX_IFACES] = {};
+
+/* The classifier key of the socket's outgoing packets, ifindex left to the caller. */
+static __always_inline int tc_sock_key(const struct bpf_sock_ops *skops, struct tc_class_key *k) {
+    k->proto = 6; /* IPPROTO_TCP */
+    k->flags = TC_KEY_F_PORTS;
+    k->sport = (__u16)skops->local_port;
+    k->dport = (__u16)bpf_ntohl(skops->remote_port);
+    if (skops->family == AF_INET) {
+        k->src[2] = k->dst[2] = bpf_htonl(0x0000ffff);
+        k->src[3] = skops->local_ip4;
+        k->dst[3] = skops->remote_ip4;
+        return 0;
+    }
+    if (skops->family != AF_INET6)
+        return -1;
+    k->src[0] = skops->local_ip6[0];
+    k->src[1] = skops->local_ip6[1];
+    k->src[2] = skops->local_ip6[2];
+    k->src[3] = skops->local_ip6[3];
+    k->dst[0] = skops->remote_ip6[0];
+    k->dst[1] = skops->remote_ip6[1];
+    k->dst[2] = skops->remote_ip6[2];
+    k->dst[3] = skops->remote_ip6[3];
+    /* A dual-stack socket talking IPv4 sends IPv4 packets: keep the mapped form, as parsing
+     * does, and no IPv6 flag. */
+    if (!(k->src[0] == 0 && k->src[1] == 0 && k->src[2] == bpf_htonl(0x0000ffff)))
+        k->flags |= TC_KEY_F_IPV6;
+    return 0;
+}
+
+/* The id of the shaping policy the socket falls under on some tc egress attachment, or -1. */
+static __always_inline int tc_sock_policy(const struct bpf_sock_ops *skops) {
+    struct tc_class_key k = {};
+    __u32 zero = 0;
+    struct tc_runtime *rt = bpf_map_lookup_elem(&tc_runtime, &zero);
+    if (!rt || tc_sock_key(skops, &k) < 0)
+        return -1;
+    __u32 n = tc_shape_n_ifaces;
+    if (n == 0)
+        n = 1; /* no tc egress attachment yet: policies that name no interface still count */
+    for (__u32 i = 0; i < TC_SHAPE_MAX_IFACES && i < n; i++) {
+        k.ifindex = tc_shape_ifaces[i & (TC_SHAPE_MAX_IFACES - 1)];
+        int idx = tc_classify_index(&k, rt->active_set & 1);
+        if (idx < 0)
+            continue;
+        __u32 slot = idx;
+        struct tc_policy *pol = bpf_map_lookup_elem(&tc_policy_cfg, &slot);
+        if (!pol)
+            continue;
+        __u32 id = pol->policy_id;
+        struct tc_shape_cfg *cfg = bpf_map_lookup_elem(&tc_shape_cfg, &id);
+        if (cfg && cfg->rate)
+            return id & (TC_MAX_POLICIES - 1);
+        return -1; /* the socket's policy does not shape: the first match decides */
+    }
+    return -1;
+}
+
+/* Sets the socket's pacing to its current share if the share may have changed. */
+static __always_inline void tc_sock_repace(struct bpf_sock_ops *skops, struct tc_sock_shape *ss) {
+    __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
+    struct tc_shape_cfg *cfg = bpf_map_lookup_elem(&tc_shape_cfg, &id);
+    struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+    if (!cfg || !st)
+        return;
+    __u32 gen = st->gen + cfg->gen;
+    if (gen == ss->gen)
+        return;
+    ss->gen = gen;
+    __u64 share = cfg->rate;
+    __u32 n = st->sockets + (ss->counted == 0 ? 1 : 0);
+    if (!cfg->per_socket && n > 1 && n < 0x80000000u)
+        share /= n; /* only when the count or the configuration changed */
+    /* 0 (no longer shaped) and anything beyond 32 bits: unlimited. */
+    __u32 rate = (share == 0 || share >= 0xffffffffull) ? 0xffffffffu : (__u32)share;
+    if (rate == ss->rate)
+        return;
+    ss->rate = rate;
+    bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate));
+}
+
+static __always_inline void tc_sock_start(struct bpf_sock_ops *skops) {
+    struct bpf_sock *sk = skops->sk;
+    if (!sk)
+        return;
+    int id = tc_sock_policy(skops);
+    if (id < 0)
+        return;
+    struct tc_sock_shape *ss =
+        bpf_sk_storage_get(&tc_sock_shape, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+    if (!ss || ss->policy_id)
+        return;
+    ss->policy_id = id + 1;
+    ss->counted = 0;
+    ss->gen = ~0u;
+    ss->rate = 0;
+    bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RTT_CB_FLAG);
+    tc_sock_repace(skops, ss);
+}
+
+/* On an ACK: a socket that has sent enough joins the count; then its share, if it moved. */
+static __always_inline void tc_sock_ack(struct bpf_sock_ops *skops, struct tc_sock_shape *ss) {
+    if (!ss->counted && skops->bytes_acked >= TC_SHAPE_ACTIVE_BYTES) {
+        __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
+        struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+        if (st) {
+            ss->counted = 1;
+            __sync_fetch_and_add(&st->sockets, 1);
+            __sync_fetch_and_add(&st->gen, 1);
+        }
+    }
+    tc_sock_repace(skops, ss);
+}
+
+static __always_inline void tc_sock_stop(struct bpf_sock_ops *skops) {
+    struct bpf_sock *sk = skops->sk;
+    if (!sk)
+        return;
+    struct tc_sock_shape *ss = bpf_sk_storage_get(&tc_sock_shape, sk, 0, 0);
+    if (!ss || !ss->policy_id || ss->counted == 2)
+        return;
+    __u32 was = ss->counted;
+    ss->counted = 2; /* done: never joins again */
+    if (was != 1)
+        return;
+    __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
+    struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+    if (!st)
+        return;
+    __sync_fetch_and_add(&st->sockets, -1);
+    __sync_fetch_and_add(&st->gen, 1);
+}
+
+SEC("sockops")
+int tricolor_sockops(struct bpf_sock_ops *skops) {
+    struct tc_sock_shape *ss;
+    struct bpf_sock *sk;
+
+    switch (skops->op) {
+    case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+    case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+        if (tc_shape_policies)
+            tc_sock_start(skops);
+        break;
+    case BPF_SOCK_OPS_RTT_CB:
+        sk = skops->sk;
+        if (!sk)
+            break;
+        ss = bpf_sk_storage_get(&tc_sock_shape, sk, 0, 0);
+        if (ss && ss->policy_id)
+            tc_sock_ack(skops, ss);
+        break;
+    case BPF_SOCK_OPS_STATE_CB:
+        /* args[1]: the new state. */
+        if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
+            skops->args[1] == BPF_TCP_CLOSE)
+            tc_sock_stop(skops);
+        break;
+    }
+    return 1;
+}
+
+#endif /* TRICOLOR_SHAPE_H */

@@ -1,0 +1,166 @@
+// --aqm drop|ecn (SPEC §8, bpf/lib/aqm.h) through BPF_PROG_TEST_RUN: where the signal falls,
+// CE only on ECN-capable packets (IPv4 checksum verified, IPv6 traffic class), drops for the
+// rest, nothing once the bucket has refilled, and colours (so §1's bounds) exactly as without.
+#include "packet.hpp"
+#include "test_util.hpp"
+#include "tricolor/datapath.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace tricolor;
+using test::Packet;
+
+namespace {
+
+constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
+
+class AqmTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        DatapathOptions o;
+        o.testing = true;
+        o.flow_capacity = 1024;
+        dp = std::make_unique<Datapath>(o);
+        dp->set_clock(1000000000);
+    }
+    // srtcm, CIR 8000 bit/s (1000 bytes/s), CBS 8000 bytes, EBS 0: 80 packets of 100 bytes.
+    void apply(tc_aqm_mode aqm, Action red = Action{TC_ACT_KIND_DROP, 0}) {
+        Policy p;
+        p.id = 3;
+        p.name = "aqm";
+        p.meter = test::meter_params(Algo::srtcm, 8000, 8000, 8000, 0);
+        p.aqm = aqm;
+        p.actions[TC_RED] = red;
+        auto r = dp->apply({p});
+        ASSERT_TRUE(r.has_value()) << r.error();
+    }
+    static std::vector<uint8_t> frame(uint8_t ecn, bool v6 = false) {
+        Packet p;
+        if (v6)
+            p.ipv6("2001:db8::1", "2001:db8::2");
+        else
+            p.ipv4("198.18.0.1", "198.18.0.2");
+        return p.ecn(ecn).tcp(40000, 5201).l3_size(100).build();
+    }
+    std::unique_ptr<Datapath> dp;
+};
+
+uint8_t ecn_of(const std::vector<uint8_t> &f) {
+    return f[15] & 3;
+}
+
+TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
+    apply(TC_AQM_ECN);
+    std::vector<int> marked;
+    for (int i = 1; i <= 80; ++i) {
+        auto f = frame(2); // ECT(0)
+        auto r = dp->run_xdp(f);
+        ASSERT_EQ(r.retval, kXdpPass) << "packet " << i << " is green and ECN-capable";
+        if (ecn_of(r.data_out) == 3) {
+            marked.push_back(i);
+            EXPECT_EQ(test::ipv4_checksum(&r.data_out[14], 20), 0) << "packet " << i;
+            auto expect = f;
+            expect[15] |= 3;
+            expect[24] = r.data_out[24];
+            expect[25] = r.data_out[25];
+            EXPECT_EQ(r.data_out, expect) << "only the ECN bits and the checksum change";
+        } else {
+            EXPECT_EQ(r.data_out, f);
+        }
+    }
+    // Deficit after packet i is 100·i bytes of 8000: the signal at 7/8, once.
+    EXPECT_EQ(marked, (std::vector<int>{70}));
+    // Red is red: dropped by its action, never marked instead.
+    EXPECT_EQ(dp->run_xdp(frame(2)).retval, kXdpDrop);
+    auto t = dp->shape_counters()[3].tcp;
+    EXPECT_EQ(t.aqm_marked_packets, 1u);
+    EXPECT_EQ(t.aqm_marked_bytes, 100u);
+    EXPECT_EQ(t.aqm_dropped_packets, 0u);
+}
+
+TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) {
+    apply(TC_AQM_ECN);
+    auto drain = [&](uint8_t ecn, std::vector<int> &signalled) {
+        for (int i = 1; i <= 75; ++i) {
+            auto r = dp->run_xdp(frame(ecn, true));
+            uint32_t word = uint32_t(r.data_out[14]) << 24 | r.data_out[15] << 16;
+            if (r.retval == kXdpDrop || ((word >> 20) & 3) == 3)
+                signalled.push_back(i);
+            if (r.retval == kXdpPass && i != 70) {
+                EXPECT_EQ((word >> 20) & 3, ecn) << "packet " << i;
+            }
+        }
+    };
+    std::vector<int> dropped, marked;
+    drain(0, dropped); // not ECN-capable: dropped instead
+    EXPECT_EQ(dropped, (std::vector<int>{70}));
+    dp->set_clock(1000000000 + 9000000000ull); // full again
+    drain(1, marked);                          // ECT(1): CE in the traffic class
+    EXPECT_EQ(marked, (std::vector<int>{70}));
+    auto t = dp->shape_counters()[3].tcp;
+    EXPECT_EQ(t.aqm_dropped_packets, 1u);
+    EXPECT_EQ(t.aqm_marked_packets, 1u);
+}
+
+TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
+    apply(TC_AQM_DROP);
+    auto drain = [&](int n) {
+        std::vector<int> drops;
+        for (int i = 1; i <= n; ++i)
+            if (dp->run_xdp(frame(2)).retval == kXdpDrop)
+                drops.push_back(i);
+        return drops;
+    };
+    EXPECT_EQ(drain(75), (std::vector<int>{70}));
+    // Refill completely (8 s at 1000 bytes/s), then drain to just short of 7/8: nothing.
+    const uint64_t t1 = 1000000000 + 9000000000ull;
+    dp->set_clock(t1);
+    EXPECT_EQ(drain(69), std::vector<int>{});
+    // Re-armed: the signal at 7/8 again, once.
+    EXPECT_EQ(drain(11), (std::vector<int>{1}));
+    // Partly refilled (5 s: deficit 8000 - 5000 = 3000, under half): re-armed from there, and
+    // nothing until 7/8 again (deficit 3000 + 100 k >= 7000 at the 40th packet).
+    const uint64_t t2 = t1 + 5000000000ull;
+    dp->set_clock(t2);
+    EXPECT_EQ(drain(15), std::vector<int>{});
+    EXPECT_EQ(drain(30), (std::vector<int>{25}));
+
+    // The colours are §1's: the same packets with --aqm off colour identically.
+    auto with = dp->policy_counters()[3];
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 1024;
+    dp = std::make_unique<Datapath>(o);
+    dp->set_clock(1000000000);
+    apply(TC_AQM_OFF);
+    drain(75);
+    dp->set_clock(t1);
+    drain(80);
+    dp->set_clock(t2);
+    drain(45);
+    auto without = dp->policy_counters()[3];
+    for (int c = 0; c < TC_NR_COLORS; ++c) {
+        EXPECT_EQ(with.packets[c], without.packets[c]) << "colour " << c;
+        EXPECT_EQ(with.bytes[c], without.bytes[c]) << "colour " << c;
+    }
+    EXPECT_EQ(dp->shape_counters()[3].tcp.aqm_dropped_packets, 0u);
+}
+
+TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
+    apply(TC_AQM_ECN, Action{TC_ACT_KIND_PASS, 0});
+    int marks = 0;
+    for (int i = 1; i <= 200; ++i) {
+        auto r = dp->run_xdp(frame(2));
+        ASSERT_EQ(r.retval, kXdpPass);
+        if (ecn_of(r.data_out) == 3) {
+            ++marks;
+            EXPECT_LE(i, 80) << "packet " << i << " is red";
+        }
+    }
+    EXPECT_EQ(marks, 1);
+}
+
+} // namespace
