@@ -548,7 +548,10 @@ TEST_F(E2E, TheDaemonReclaimsIdleFlows) {
         "5tuple", "--match", "proto", "udp"});
     send(1, 100); // each run sends from a new source port: a flow of its own
     send(1, 100);
-    EXPECT_EQ(parse_json(ok({"-j", "flows"}))["flows"].size(), 2u);
+    // Both flows exist, or were already reclaimed: a slow machine (the 6.1 guest under TCG) may
+    // take longer between the sends than a flow takes to fill up again.
+    auto before = parse_json(ok({"-j", "status"}));
+    EXPECT_EQ(before["flows"]["used"].get<int>() + before["flows"]["reclaimed"].get<int>(), 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     auto status = parse_json(ok({"-j", "status"}));
     EXPECT_EQ(status["flows"]["used"], 0);

@@ -47,7 +47,7 @@ void write_file(const std::string &path, const std::string &text) {
 }
 
 void wait_for(const std::function<bool()> &done, int ms = 5000) {
-    for (int i = 0; i < ms / 20 && !done(); ++i)
+    for (int i = 0; i < ms * time_scale() / 20 && !done(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
@@ -337,9 +337,9 @@ TEST_F(Fault, BpffsMissingOrPinDirNotBpffs) {
     std::string pin = "/sys/fs/bpf/tricolor-e2e-ns-" + tag;
     RunResult inner;
     std::thread t([&] {
-        inner = run_command({"/usr/bin/timeout", "4", "/sbin/ip", "netns", "exec", lab->ns,
-                             tricolord_path(), "--socket", sock, "--pin-dir", pin, "--config",
-                             daemon->dir() + "/ns.yaml", "--state",
+        inner = run_command({"/usr/bin/timeout", std::to_string(int(4 * time_scale())), "/sbin/ip",
+                             "netns", "exec", lab->ns, tricolord_path(), "--socket", sock,
+                             "--pin-dir", pin, "--config", daemon->dir() + "/ns.yaml", "--state",
                              daemon->dir() + "/ns-state.yaml", "--metrics", "none"});
     });
     wait_for([&] { return control_request(sock, {{"cmd", "status"}}).has_value(); });
@@ -425,10 +425,10 @@ TEST_F(Fault, TwoDaemonsRaceForOnePinDir) {
     std::vector<std::thread> threads;
     for (int i = 0; i < 2; ++i)
         threads.emplace_back([&, i] {
-            results[i] =
-                run_command({"/usr/bin/timeout", "5", tricolord_path(), "--socket", socks[i],
-                             "--pin-dir", pin, "--config", daemon->dir() + "/race.yaml", "--state",
-                             daemon->dir() + fmt::format("/race{}.yaml", i), "--metrics", "none"});
+            results[i] = run_command(
+                {"/usr/bin/timeout", std::to_string(int(5 * time_scale())), tricolord_path(),
+                 "--socket", socks[i], "--pin-dir", pin, "--config", daemon->dir() + "/race.yaml",
+                 "--state", daemon->dir() + fmt::format("/race{}.yaml", i), "--metrics", "none"});
         });
     bool answered[2] = {false, false};
     wait_for([&] {
@@ -471,9 +471,10 @@ TEST_F(Fault, ReadOnlyConfigAndFullStateDisk) {
     // Restart with the config read-only and the state on the small tmpfs.
     auto restart = [&] {
         std::string pin = daemon->pin_dir();
-        return run_command({"/usr/bin/timeout", "5", tricolord_path(), "--socket", daemon->socket(),
-                            "--pin-dir", pin, "--config", ro + "/tricolor.yaml", "--state",
-                            full + "/state.yaml", "--metrics", "none", "--flows", "65536"});
+        return run_command({"/usr/bin/timeout", std::to_string(int(5 * time_scale())),
+                            tricolord_path(), "--socket", daemon->socket(), "--pin-dir", pin,
+                            "--config", ro + "/tricolor.yaml", "--state", full + "/state.yaml",
+                            "--metrics", "none", "--flows", "65536"});
     };
     RunResult run;
     std::thread t([&] { run = restart(); });

@@ -53,7 +53,9 @@ std::string prog_name(uint32_t id) {
 }
 
 // libbpf prints the kernel's extack for a tc query on an interface without a clsact qdisc
-// ("Parent Qdisc doesn't exists"): expected when tcx is in use, and not worth a line.
+// ("Parent Qdisc doesn't exists"), expected when tcx is in use, and for creating a clsact
+// qdisc that is already there ("Exclusivity flag on, cannot modify"), expected on every
+// attach without tcx (Linux < 6.6): neither is worth a line.
 int quiet_print(enum libbpf_print_level, const char *, va_list) {
     return 0;
 }
@@ -319,7 +321,12 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
         // No tcx in this kernel: clsact below.
     }
     auto hook = tc_hook(ifindex, dir);
-    if (int err = bpf_tc_hook_create(&hook); err < 0 && err != -EEXIST)
+    int created;
+    {
+        QuietLibbpf quiet;
+        created = bpf_tc_hook_create(&hook);
+    }
+    if (int err = created; err < 0 && err != -EEXIST)
         return std::unexpected(
             fmt::format("cannot add a clsact qdisc to {}: {}", ifname(ifindex), errno_text(err)));
     // A fixed handle and priority with REPLACE: a restart swaps the program in one step.
