@@ -70,6 +70,17 @@ struct Policy {
     std::array<Color, 64> color_map = af_color_map();
     tc_length_mode length = TC_LEN_L3;
     uint32_t overhead = 0;
+    // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
+    // Aggregate policies only.
+    bool fleet = false;
+};
+
+// A fleet policy's local side, read from the data path (SPEC §10).
+struct FleetLocal {
+    uint64_t held = 0;    // tokens this host may still spend: C plus grants not yet folded in
+                          // (an upper bound: read while packets spend)
+    uint64_t granted = 0; // all tokens ever granted to the policy on this host
+    uint64_t spilled = 0; // granted tokens that did not fit the buckets
 };
 
 struct DatapathOptions {
@@ -121,12 +132,20 @@ class Datapath {
     tc_global_counters global_counters() const;
     std::vector<Flow> flows() const;
     tc_flow policy_state(uint32_t policy_id) const;
+    // One policy's counters summed over CPUs (safe from any thread: reads only the map).
+    tc_counters policy_counter(uint32_t policy_id) const;
 
     // Deletes the flows whose buckets are full now (idle at least their fill time): such a
     // flow is indistinguishable from a new one, so no colour changes. Returns how many.
     size_t reclaim_idle_flows();
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
+
+    // Fleet policies: add @tokens (10^-9 bit, or 10^-9 packet) to the committed bucket, folded
+    // in by the next packet; revoke empties it and voids every grant so far.
+    void fleet_grant(uint32_t policy_id, uint64_t tokens);
+    void fleet_revoke(uint32_t policy_id);
+    FleetLocal fleet_local(uint32_t policy_id) const;
 
     void set_drop_malformed(bool drop);
     uint32_t active_set() const;
