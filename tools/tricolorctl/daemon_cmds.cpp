@@ -28,6 +28,7 @@ struct PolicyFlags {
         red, color_map, length, overhead;
     std::vector<std::pair<std::string, std::string>> match;
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
+    bool fleet = false, no_fleet = false;
 };
 
 void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
@@ -58,7 +59,10 @@ void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
     cmd->add_flag("--packet-mode", f.packet_mode, "Meter packets: rates in pps, sizes in packets");
     cmd->add_option("--length", f.length, "l3 (default) or l2");
     cmd->add_option("--overhead", f.overhead, "Bytes added to every packet");
+    cmd->add_flag("--fleet", f.fleet,
+                  "Share the committed bucket with every host of the fleet (tricolord --fleet)");
     if (!required) {
+        cmd->add_flag("--no-fleet", f.no_fleet, "Back to a bucket of this host's own");
         cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
         cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
     }
@@ -98,6 +102,10 @@ json policy_json(const PolicyFlags &f, bool full) {
         j["color_aware"] = true;
     if (f.no_color_aware)
         j["color_aware"] = false;
+    if (f.fleet)
+        j["fleet"] = true;
+    if (f.no_fleet)
+        j["fleet"] = false;
     if (f.packet_mode)
         j["packet_mode"] = true;
     if (f.no_packet_mode)

@@ -14,9 +14,9 @@ using nlohmann::json;
 
 const std::vector<std::string> &policy_fields() {
     static const std::vector<std::string> fields = {
-        "name",        "algo",      "cir",         "cbs",    "ebs",     "pir",    "pbs",
-        "eir",         "match",     "priority",    "per",    "green",   "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length", "overhead"};
+        "name",        "algo",      "cir",         "cbs",    "ebs",      "pir",    "pbs",
+        "eir",         "match",     "priority",    "per",    "green",    "yellow", "red",
+        "color_aware", "color_map", "packet_mode", "length", "overhead", "fleet"};
     return fields;
 }
 
@@ -250,6 +250,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     }
     if (auto v = r.number(spec, "overhead", 65535))
         p.overhead = static_cast<uint32_t>(*v);
+    if (auto f = r.flag(spec, "fleet"))
+        p.fleet = *f; // SPEC §10; the daemon refuses it without --fleet
 
     if (!errors.empty()) {
         return std::unexpected(
