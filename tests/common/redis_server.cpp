@@ -69,6 +69,7 @@ bool RedisServer::start() {
                                       "--dir",
                                       "/tmp"};
     args.insert(args.end(), redis.begin(), redis.end());
+    std::fflush(nullptr); // the child must not write out the parent's buffered output again
     pid_ = fork();
     if (pid_ == 0) {
         std::vector<char *> argv;

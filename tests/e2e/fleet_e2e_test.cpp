@@ -16,7 +16,10 @@
 #include <atomic>
 #include <ctime>
 #include <mutex>
+#include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace tricolor;
 using namespace tricolor::test;
@@ -68,8 +71,8 @@ class Fleet : public ::testing::Test {
             GTEST_SKIP() << "redis-server is not installed (./tricolor.sh build installs it)";
         ASSERT_TRUE(redis.start());
     }
-    void start_hosts(int n, const std::string &fallback = "share",
-                     std::vector<uint64_t> cirs = {}) {
+    void start_hosts(int n, const std::string &fallback = "share", std::vector<uint64_t> cirs = {},
+                     const std::string &lease = "500") {
         for (int k = 0; k < n; ++k) {
             int i = static_cast<int>(hosts.size()); // names and nodes unique across calls
             labs.push_back(std::make_unique<Lab>());
@@ -77,7 +80,7 @@ class Fleet : public ::testing::Test {
                 fmt::format("fleet{}", i),
                 std::vector<std::string>{"--fleet", redis.url(), "--fleet-node",
                                          fmt::format("h{}", i), "--fleet-fallback", fallback,
-                                         "--fleet-lease", "500"}));
+                                         "--fleet-lease", lease}));
             auto ctl = [&](std::vector<std::string> args) {
                 auto r = hosts.back()->ctl(args);
                 ASSERT_EQ(r.exit_code, 0) << r.err << hosts.back()->log();
@@ -236,5 +239,171 @@ TEST(FleetInput, BadUrlUnreachableRedisAndFleetPolicyWithoutFleet) {
         EXPECT_EQ(f["in_fallback"], true) << f.dump();
         EXPECT_GT(f["failures"].get<int>(), 1) << f.dump();
         EXPECT_NE(d.log().find("Redis unreachable since start"), std::string::npos) << d.log();
+    }
+}
+
+// ---- the benchmark (tests/bench/fleet_bench.sh runs it; not part of the suite) -------------
+
+namespace {
+
+uint64_t cpu_ticks(pid_t pid) {
+    std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+    auto close = stat.rfind(')');
+    std::istringstream in(stat.substr(close + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15; ++i) {
+        in >> f;
+        if (i == 14)
+            utime = std::stoull(f);
+        if (i == 15)
+            stime = std::stoull(f);
+    }
+    return utime + stime;
+}
+
+std::string evalsha_stats(const RedisServer &r) {
+    std::string out = r.cli({"INFO", "commandstats"});
+    auto at = out.find("cmdstat_evalsha:");
+    return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+// Green throughput over every 2 s window of @samples (samples every ~100 ms), as a fraction
+// of CIR: the lowest, and the lowest of the windows that start within @after_ns of a move.
+struct Use {
+    double min = 1e9, min_after_move = 1e9, mean = 0;
+};
+
+Use windows(const std::vector<Sample> &s, const std::vector<uint64_t> &moves, uint64_t from,
+            uint64_t to) {
+    Use u;
+    double sum = 0;
+    int n = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i].first_ns < from)
+            continue;
+        for (size_t j = i + 1; j < s.size(); ++j) {
+            if (s[j].last_ns > to)
+                break;
+            double t = static_cast<double>(s[j].first_ns - s[i].last_ns) / 1e9;
+            if (t < 2.0)
+                continue;
+            double use = static_cast<double>(s[j].green - s[i].green) * 8 / (kCir * t);
+            if (use < 0.95)
+                std::printf("BENCH window at +%.1f s: %.1f%%\n",
+                            static_cast<double>(s[i].first_ns - from) / 1e9, use * 100);
+            u.min = std::min(u.min, use);
+            for (uint64_t m : moves)
+                if (s[i].first_ns >= m && s[i].first_ns < m + 1000000000ull)
+                    u.min_after_move = std::min(u.min_after_move, use);
+            sum += use;
+            ++n;
+            break;
+        }
+    }
+    u.mean = n ? sum / n : 0;
+    return u;
+}
+
+} // namespace
+
+TEST_F(Fleet, DISABLED_Bench) {
+    const double phase = 3.0;
+    start_hosts(3, "share", {}, "1000"); // the default lease
+    std::vector<Sample> samples{{mono_ns(), mono_ns(), 0}};
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::thread sampler([&] {
+        while (!stop) {
+            Sample s = sample();
+            {
+                std::lock_guard l(mu);
+                samples.push_back(s);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+    uint64_t cpu0 = cpu_ticks(redis.pid());
+    std::vector<uint64_t> ex0;
+    for (auto &h : hosts)
+        ex0.push_back(request(*h, {{"cmd", "status"}})["fleet"]["exchanges"].get<uint64_t>());
+    uint64_t t0 = mono_ns();
+    std::vector<uint64_t> moves;
+    // One host at a time, then two at CIR each, then back to one: demand moves every phase.
+    for (int i : {0, 1, 2, 0}) {
+        moves.push_back(mono_ns());
+        send(i, phase);
+    }
+    moves.push_back(mono_ns());
+    std::thread other([&] { send(1, phase, kPps / 2); });
+    send(2, phase, kPps / 2);
+    other.join();
+    uint64_t t1 = mono_ns();
+    stop = true;
+    sampler.join();
+    double secs = static_cast<double>(t1 - t0) / 1e9;
+    double cpu = static_cast<double>(cpu_ticks(redis.pid()) - cpu0) / sysconf(_SC_CLK_TCK);
+    uint64_t ex = 0, fallbacks = 0, failures = 0;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+        auto f = request(*hosts[i], {{"cmd", "status"}})["fleet"];
+        ex += f["exchanges"].get<uint64_t>() - ex0[i];
+        fallbacks += f["fallbacks"].get<uint64_t>();
+        failures += f["failures"].get<uint64_t>();
+    }
+    expect_never_over(samples);
+    Use u = windows(samples, moves, t0, t1);
+    std::printf("BENCH use: %.2f s at 2x CIR, demand moving every %.0f s: 2 s windows "
+                "min %.1f%%, mean %.1f%%, min of windows starting within 1 s after a move "
+                "%.1f%%\n",
+                secs, phase, u.min * 100, u.mean * 100, u.min_after_move * 100);
+    std::printf("BENCH load: %.1f exchanges/s per host, Redis CPU %.1f%% of a core (%s); "
+                "%llu failed exchanges, %llu fallbacks\n",
+                static_cast<double>(ex) / secs / hosts.size(), cpu / secs * 100,
+                evalsha_stats(redis).c_str(), static_cast<unsigned long long>(failures),
+                static_cast<unsigned long long>(fallbacks));
+
+    // Redis killed for 5 s and restarted, per fallback mode: demand on all three hosts
+    // (2/3 CIR each, 2x CIR in all).
+    for (std::string mode : {"share", "closed", "open"}) {
+        hosts.clear();
+        labs.clear();
+        redis.stop();
+        ASSERT_TRUE(redis.start());
+        start_hosts(3, mode, {}, "1000");
+        std::vector<std::thread> senders;
+        for (int i = 0; i < 3; ++i)
+            senders.emplace_back([&, i] { send(i, 12.0, kPps / 3); });
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        Sample before = sample();
+        redis.stop();
+        uint64_t killed = mono_ns();
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        Sample gap = sample();
+        ASSERT_TRUE(redis.start());
+        uint64_t back = mono_ns();
+        uint64_t recovered = 0;
+        for (int k = 0; k < 400 && !recovered; ++k) {
+            bool all = true;
+            for (auto &h : hosts)
+                all = all && request(*h, {{"cmd", "status"}})["fleet"]["in_fallback"] == false;
+            if (all)
+                recovered = mono_ns();
+            else
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        Sample after0 = sample();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        Sample after = sample();
+        for (auto &t : senders)
+            t.join();
+        double gap_s = static_cast<double>(gap.first_ns - killed) / 1e9;
+        double in_gap = static_cast<double>(gap.green - before.green) * 8 /
+                        (kCir * static_cast<double>(gap.last_ns - before.first_ns) / 1e9);
+        double post = static_cast<double>(after.green - after0.green) * 8 /
+                      (kCir * static_cast<double>(after.first_ns - after0.last_ns) / 1e9);
+        std::printf("BENCH redis-down %s: green during the %.1f s gap %.1f%% of CIR*gap; back "
+                    "to leasing %.0f ms after the restart; the next 2 s %.1f%% of CIR\n",
+                    mode.c_str(), gap_s, in_gap * 100,
+                    recovered ? static_cast<double>(recovered - back) / 1e6 : -1.0, post * 100);
     }
 }
