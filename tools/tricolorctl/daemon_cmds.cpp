@@ -183,6 +183,19 @@ std::string human_rate(double bits) {
                   : fmt::format("{:.1f} {}", bits, units[u]);
 }
 
+// One fleet policy's line (SPEC §10): its mode, the hosts seen, this host's share.
+std::string fleet_line(const json &f) {
+    return fmt::format("  fleet: {}, {} hosts, demand here {} ({:.0f}% of the fleet's CIR {}), "
+                       "holds {} bits, the fleet's hosts hold {}{}",
+                       f.value("mode", "?"), f.value("hosts_seen", 0),
+                       human_rate(f.value("local_demand", 0.0)), 100 * f.value("local_share", 0.0),
+                       human_rate(f.value("fleet_cir", 0.0)), f.value("local_held", 0.0),
+                       f.value("fleet_held", 0.0),
+                       f.value("parameters_differ", false) ? " (this host's CIR/CBS differ: the "
+                                                             "fleet's stand)"
+                                                           : "");
+}
+
 void print_stats_table(const json &s, const json *prev, double seconds) {
     std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
                              "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
@@ -192,6 +205,8 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
         std::cout << line << "\n";
+        if (p.contains("fleet"))
+            std::cout << fleet_line(p["fleet"]) << "\n";
         if (prev && seconds > 0)
             for (const auto &q : (*prev)["policies"])
                 if (q["name"] == p["name"]) {
@@ -503,6 +518,16 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             (*r)["policies"]["used"].get<uint64_t>(), (*r)["policies"]["capacity"].get<uint64_t>(),
             (*r)["flows"]["used"].get<uint64_t>(), (*r)["flows"]["capacity"].get<uint64_t>(),
             (*r)["pin_dir"].get<std::string>(), (*r)["config"].get<std::string>());
+        if (const auto &f = (*r)["fleet"]; f.is_object()) {
+            std::cout << fmt::format(
+                "fleet {} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "
+                "returns\n",
+                f.value("redis", ""), f.value("node", ""), f.value("fallback", ""),
+                f.value("in_fallback", false) ? " (IN FALLBACK)" : "", f.value("exchanges", 0),
+                f.value("failures", 0), f.value("fallbacks", 0), f.value("recoveries", 0));
+            for (const auto &[name, pf] : f["policies"].items())
+                std::cout << name << fleet_line(pf) << "\n";
+        }
         return rc;
     });
 
