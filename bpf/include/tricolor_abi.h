@@ -227,15 +227,18 @@ struct tc_runtime {
  * aggregate bucket's lock) the only writer of drained/revoke_seen/spilled. The data path folds
  * granted - drained into C; what does not fit C (srtcm: C then E) is counted in spilled.
  * A revoke (user space stores revoke_upto = granted, then revoke_seq + 1) empties C and
- * discards every grant up to revoke_upto: a host whose lease ran out spends nothing more. */
+ * discards every grant up to revoke_upto; so does the lease running out (lease_until_ns). */
 struct tc_fleet_grant {
-    __u64 granted;     /* tokens granted so far (user space) */
-    __u64 revoke_upto; /* grants up to this total are void (user space) */
-    __u64 revoke_seq;  /* bumped for each revoke (user space) */
-    __u64 drained;     /* tokens folded into the buckets or spilled (data path) */
-    __u64 revoke_seen; /* the revoke_seq last acted on (data path) */
-    __u64 spilled;     /* granted tokens that did not fit the buckets (data path) */
-    __u64 pad[2];
+    __u64 granted;        /* tokens granted so far (user space) */
+    __u64 revoke_upto;    /* grants up to this total are void (user space) */
+    __u64 revoke_seq;     /* bumped for each revoke (user space) */
+    __u64 drained;        /* tokens folded into the buckets or spilled (data path) */
+    __u64 revoke_seen;    /* the revoke_seq last acted on (data path) */
+    __u64 spilled;        /* granted tokens that did not fit the buckets (data path) */
+    __u64 lease_until_ns; /* user space; 0: none. Past it (data-path clock) C and every grant
+                             so far are void: a host whose daemon died or lost Redis spends
+                             no fleet tokens after its lease, with or without user space */
+    __u64 pad;
 };
 
 #endif /* TRICOLOR_ABI_H */

@@ -11,7 +11,8 @@
 /* One load of a field user space may store to at any time. */
 #define TC_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
 
-static __always_inline void tc_fleet_fold(const struct tc_policy *pol, struct tc_flow *f) {
+static __always_inline void tc_fleet_fold(const struct tc_policy *pol, struct tc_flow *f,
+                                          __u64 now) {
     __u32 id = pol->policy_id;
     struct tc_fleet_grant *g = bpf_map_lookup_elem(&tc_fleet, &id);
     const struct tc_meter_config *cfg = &pol->meter;
@@ -28,6 +29,15 @@ static __always_inline void tc_fleet_fold(const struct tc_policy *pol, struct tc
         g->revoke_seen = seq;
     }
     __u64 granted = TC_READ_ONCE(g->granted);
+    /* The lease ran out (user space renews it before each grant it adds): nothing held or
+     * granted so far may be spent. */
+    __u64 until = TC_READ_ONCE(g->lease_until_ns);
+    if (until && now > until) {
+        f->meter.c_tokens = 0;
+        if (granted > g->drained)
+            g->drained = granted;
+        return;
+    }
     if (granted <= g->drained)
         return;
     __u64 add = granted - g->drained;

@@ -133,7 +133,7 @@ static __always_inline __u32 tc_flow_meter(const struct tc_policy *pol, struct t
         f->flags |= TC_FLOW_F_STARTED;
     }
     if (pol->meter.flags & TC_METER_F_FLEET)
-        tc_fleet_fold(pol, f);
+        tc_fleet_fold(pol, f, now);
     color = tc_color_index(tc_meter_mark(&pol->meter, &f->meter, now, len, in_color));
     f->counters.packets[color]++;
     f->counters.bytes[color] += len;

@@ -127,6 +127,27 @@ TEST_F(FleetDatapathTest, RevokeEmptiesTheBucketAndVoidsPendingGrants) {
     EXPECT_EQ(green_bytes(), 2 * kPkt);
 }
 
+TEST_F(FleetDatapathTest, ALeaseThatRunsOutVoidsTheBucketWithoutUserSpace) {
+    apply({fleet_policy()});
+    dp->fleet_lease(7, 2'000'000'000);
+    dp->fleet_grant(7, 4 * kTok);
+    dp->set_clock(2'000'000'000);
+    EXPECT_EQ(send(), kXdpPass); // at the deadline: still leased
+    dp->set_clock(2'000'000'001);
+    EXPECT_EQ(send(), kXdpDrop); // past it: C and the pending grants are void
+    EXPECT_EQ(dp->fleet_local(7).held, 0u);
+    dp->fleet_grant(7, kTok); // a grant without a renewed lease is void too
+    EXPECT_EQ(send(), kXdpDrop);
+    dp->fleet_lease(7, 3'000'000'000); // renewed, then granted: spendable
+    dp->fleet_grant(7, kTok);
+    EXPECT_EQ(send(), kXdpPass);
+    dp->fleet_lease(7, 0); // no lease (a fallback's own tokens): kept however long
+    dp->fleet_grant(7, kTok);
+    dp->set_clock(9'000'000'000);
+    EXPECT_EQ(send(), kXdpPass);
+    EXPECT_EQ(green_bytes(), 3 * kPkt);
+}
+
 TEST_F(FleetDatapathTest, RandomGrantsAndPacketsConserveTokensExactly) {
     apply({fleet_policy()});
     std::mt19937_64 rng(13);

@@ -776,6 +776,11 @@ void Datapath::fleet_revoke(uint32_t id) {
     __atomic_store_n(&g.revoke_seq, g.revoke_seq + 1, __ATOMIC_RELEASE);
 }
 
+void Datapath::fleet_lease(uint32_t id, uint64_t until_ns) {
+    if (id < TC_MAX_POLICIES)
+        __atomic_store_n(&impl_->fleet[id].lease_until_ns, until_ns, __ATOMIC_RELEASE);
+}
+
 FleetLocal Datapath::fleet_local(uint32_t id) const {
     FleetLocal out;
     if (id >= TC_MAX_POLICIES)

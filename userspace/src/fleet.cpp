@@ -265,6 +265,7 @@ void Agent::run() {
 void Agent::enter_fallback(State &s, const std::string &name, const std::string &why) {
     // Redis no longer counts our tokens (or never gave any): we may not spend them.
     dp_.fleet_revoke(s.policy.id);
+    dp_.fleet_lease(s.policy.id, 0); // what we grant ourselves now is ours
     s.fallback = true;
     s.need_reset = true;
     s.fallbacks++;
@@ -343,6 +344,7 @@ void Agent::tick() {
                   s.cbs_units,     held,    target > held ? target - held : 0,
                   lease_ns / 1000, reset};
         const uint64_t sent = mono_ns();
+        const uint64_t sent_dp = dp_.now_ns();
         auto r = client_.exchange(q);
         s.exchanges++;
         totals_.exchanges++;
@@ -360,6 +362,9 @@ void Agent::tick() {
                 totals_.mismatches++;
             }
             s.mismatch = r->mismatch;
+            // The lease first, then the grant: a packet that sees the grant sees the lease.
+            // In the data path's clock, from before the exchange was sent.
+            dp_.fleet_lease(id, sent_dp + revoke_after_ns);
             dp_.fleet_grant(id, r->grant * kTokensPerUnit);
             s.granted_units += r->grant;
             if (s.fallback) {

@@ -145,6 +145,9 @@ class Datapath {
     // in by the next packet; revoke empties it and voids every grant so far.
     void fleet_grant(uint32_t policy_id, uint64_t tokens);
     void fleet_revoke(uint32_t policy_id);
+    // Past @until_ns (now_ns()'s clock; 0: never) the data path voids C and every grant so far
+    // on its own: set before each grant that renews the lease.
+    void fleet_lease(uint32_t policy_id, uint64_t until_ns);
     FleetLocal fleet_local(uint32_t policy_id) const;
 
     void set_drop_malformed(bool drop);
