@@ -211,6 +211,40 @@ TEST_F(Fleet, DifferentCirOnTwoHostsTheFirstWriterWins) {
     EXPECT_EQ(fleet_policy_stats(*hosts[0])["fleet"]["parameters_differ"], false);
 }
 
+TEST_F(Fleet, AHostWhoseDaemonDiedSpendsNothingAfterItsLease) {
+    start_hosts(1);
+    send(0, 0.5);      // it holds tokens now
+    hosts[0]->kill9(); // the data path keeps policing without the daemon
+    std::this_thread::sleep_for(std::chrono::milliseconds(600)); // > lease (500 ms)
+    auto &lab = *labs[0];
+    // No daemon to ask: the counters are in the pinned maps; green must not move.
+    auto green = [&] {
+        auto r = run_command({"/usr/sbin/bpftool", "-j", "map", "dump", "pinned",
+                              hosts[0]->pin_dir() + "/abi1/tc_policy_stats"});
+        return r.out;
+    };
+    std::string before = green();
+    auto r = lab.in_ns(
+        {udp_tool_path(), "send", lab.host_v4, "9", "200", std::to_string(kPayload), "2000"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // Every packet after the lease was red: bytes[green] of every CPU unchanged.
+    auto greens = [](const std::string &dump) {
+        auto j = json::parse(dump, nullptr, false);
+        uint64_t sum = 0;
+        if (j.is_array())
+            for (const auto &e : j) {
+                // bpftool prints the BTF-formatted entry under "formatted".
+                const auto &f = e.contains("formatted") ? e["formatted"] : e;
+                for (const auto &v : f["values"])
+                    if (v["value"].is_object())
+                        sum += v["value"]["bytes"][0].get<uint64_t>();
+            }
+        return sum;
+    };
+    EXPECT_EQ(greens(green()), greens(before));
+    EXPECT_GT(greens(before), 0u);
+}
+
 TEST(FleetInput, BadUrlUnreachableRedisAndFleetPolicyWithoutFleet) {
     TRICOLOR_REQUIRE_ROOT();
     // A malformed URL stops tricolord at once, naming the problem.
