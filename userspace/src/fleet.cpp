@@ -330,7 +330,9 @@ void Agent::tick() {
         uint64_t target =
             static_cast<uint64_t>(static_cast<double>(demand) * 2.0 *
                                   static_cast<double>(period_ns) / static_cast<double>(dt));
-        target = std::min(target, s.cbs_units);
+        // At most half the fleet's burst: what a host holds when its demand moves away is
+        // given up (voided), and the rest of the fleet refills meanwhile.
+        target = std::min(target, s.cbs_units / 2);
         bool reset = s.need_reset || s.fallback;
         // After a fallback (or at start) the node's record in Redis is void: it reports all it
         // holds, self-granted tokens included, and the fleet counts them from then on.
