@@ -24,6 +24,7 @@ PACKAGES=(
     libgtest-dev libgmock-dev                   # tests
     help2man                                    # man pages
     iproute2                                    # test labs
+    libhiredis-dev redis-server redis-tools     # fleet limits (SPEC §10): client, tests' Redis
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -204,6 +205,7 @@ bench)
     echo "plot: $BUILD_DIR/tcp_goodput_vs_cbs.svg (docs/tcp_goodput_vs_cbs.svg is a committed run)"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
+    tests/bench/fleet_bench.sh "$BUILD_DIR"
     echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
     ;;

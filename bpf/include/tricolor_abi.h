@@ -24,6 +24,9 @@ enum tc_algo {
 /* tc_meter_config.flags */
 #define TC_METER_F_COLOR_AWARE 0x1u
 #define TC_METER_F_PACKET_MODE 0x2u
+/* Fleet policy (SPEC §10): the committed bucket C is refilled by grants from user space (the
+ * policy's tc_fleet entry), not by time; c_rate is 0 and C starts empty. */
+#define TC_METER_F_FLEET 0x4u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
  * A rate of R bit/s (or packet/s) then adds exactly R tokens every nanosecond, so the
@@ -273,5 +276,25 @@ struct tc_tcp_counters {
 /* Up to this many tc egress interfaces are tried when a socket is classified (a policy may
  * match an interface; a socket does not know which one its packets will leave by). */
 #define TC_SHAPE_MAX_IFACES 8
+
+/* By policy id, in the mmapable tc_fleet array: the tokens a fleet policy's committed bucket
+ * may take (SPEC §10). Every field is a running total, so neither side needs an atomic
+ * read-modify-write: user space is the only writer of granted/revoke_*, the data path (under the
+ * aggregate bucket's lock) the only writer of drained/revoke_seen/spilled. The data path folds
+ * granted - drained into C; what does not fit C (srtcm: C then E) is counted in spilled.
+ * A revoke (user space stores revoke_upto = granted, then revoke_seq + 1) empties C and
+ * discards every grant up to revoke_upto; so does the lease running out (lease_until_ns). */
+struct tc_fleet_grant {
+    __u64 granted;        /* tokens granted so far (user space) */
+    __u64 revoke_upto;    /* grants up to this total are void (user space) */
+    __u64 revoke_seq;     /* bumped for each revoke (user space) */
+    __u64 drained;        /* tokens folded into the buckets or spilled (data path) */
+    __u64 revoke_seen;    /* the revoke_seq last acted on (data path) */
+    __u64 spilled;        /* granted tokens that did not fit the buckets (data path) */
+    __u64 lease_until_ns; /* user space; 0: none. Past it (data-path clock) C and every grant
+                             so far are void: a host whose daemon died or lost Redis spends
+                             no fleet tokens after its lease, with or without user space */
+    __u64 pad;
+};
 
 #endif /* TRICOLOR_ABI_H */

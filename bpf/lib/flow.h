@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "parse.h"
 #include "aqm.h"
+#include "fleet.h"
 
 static __always_inline void tc_mask_prefix(__u32 *addr, __u32 plen) {
 #pragma unroll
@@ -128,8 +129,12 @@ static __always_inline __u32 tc_flow_meter(const struct tc_policy *pol, struct t
     __u64 now = tc_now_ns();
     if (!(f->flags & TC_FLOW_F_STARTED)) {
         tc_meter_start(&pol->meter, &f->meter, now);
+        if (pol->meter.flags & TC_METER_F_FLEET)
+            f->meter.c_tokens = 0; /* a fleet's C holds only what the fleet granted */
         f->flags |= TC_FLOW_F_STARTED;
     }
+    if (pol->meter.flags & TC_METER_F_FLEET)
+        tc_fleet_fold(pol, f, now);
     color = tc_color_index(tc_meter_mark(&pol->meter, &f->meter, now, len, in_color));
     f->counters.packets[color]++;
     f->counters.bytes[color] += len;

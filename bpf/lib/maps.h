@@ -82,4 +82,13 @@ struct {
     __type(value, struct tc_runtime);
 } tc_runtime SEC(".maps");
 
+/* By policy id: grants of fleet policies (struct tc_fleet_grant), mmapped by the daemon. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, TC_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tc_fleet_grant);
+} tc_fleet SEC(".maps");
+
 #endif /* TRICOLOR_MAPS_H */

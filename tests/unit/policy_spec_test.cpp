@@ -219,3 +219,14 @@ TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {
 }
 
 } // namespace
+// SPEC §10: `fleet: true` (YAML or JSON) marks a policy whose committed bucket is the fleet's.
+TEST(PolicySpec, FleetIsAFlag) {
+    json spec = base();
+    EXPECT_FALSE(to_policy(spec, 1)->fleet);
+    spec["fleet"] = true;
+    EXPECT_TRUE(to_policy(spec, 1)->fleet);
+    spec["fleet"] = "yes";
+    auto bad = to_policy(spec, 1);
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_THAT(bad.error(), HasSubstr("fleet"));
+}

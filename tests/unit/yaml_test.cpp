@@ -55,3 +55,9 @@ TEST(Yaml, RoundTripKeepsEveryValueAndType) {
 }
 
 } // namespace
+
+TEST(Yaml, FleetTrueIsABoolean) {
+    auto j = yaml_to_json("policies:\n  - name: a\n    fleet: true\n");
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ((*j)["policies"][0]["fleet"], true);
+}

@@ -33,6 +33,7 @@ struct PolicyFlags {
         red, color_map, length, overhead, shape, aqm;
     std::vector<std::pair<std::string, std::string>> match;
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
+    bool fleet = false, no_fleet = false;
 };
 
 void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
@@ -66,7 +67,10 @@ void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
     cmd->add_option("--shape", f.shape,
                     "off, sockets (pace this host's TCP sockets) or edt (fq departure times)");
     cmd->add_option("--aqm", f.aqm, "off, drop or ecn: an early signal as the bucket drains");
+    cmd->add_flag("--fleet", f.fleet,
+                  "Share the committed bucket with every host of the fleet (tricolord --fleet)");
     if (!required) {
+        cmd->add_flag("--no-fleet", f.no_fleet, "Back to a bucket of this host's own");
         cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
         cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
     }
@@ -108,6 +112,10 @@ json policy_json(const PolicyFlags &f, bool full) {
         j["color_aware"] = true;
     if (f.no_color_aware)
         j["color_aware"] = false;
+    if (f.fleet)
+        j["fleet"] = true;
+    if (f.no_fleet)
+        j["fleet"] = false;
     if (f.packet_mode)
         j["packet_mode"] = true;
     if (f.no_packet_mode)
@@ -185,6 +193,19 @@ std::string human_rate(double bits) {
                   : fmt::format("{:.1f} {}", bits, units[u]);
 }
 
+// One fleet policy's line (SPEC §10): its mode, the hosts seen, this host's share.
+std::string fleet_line(const json &f) {
+    return fmt::format("  fleet: {}, {} hosts, demand here {} ({:.0f}% of the fleet's CIR {}), "
+                       "holds {} bits, the fleet's hosts hold {}{}",
+                       f.value("mode", "?"), f.value("hosts_seen", 0),
+                       human_rate(f.value("local_demand", 0.0)), 100 * f.value("local_share", 0.0),
+                       human_rate(f.value("fleet_cir", 0.0)), f.value("local_held", 0.0),
+                       f.value("fleet_held", 0.0),
+                       f.value("parameters_differ", false) ? " (this host's CIR/CBS differ: the "
+                                                             "fleet's stand)"
+                                                           : "");
+}
+
 void print_stats_table(const json &s, const json *prev, double seconds) {
     std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
                              "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
@@ -208,6 +229,8 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
                                          "edt delayed {} dropped {} pkts\n",
                                          "  tcp", n, marked, dropped, delayed, late);
         }
+        if (p.contains("fleet"))
+            std::cout << fleet_line(p["fleet"]) << "\n";
         if (prev && seconds > 0)
             for (const auto &q : (*prev)["policies"])
                 if (q["name"] == p["name"]) {
@@ -671,6 +694,16 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << fmt::format("state       {} (started from the {})\n",
                                      s["state"].get<std::string>(),
                                      s.value("started_from", std::string("?")));
+        if (auto f = s.value("fleet", json()); f.is_object()) {
+            std::cout << fmt::format(
+                "fleet {} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "
+                "returns\n",
+                f.value("redis", ""), f.value("node", ""), f.value("fallback", ""),
+                f.value("in_fallback", false) ? " (IN FALLBACK)" : "", f.value("exchanges", 0),
+                f.value("failures", 0), f.value("fallbacks", 0), f.value("recoveries", 0));
+            for (const auto &[name, pf] : f["policies"].items())
+                std::cout << name << fleet_line(pf) << "\n";
+        }
         return rc;
     });
 

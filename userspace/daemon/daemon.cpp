@@ -299,6 +299,18 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     o.flow_capacity = options_.flow_capacity;
     dp_ = std::make_unique<Datapath>(o);
     dp_->set_drop_malformed(options_.drop_malformed);
+    if (!options_.fleet.empty()) {
+        auto url = fleet::parse_redis_url(options_.fleet);
+        if (!url)
+            throw std::runtime_error("--fleet " + url.error());
+        fleet::AgentOptions fo;
+        fo.url = *url;
+        fo.node = options_.fleet_node;
+        fo.fallback = options_.fleet_fallback;
+        fo.period = std::chrono::milliseconds(options_.fleet_period_ms);
+        fo.lease = std::chrono::milliseconds(options_.fleet_lease_ms);
+        fleet_ = std::make_unique<fleet::Agent>(fo, *dp_);
+    }
     for (const auto &p : dp_->policies())
         adopted_ids_[p.name] = p.id;
     if (auto r = load_at_start(); !r)
@@ -382,6 +394,10 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
                         "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
                         name, to_string(a)));
         }
+        if (p->fleet && !fleet_)
+            errors.push_back(fmt::format("policy '{}': fleet needs tricolord --fleet "
+                                         "redis://HOST:PORT (this daemon is in no fleet)",
+                                         name));
         if (auto why = shape_problem(*p, attachments_); !why.empty()) {
             errors.push_back(why);
             continue;
@@ -437,10 +453,18 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
         return dp_->check(prep->policies);
     if (auto s = stage(state_json(specs, attachments_)); !s)
         return s;
-    if (auto r = dp_->apply(prep->policies); !r) {
-        unstage();
-        return r;
+    {
+        // The fleet agent must not grant into a set being replaced.
+        std::unique_lock<std::mutex> hold;
+        if (fleet_)
+            hold = fleet_->hold();
+        if (auto r = dp_->apply(prep->policies); !r) {
+            unstage();
+            return r;
+        }
     }
+    if (fleet_)
+        fleet_->set_policies(prep->policies);
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     if (auto c = commit(); !c && warnings)
@@ -1104,6 +1128,9 @@ json Daemon::cmd_stats(const json &r) {
         json p = counters_json(counters[e.id]);
         p["name"] = name;
         p.update(tcp_counters_json(tcp[e.id]));
+        if (fleet_)
+            if (auto f = fleet_->policy_status(name); !f.is_null())
+                p["fleet"] = f;
         list.push_back(p);
     }
     if (!found)
@@ -1229,7 +1256,19 @@ json Daemon::cmd_status(const json &) {
         }
         if_freenameindex(all);
     }
+    json fleet = nullptr;
+    if (fleet_) {
+        fleet = fleet_->status();
+        json ps = json::object();
+        for (const auto &e : policies_) {
+            std::string name = e.spec.value("name", "");
+            if (auto f = fleet_->policy_status(name); !f.is_null())
+                ps[name] = f;
+        }
+        fleet["policies"] = ps;
+    }
     return ok({{"attachments", att},
+               {"fleet", fleet},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},
@@ -1240,6 +1279,59 @@ json Daemon::cmd_status(const json &) {
                 {{"used", dp_->flows().size()},
                  {"capacity", options_.flow_capacity},
                  {"reclaimed", reclaimed_total_}}}});
+}
+
+// Fleet metrics (SPEC §10), apart from metrics() so each scrape adds them after it.
+std::vector<prometheus::MetricFamily> Daemon::fleet_metrics() const {
+    using prometheus::ClientMetric;
+    using prometheus::MetricFamily;
+    using prometheus::MetricType;
+    std::lock_guard lock(mu_);
+    auto single = [](std::string name, std::string help, MetricType type, double v) {
+        ClientMetric m;
+        if (type == MetricType::Counter)
+            m.counter.value = v;
+        else
+            m.gauge.value = v;
+        return MetricFamily{std::move(name), std::move(help), type, {m}};
+    };
+    std::vector<MetricFamily> fleet_families;
+    if (fleet_) {
+        auto t = fleet_->totals();
+        fleet_families = {
+            single("tricolor_fleet_exchanges_total", "Exchanges with the fleet's Redis",
+                   MetricType::Counter, static_cast<double>(t.exchanges)),
+            single("tricolor_fleet_failures_total", "Exchanges Redis did not answer in time",
+                   MetricType::Counter, static_cast<double>(t.failures)),
+            single("tricolor_fleet_fallbacks_total",
+                   "Switches of a fleet policy to its fallback (Redis lost)", MetricType::Counter,
+                   static_cast<double>(t.fallbacks)),
+            single("tricolor_fleet_recoveries_total", "Returns of a fleet policy from its fallback",
+                   MetricType::Counter, static_cast<double>(t.recoveries)),
+            single("tricolor_fleet_in_fallback", "1 while any fleet policy runs on its fallback",
+                   MetricType::Gauge, t.fallback ? 1.0 : 0.0)};
+        MetricFamily hosts{
+            "tricolor_fleet_hosts_seen", "Hosts in the fleet of a policy", MetricType::Gauge, {}};
+        MetricFamily held{"tricolor_fleet_local_held_bits",
+                          "Fleet tokens this host holds for a policy (bits or packets)",
+                          MetricType::Gauge,
+                          {}};
+        for (const auto &e : policies_) {
+            std::string name = e.spec.value("name", "");
+            auto f = fleet_->policy_status(name);
+            if (f.is_null())
+                continue;
+            ClientMetric m;
+            m.label = {{"policy", name}};
+            m.gauge.value = f.value("hosts_seen", 0.0);
+            hosts.metric.push_back(m);
+            m.gauge.value = f.value("local_held", 0.0);
+            held.metric.push_back(m);
+        }
+        fleet_families.push_back(hosts);
+        fleet_families.push_back(held);
+    }
+    return fleet_families;
 }
 
 } // namespace tricolor

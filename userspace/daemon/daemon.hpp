@@ -7,6 +7,7 @@
 
 #include "tricolor/attach.hpp"
 #include "tricolor/datapath.hpp"
+#include "tricolor/fleet.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,13 @@ struct DaemonOptions {
     double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
     double flow_idle_timeout = 300;         // seconds without a packet before a flow may go
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
+    // SPEC §10: redis://HOST:PORT to join a fleet ("" none), this host's name in it, and what
+    // fleet policies do while Redis does not answer.
+    std::string fleet;
+    std::string fleet_node;
+    fleet::Fallback fleet_fallback = fleet::Fallback::share;
+    uint32_t fleet_period_ms = 50;
+    uint32_t fleet_lease_ms = 1000;
 };
 
 struct AttachmentSpec {
@@ -62,6 +70,7 @@ class Daemon {
     size_t reclaim_idle_flows();
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
+    std::vector<prometheus::MetricFamily> fleet_metrics() const; // empty without --fleet
     // Where the metrics are served, once known (for status).
     void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
@@ -122,6 +131,8 @@ class Daemon {
     uint64_t reclaimed_total_ = 0;
     // Requests come from the socket loop, scrapes from the exposer's thread.
     mutable std::mutex mu_;
+    // Last: stopped before the data path it grants to.
+    std::unique_ptr<fleet::Agent> fleet_;
 };
 
 } // namespace tricolor

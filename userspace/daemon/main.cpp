@@ -102,7 +102,12 @@ void serve_one(int client, Daemon &d) {
 class Metrics : public prometheus::Collectable {
   public:
     explicit Metrics(const Daemon &d) : d_(d) {}
-    std::vector<prometheus::MetricFamily> Collect() const override { return d_.metrics(); }
+    std::vector<prometheus::MetricFamily> Collect() const override {
+        auto m = d_.metrics();
+        auto f = d_.fleet_metrics();
+        m.insert(m.end(), f.begin(), f.end());
+        return m;
+    }
 
   private:
     const Daemon &d_;
@@ -267,6 +272,24 @@ int main(int argc, char **argv) {
                    "full again too); ignored while the flow table is over 90% full; 0: no wait")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 31536000.0));
+    app.add_option("--fleet", o.fleet,
+                   "Join a fleet through Redis (redis://HOST:PORT): policies with --fleet share "
+                   "their committed bucket with every host of it");
+    app.add_option("--fleet-node", o.fleet_node,
+                   "This host's name in the fleet (default: hostname)");
+    std::string fallback = "share";
+    app.add_option("--fleet-fallback", fallback,
+                   "While Redis does not answer: share (CIR/N, N the hosts last seen), closed "
+                   "(nothing green) or open (the whole CIR on this host)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"share", "closed", "open"}));
+    app.add_option("--fleet-period", o.fleet_period_ms, "Milliseconds between exchanges")
+        ->capture_default_str()
+        ->check(CLI::Range(5u, 10000u));
+    app.add_option("--fleet-lease", o.fleet_lease_ms,
+                   "Milliseconds a host keeps tokens without an answer from Redis")
+        ->capture_default_str()
+        ->check(CLI::Range(50u, 600000u));
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
@@ -284,6 +307,22 @@ int main(int argc, char **argv) {
     quiet_libbpf_logging();
     if (o.state.empty())
         o.state = default_state_path(o.pin_dir);
+    o.fleet_fallback = *fleet::parse_fallback(fallback);
+    if (!o.fleet.empty()) {
+        if (auto u = fleet::parse_redis_url(o.fleet); !u) {
+            log("--fleet " + u.error());
+            return 2;
+        }
+        if (o.fleet_lease_ms < 4 * o.fleet_period_ms) {
+            log("--fleet-lease must be at least 4 times --fleet-period");
+            return 2;
+        }
+        if (o.fleet_node.empty()) {
+            char host[256] = {};
+            gethostname(host, sizeof(host) - 1);
+            o.fleet_node = host;
+        }
+    }
 
     // Everything that can refuse the start is checked before anything is created.
     try {

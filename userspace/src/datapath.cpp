@@ -318,8 +318,15 @@ struct Datapath::Impl {
     bool adopted = false;
     std::string pin_path;
     tc_runtime *runtime = nullptr;     // the mmapped entry of the tc_runtime map
+    tc_fleet_grant *fleet = nullptr;   // the mmapped tc_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
+    static size_t fleet_bytes() {
+        size_t page = sysconf(_SC_PAGESIZE);
+        return (sizeof(tc_fleet_grant) * TC_MAX_POLICIES + page - 1) / page * page;
+    }
     ~Impl() {
+        if (fleet)
+            munmap(fleet, fleet_bytes());
         if (runtime)
             munmap(runtime, sysconf(_SC_PAGESIZE));
         tricolor_dp::destroy(skel);
@@ -376,6 +383,11 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map tc_runtime: {}", errno_text(errno)));
     impl_->runtime = static_cast<tc_runtime *>(mem);
+    mem = mmap(nullptr, Impl::fleet_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
+               impl_->fd(impl_->skel->maps.tc_fleet), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map tc_fleet: {}", errno_text(errno)));
+    impl_->fleet = static_cast<tc_fleet_grant *>(mem);
     if (impl_->adopted)
         adopt();
 }
@@ -444,6 +456,8 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
             fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
         if (p.prefix4 > 32 || p.prefix6 > 128)
             fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
+        if (p.fleet && p.per != TC_PER_AGGREGATE)
+            fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
         for (const auto &a : p.actions)
             if (a.kind == TC_ACT_KIND_DSCP && a.value > 63)
                 fail(fmt::format("dscp:{} is not 0 to 63", a.value));
@@ -527,6 +541,12 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         const Policy &p = policies[slot];
         tc_policy cfg{};
         cfg.meter = make_meter_config(p.meter);
+        if (p.fleet) {
+            // C is refilled by grants only (bpf/lib/fleet.h), never by time.
+            cfg.meter.flags |= TC_METER_F_FLEET;
+            cfg.meter.c_rate = 0;
+            cfg.meter.c_fill_ns = ~0ull;
+        }
         for (int d = 0; d < 64; ++d)
             cfg.color_map[d / 32] |= static_cast<uint64_t>(p.color_map[d]) << (2 * (d % 32));
         for (int c = 0; c < TC_NR_COLORS; ++c)
@@ -572,6 +592,12 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     std::set<uint32_t> fresh, kept;
     for (const auto &p : policies)
         (impl_->active.contains(p.id) ? kept : fresh).insert(p.id);
+    for (const auto &p : policies) {
+        // A policy that starts (or stops) being a fleet policy holds no tokens from before.
+        auto was = impl_->active.find(p.id);
+        if (fresh.contains(p.id) || (was != impl_->active.end() && was->second.fleet != p.fleet))
+            fleet_revoke(p.id);
+    }
     for (uint32_t id : fresh) {
         tc_flow zero{};
         bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_state), &id, &zero, 0);
@@ -760,6 +786,20 @@ std::map<uint32_t, tc_counters> Datapath::policy_counters() const {
     return out;
 }
 
+tc_counters Datapath::policy_counter(uint32_t id) const {
+    size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    std::vector<tc_counters> per_cpu(ncpus);
+    tc_counters sum{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_stats), &id, per_cpu.data()))
+        return sum;
+    for (const auto &c : per_cpu)
+        for (int i = 0; i < TC_NR_COLORS; ++i) {
+            sum.packets[i] += c.packets[i];
+            sum.bytes[i] += c.bytes[i];
+        }
+    return sum;
+}
+
 tc_global_counters Datapath::global_counters() const {
     int ncpus = libbpf_num_possible_cpus();
     std::vector<tc_global_counters> per_cpu(ncpus);
@@ -791,6 +831,48 @@ tc_flow Datapath::policy_state(uint32_t id) const {
     tc_flow f{};
     bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_state), &id, &f);
     return f;
+}
+
+void Datapath::fleet_grant(uint32_t id, uint64_t tokens) {
+    if (id >= TC_MAX_POLICIES || tokens == 0)
+        return;
+    tc_fleet_grant &g = impl_->fleet[id];
+    __atomic_store_n(&g.granted, g.granted + tokens, __ATOMIC_RELEASE); // the only writer
+}
+
+void Datapath::fleet_revoke(uint32_t id) {
+    if (id >= TC_MAX_POLICIES)
+        return;
+    tc_fleet_grant &g = impl_->fleet[id];
+    __atomic_store_n(&g.revoke_upto, __atomic_load_n(&g.granted, __ATOMIC_RELAXED),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&g.revoke_seq, g.revoke_seq + 1, __ATOMIC_RELEASE);
+}
+
+void Datapath::fleet_lease(uint32_t id, uint64_t until_ns) {
+    if (id < TC_MAX_POLICIES)
+        __atomic_store_n(&impl_->fleet[id].lease_until_ns, until_ns, __ATOMIC_RELEASE);
+}
+
+FleetLocal Datapath::fleet_local(uint32_t id) const {
+    FleetLocal out;
+    if (id >= TC_MAX_POLICIES)
+        return out;
+    const tc_fleet_grant &g = impl_->fleet[id];
+    // drained before C: a fold between the reads counts its tokens twice, never zero times.
+    uint64_t drained = __atomic_load_n(&g.drained, __ATOMIC_ACQUIRE);
+    uint64_t seen = __atomic_load_n(&g.revoke_seen, __ATOMIC_ACQUIRE);
+    out.granted = __atomic_load_n(&g.granted, __ATOMIC_ACQUIRE);
+    out.spilled = __atomic_load_n(&g.spilled, __ATOMIC_ACQUIRE);
+    uint64_t pending = out.granted > drained ? out.granted - drained : 0;
+    if (seen != __atomic_load_n(&g.revoke_seq, __ATOMIC_ACQUIRE)) {
+        uint64_t upto = __atomic_load_n(&g.revoke_upto, __ATOMIC_ACQUIRE);
+        pending = out.granted > std::max(upto, drained) ? out.granted - std::max(upto, drained) : 0;
+        out.held = pending; // C is emptied at the next packet
+        return out;
+    }
+    out.held = pending + policy_state(id).meter.c_tokens;
+    return out;
 }
 
 uint64_t Datapath::now_ns() const {

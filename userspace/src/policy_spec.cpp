@@ -16,7 +16,8 @@ const std::vector<std::string> &policy_fields() {
     static const std::vector<std::string> fields = {
         "name",        "algo",      "cir",         "cbs",    "ebs",      "pir",    "pbs",
         "eir",         "match",     "priority",    "per",    "green",    "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length", "overhead", "shape",  "aqm"};
+        "color_aware", "color_map", "packet_mode", "length", "overhead", "shape",  "aqm",
+        "fleet"};
     return fields;
 }
 
@@ -287,6 +288,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                                          "protocol {}",
                                          *p.match.proto));
     }
+    if (auto f = r.flag(spec, "fleet"))
+        p.fleet = *f; // SPEC §10; the daemon refuses it without --fleet
 
     if (!errors.empty()) {
         return std::unexpected(

@@ -72,6 +72,9 @@ struct Policy {
     uint32_t overhead = 0;
     tc_shape_mode shape = TC_SHAPE_OFF; // SPEC §8
     tc_aqm_mode aqm = TC_AQM_OFF;
+    // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
+    // Aggregate policies only.
+    bool fleet = false;
 };
 
 // The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
@@ -83,6 +86,14 @@ uint64_t shape_payload_rate(const Policy &p);
 struct ShapeCounters {
     uint32_t sockets = 0;
     tc_tcp_counters tcp{}; // aqm and edt counters, summed over CPUs
+};
+
+// A fleet policy's local side, read from the data path (SPEC §10).
+struct FleetLocal {
+    uint64_t held = 0;    // tokens this host may still spend: C plus grants not yet folded in
+                          // (an upper bound: read while packets spend)
+    uint64_t granted = 0; // all tokens ever granted to the policy on this host
+    uint64_t spilled = 0; // granted tokens that did not fit the buckets
 };
 
 struct DatapathOptions {
@@ -134,6 +145,8 @@ class Datapath {
     tc_global_counters global_counters() const;
     std::vector<Flow> flows() const;
     tc_flow policy_state(uint32_t policy_id) const;
+    // One policy's counters summed over CPUs (safe from any thread: reads only the map).
+    tc_counters policy_counter(uint32_t policy_id) const;
 
     // Deletes the flows whose buckets are full now (idle at least their fill time): such a
     // flow is indistinguishable from a new one, so no colour changes. Returns how many.
@@ -150,6 +163,14 @@ class Datapath {
     void set_shape_ifaces(const std::vector<uint32_t> &ifindexes);
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
+    // Fleet policies: add @tokens (10^-9 bit, or 10^-9 packet) to the committed bucket, folded
+    // in by the next packet; revoke empties it and voids every grant so far.
+    void fleet_grant(uint32_t policy_id, uint64_t tokens);
+    void fleet_revoke(uint32_t policy_id);
+    // Past @until_ns (now_ns()'s clock; 0: never) the data path voids C and every grant so far
+    // on its own: set before each grant that renews the lease.
+    void fleet_lease(uint32_t policy_id, uint64_t until_ns);
+    FleetLocal fleet_local(uint32_t policy_id) const;
 
     void set_drop_malformed(bool drop);
     uint32_t active_set() const;
