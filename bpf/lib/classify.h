@@ -47,7 +47,7 @@ static long tc_probe_next_mask(__u32 i, void *arg) {
 
 /* The index in tc_policy_cfg of the policy @key falls under in @set, or -1.
  * A global function, verified once on its own rather than once for every parser path that
- * reaches it (see tc_flow_meter_packet): Linux 6.1 could not verify the inlined pipeline. */
+ * reaches it (see tc_chain_meter_packet): Linux 6.1 could not verify the inlined pipeline. */
 __attribute__((noinline)) int tc_classify_index(const struct tc_class_key *key, __u32 set) {
     set &= 1;
     if (!key)

@@ -14,9 +14,10 @@ using nlohmann::json;
 
 const std::vector<std::string> &policy_fields() {
     static const std::vector<std::string> fields = {
-        "name",        "algo",      "cir",         "cbs",    "ebs",     "pir",    "pbs",
-        "eir",         "match",     "priority",    "per",    "green",   "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length", "overhead"};
+        "name",     "algo",   "cir",         "cbs",       "ebs",         "pir",
+        "pbs",      "eir",    "match",       "priority",  "per",         "green",
+        "yellow",   "red",    "color_aware", "color_map", "packet_mode", "length",
+        "overhead", "parent", "only_parent", "coupling",  "start"};
     return fields;
 }
 
@@ -140,6 +141,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     m.eir = r.text(spec, "eir");
     m.color_aware = r.flag(spec, "color_aware").value_or(false);
     m.packet_mode = r.flag(spec, "packet_mode").value_or(false);
+    m.coupling = r.flag(spec, "coupling").value_or(false);
+    m.start = r.text(spec, "start");
     if (!m.algo.empty() && !m.cir.empty() && !m.cbs.empty()) {
         auto meter = parse_meter_spec(m);
         if (meter)
@@ -250,6 +253,13 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     }
     if (auto v = r.number(spec, "overhead", 65535))
         p.overhead = static_cast<uint32_t>(*v);
+    // The graph (does the parent exist, cycles, depth) is checked with the whole set.
+    if (auto t = r.text(spec, "parent"); t && !t->empty())
+        p.parent = *t;
+    p.only_parent = r.flag(spec, "only_parent").value_or(false);
+    if (p.only_parent && spec.contains("match") && !spec["match"].is_null() &&
+        !spec["match"].empty())
+        r.error("only_parent", "an only_parent policy matches no traffic: drop its match");
 
     if (!errors.empty()) {
         return std::unexpected(
