@@ -74,11 +74,13 @@ TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct t
     if (cfg->flags & TC_METER_F_COUPLED) {
         /* rfc4115 with CF=1 (MEF 10.3): C at CIR, what overflows C into E, and E at EIR as well.
          * Both streams only add, so capping E once at the end is the continuous model's cap.
-         * e_fill_ns is the smaller of (CBS+EBS)/CIR and EBS/EIR: below it, dt*CIR < CBS+EBS
-         * (< 2^64, as for srtcm) and dt*EIR < EBS, and each add compares against the room. */
+         * e_fill_ns is the smaller of EBS/EIR and (CBS+EBS)/CIR: a gap that long fills E, by
+         * EIR alone or by what overflows C (and then C is full too). A shorter one has
+         * dt*CIR < CBS+EBS (< 2^64, as for srtcm) and dt*EIR < EBS, and every add compares
+         * against the room left. */
         if (dt >= cfg->e_fill_ns) {
-            st->c_tokens = cfg->c_size;
             st->e_tokens = cfg->e_size;
+            tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
             return;
         }
         tc_bucket_add(&st->e_tokens, cfg->e_size,

@@ -91,6 +91,7 @@ class RefChain {
     Color mark(uint64_t now, uint32_t bytes, Color in, const std::string key_parts[4]) {
         std::vector<RefBucket> next;
         std::vector<RefBucket *> at;
+        std::vector<Color> level_color;
         Color c = in;
         for (size_t i = 0; i < levels_.size(); ++i) {
             const RefLevel &l = levels_[i];
@@ -99,26 +100,187 @@ class RefChain {
             next.push_back(b);
             Color incoming = (i == 0 && !l.aware) ? Color::green : c;
             c = RefMeter::mark(l, next.back(), now, bytes + l.overhead, incoming);
+            level_color.push_back(c);
         }
         for (size_t i = 0; i < levels_.size(); ++i) {
+            const std::string &k = key_parts[levels_[i].per];
             if (c != Color::red)
                 *at[i] = next[i];
             else if (!at[i]->started)
                 RefMeter::start(levels_[i], *at[i], now);
-            // Per-level admitted bytes, for the bounds.
-            if (c != Color::red)
-                admitted_[i][key_parts[levels_[i].per]] += bytes + levels_[i].overhead;
+            Usage &u = usage_[i][k];
+            if (!u.seen)
+                u.first = now;
+            u.seen = true;
+            u.last = std::max(u.last, now);
+            if (c != Color::red) {
+                u.passed += bytes + levels_[i].overhead;
+                if (level_color[i] == Color::green)
+                    u.green += bytes + levels_[i].overhead;
+            }
         }
         return c;
     }
     const std::vector<RefLevel> &levels() const { return levels_; }
     const std::map<std::string, RefBucket> &buckets(size_t level) const { return buckets_[level]; }
-    const std::map<std::string, uint64_t> &admitted(size_t level) const { return admitted_[level]; }
+
+    // What each level's key took: bytes of packets that passed, and of those it coloured
+    // green (from its C bucket), over [first, last] arrival.
+    struct Usage {
+        bool seen = false;
+        uint64_t first = 0, last = 0, passed = 0, green = 0;
+    };
+    // The bounds of SPEC §1 at every level and key: green <= CBS + CIR*T (C alone; CIR*T when
+    // flows start empty), and passed <= what both buckets can give over T. Empty if they hold,
+    // else the first violation.
+    std::string check_bounds() const {
+        for (size_t i = 0; i < levels_.size(); ++i) {
+            const RefLevel &l = levels_[i];
+            for (const auto &[k, u] : usage_[i]) {
+                u128 T = u.last - u.first, unit = RefMeter::unit(l);
+                u128 full = l.start_empty ? 0 : 1;
+                u128 green_max = full * l.cbs * unit + T * l.cir;
+                u128 passed_max = 0;
+                if (l.algo == Algo::trtcm)
+                    passed_max = full * l.second_size * unit + T * l.second_rate;
+                else if (l.algo == Algo::srtcm)
+                    passed_max = full * (l.cbs + l.second_size) * unit + T * l.cir;
+                else
+                    passed_max =
+                        full * (l.cbs + l.second_size) * unit + T * (l.cir + l.second_rate);
+                if (u128(u.green) * unit > green_max || u128(u.passed) * unit > passed_max)
+                    return "level " + std::to_string(i) + ": green " + std::to_string(u.green) +
+                           ", passed " + std::to_string(u.passed) + " over " +
+                           std::to_string(static_cast<uint64_t>(T)) + " ns exceed the bounds";
+            }
+        }
+        return "";
+    }
 
   private:
     std::vector<RefLevel> levels_;
     std::vector<std::map<std::string, RefBucket>> buckets_;
-    std::map<std::string, uint64_t> admitted_[TC_MAX_LEVELS];
+    std::map<std::string, Usage> usage_[TC_MAX_LEVELS];
 };
+
+} // namespace tricolor::test
+
+// ---- random chains and traces --------------------------------------------------------------
+
+#include "tricolor/hier_replay.hpp"
+
+#include <arpa/inet.h>
+#include <cstring>
+#include <random>
+
+namespace tricolor::test {
+
+// A random chain of 1 to 4 levels: its policies (ids 0..n-1; level 0 matches udp, the levels
+// above are only_parent), the same levels for RefChain, and a random trace over a few flows.
+struct RandomCase {
+    std::vector<Policy> policies;
+    std::vector<RefLevel> levels;
+    std::vector<FlowTracePacket> trace;
+};
+
+// The key each `per` picks from a packet, for RefChain.
+inline std::array<std::string, 4> ref_keys(const FlowTracePacket &p) {
+    std::string src(reinterpret_cast<const char *>(p.src.data()), 16);
+    std::string dst(reinterpret_cast<const char *>(p.dst.data()), 16);
+    return {"", src, dst,
+            src + dst + std::to_string(p.proto) + ":" + std::to_string(p.sport) + ":" +
+                std::to_string(p.dport)};
+}
+
+inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels = 0) {
+    auto pick = [&](uint64_t lo, uint64_t hi) {
+        return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+    };
+    RandomCase rc;
+    size_t n = levels ? levels : pick(1, TC_MAX_LEVELS);
+    for (size_t i = 0; i < n; ++i) {
+        RefLevel l;
+        Policy p;
+        p.id = static_cast<uint32_t>(i);
+        p.name = "l" + std::to_string(i);
+        l.algo = static_cast<Algo>(pick(0, 2));
+        // Around 10..400 kB/s and bursts of 1.5..30 kB against ~600-byte packets every
+        // ~2 ms from a few flows: every colour turns up at every level.
+        l.cir = pick(80000, 3200000);
+        l.cbs = pick(1500, 30000);
+        p.meter.algo = l.algo;
+        p.meter.cir = l.cir;
+        p.meter.cbs = l.cbs;
+        switch (l.algo) {
+        case Algo::srtcm:
+            l.second_size = pick(0, 3) == 0 ? 0 : pick(1, 30000);
+            p.meter.ebs = l.second_size;
+            break;
+        case Algo::trtcm:
+            l.second_rate = l.cir + pick(0, 3200000);
+            l.second_size = pick(1500, 30000);
+            p.meter.pir = l.second_rate;
+            p.meter.pbs = l.second_size;
+            break;
+        case Algo::rfc4115:
+            l.second_rate = pick(0, 3) == 0 ? 0 : pick(1, 3200000);
+            l.second_size = pick(0, 30000);
+            l.coupling = pick(0, 1);
+            p.meter.eir = l.second_rate;
+            p.meter.ebs = l.second_size;
+            p.meter.coupling = l.coupling;
+            break;
+        }
+        l.start_empty = pick(0, 3) == 0;
+        p.meter.start_empty = l.start_empty;
+        l.aware = i == 0 && pick(0, 1);
+        p.meter.color_aware = l.aware;
+        l.per = static_cast<tc_per>(pick(0, 3));
+        p.per = l.per;
+        l.overhead = pick(0, 2) == 0 ? 24 : 0;
+        p.overhead = l.overhead;
+        if (i == 0)
+            p.match.proto = 17;
+        else
+            p.only_parent = true;
+        if (i + 1 < n)
+            p.parent = "l" + std::to_string(i + 1);
+        rc.policies.push_back(p);
+        rc.levels.push_back(l);
+    }
+    uint64_t t = pick(0, 1ull << 40);
+    for (size_t k = 0; k < packets; ++k) {
+        FlowTracePacket p;
+        switch (pick(0, 9)) {
+        case 0:
+            t += pick(0, 3000000000ull); // an idle
+            break;
+        case 1:
+        case 2:
+            break; // back to back
+        default:
+            t += pick(0, 4000000);
+        }
+        p.time_ns = t;
+        p.bytes = static_cast<uint32_t>(pick(0, 3) == 0 ? 1500 : pick(28, 1500));
+        p.color = static_cast<Color>(pick(0, 2));
+        uint32_t src = htonl(0xc6120700 | static_cast<uint32_t>(pick(1, 3))); // 198.18.7.x
+        uint32_t dst = htonl(0xc6120900 | static_cast<uint32_t>(pick(1, 2))); // 198.18.9.x
+        std::memcpy(p.src.data(), &src, 4);
+        std::memcpy(p.dst.data(), &dst, 4);
+        p.proto = pick(0, 7) == 0 ? 6 : 17; // some tcp: unclassified
+        p.ports = true;
+        p.sport = static_cast<uint16_t>(1000 + pick(0, 1));
+        p.dport = 7000;
+        rc.trace.push_back(p);
+    }
+    return rc;
+}
+
+// The mapped key of an IPv4 packet, as RefChain sees it (IPv4 only here).
+inline Color ref_mark(RefChain &chain, const FlowTracePacket &p) {
+    auto keys = ref_keys(p);
+    return chain.mark(p.time_ns, p.bytes, p.color, keys.data());
+}
 
 } // namespace tricolor::test

@@ -10,6 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -164,6 +166,19 @@ TEST(Coupling, EStillRefillsAtEirAndIsCappedAtEbs) {
     EXPECT_EQ(m.state().c_tokens, 99 * kByte);
 }
 
+TEST(Coupling, EFullByEirLongBeforeCIsFull) {
+    // CIR 1000 B/s, CBS 1000; EIR 10000 B/s, EBS 100: after 50 ms E is full (it took 10 ms),
+    // C holds 50 bytes, not 1000 (the random property test found a shortcut that filled both).
+    Meter m = rfc4115(8000, 1000, 80000, 100, true);
+    EXPECT_EQ(m.mark(0, 1000), Color::green);
+    EXPECT_EQ(m.mark(0, 100), Color::yellow);
+    EXPECT_EQ(m.mark(50000000, 60), Color::yellow);
+    EXPECT_EQ(m.state().c_tokens, 50 * kByte);
+    EXPECT_EQ(m.state().e_tokens, 40 * kByte);
+    EXPECT_EQ(m.mark(50000000, 50), Color::green);
+    EXPECT_EQ(m.state().c_tokens, 0u);
+}
+
 TEST(Coupling, LongGapsAndExtremesStayExact) {
     // 1 Tbit/s with 1 GiB buckets, gaps of years: no overflow, both full.
     Meter m =
@@ -278,6 +293,83 @@ TEST(HierReplay, ModelMatchesEveryHierVector) {
         std::string expected =
             test::read_file(std::string(TRICOLOR_VECTOR_DIR) + "/" + name + ".expected");
         EXPECT_EQ(test::first_difference(replay_model(name), expected), "");
+    }
+}
+
+// The model engine against the exact reference, line by line, on random chains of every
+// algorithm, `per`, colour mode, coupling and start; the reference's per-level bounds hold.
+TEST(HierReplay, ModelEqualsTheExactReferenceOnRandomChains) {
+    std::mt19937_64 rng(20261122);
+    for (int round = 0; round < 300; ++round) {
+        auto rc = test::random_case(rng, 400);
+        SCOPED_TRACE(fmt::format("round {} ({} levels)", round, rc.levels.size()));
+        ASSERT_TRUE(hierarchy_errors(rc.policies).empty());
+        HierModelEngine model(rc.policies);
+        test::RefChain ref(rc.levels);
+        for (size_t k = 0; k < rc.trace.size(); ++k) {
+            const auto &p = rc.trace[k];
+            auto v = model.mark(p);
+            if (p.proto != 17) {
+                ASSERT_FALSE(v.policy_id) << "packet " << k;
+                continue;
+            }
+            ASSERT_EQ(v.policy_id, 0u) << "packet " << k;
+            ASSERT_EQ(v.color, test::ref_mark(ref, p)) << "packet " << k;
+        }
+        EXPECT_EQ(ref.check_bounds(), "");
+    }
+}
+
+// A red packet changes no bucket at any level (a flow that did not exist starts, full or empty,
+// as at its first packet); a non-red one changes every level's.
+TEST(HierReplay, ARedPacketChangesNoBucket) {
+    std::mt19937_64 rng(7);
+    size_t reds = 0;
+    for (int round = 0; round < 100; ++round) {
+        auto rc = test::random_case(rng, 300, 1 + round % TC_MAX_LEVELS);
+        HierModelEngine model(rc.policies);
+        for (const auto &p : rc.trace) {
+            std::vector<std::optional<tc_meter_state>> before;
+            for (const auto &pol : rc.policies) {
+                auto *s = model.state(pol.id, p);
+                before.push_back(s ? std::optional(*s) : std::nullopt);
+            }
+            auto v = model.mark(p);
+            if (!v.policy_id || v.color != Color::red)
+                continue;
+            ++reds;
+            for (const auto &pol : rc.policies) {
+                auto *s = model.state(pol.id, p);
+                ASSERT_NE(s, nullptr);
+                if (!before[pol.id])
+                    continue; // started now: as at a first packet
+                // Tokens exact as of different instants are compared as of the later one.
+                tc_meter_state was = *before[pol.id];
+                tc_meter_config cfg = make_meter_config(pol.meter);
+                tc_meter_refill(&cfg, &was, s->last_ns);
+                EXPECT_EQ(was.c_tokens, s->c_tokens);
+                EXPECT_EQ(was.e_tokens, s->e_tokens);
+            }
+        }
+    }
+    EXPECT_GT(reds, 1000u);
+}
+
+// A chain of one is SPEC §1: the same colours as the plain meter of replay without -f.
+TEST(HierReplay, AOneLevelChainIsTheMeterOfSection1) {
+    std::mt19937_64 rng(11);
+    for (int round = 0; round < 100; ++round) {
+        auto rc = test::random_case(rng, 300, 1);
+        rc.policies[0].per = TC_PER_AGGREGATE;
+        rc.policies[0].overhead = 0;
+        HierModelEngine model(rc.policies);
+        Meter meter(make_meter_config(rc.policies[0].meter));
+        for (const auto &p : rc.trace) {
+            auto v = model.mark(p);
+            if (!v.policy_id)
+                continue;
+            ASSERT_EQ(v.color, meter.mark(p.time_ns, p.bytes, p.color));
+        }
     }
 }
 
