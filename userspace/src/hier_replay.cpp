@@ -345,9 +345,10 @@ HierModelEngine::Key HierModelEngine::key_of(const Policy &p, const FlowTracePac
 }
 
 const tc_meter_state *HierModelEngine::state(uint32_t policy_id, const FlowTracePacket &pkt) const {
-    if (policy_id >= policies_.size())
+    auto p = std::ranges::find(policies_, policy_id, &Policy::id);
+    if (p == policies_.end())
         return nullptr;
-    auto it = buckets_.find({policy_id, key_of(policies_[policy_id], pkt)});
+    auto it = buckets_.find({policy_id, key_of(*p, pkt)});
     return it == buckets_.end() || !it->second.started ? nullptr : &it->second.state;
 }
 
@@ -375,7 +376,7 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
     uint32_t color = static_cast<uint32_t>(pkt.color);
     for (size_t i = 0; i < levels.size(); ++i) {
         auto &l = levels[i];
-        const tc_meter_config &cfg = configs_[l.policy->id];
+        const tc_meter_config &cfg = configs_[l.policy - policies_.data()];
         l.next = l.bucket->state;
         if (!l.bucket->started)
             tc_meter_start(&cfg, &l.next, pkt.time_ns);
@@ -387,7 +388,7 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
         if (color != TC_RED)
             l.bucket->state = l.next;
         else if (!l.bucket->started)
-            tc_meter_start(&configs_[l.policy->id], &l.bucket->state, pkt.time_ns);
+            tc_meter_start(&configs_[l.policy - policies_.data()], &l.bucket->state, pkt.time_ns);
         l.bucket->started = true;
     }
     v.color = static_cast<Color>(color);
