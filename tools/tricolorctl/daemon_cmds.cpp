@@ -10,6 +10,9 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <set>
+
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -25,9 +28,11 @@ namespace {
 struct PolicyFlags {
     std::string name;
     std::optional<std::string> algo, cir, cbs, ebs, pir, pbs, eir, priority, per, green, yellow,
-        red, color_map, length, overhead;
+        red, color_map, length, overhead, parent, start;
     std::vector<std::pair<std::string, std::string>> match;
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
+    bool only_parent = false, no_only_parent = false, coupling = false, no_coupling = false,
+         no_parent = false; // hierarchies (SPEC §9)
 };
 
 void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
@@ -58,9 +63,17 @@ void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
     cmd->add_flag("--packet-mode", f.packet_mode, "Meter packets: rates in pps, sizes in packets");
     cmd->add_option("--length", f.length, "l3 (default) or l2");
     cmd->add_option("--overhead", f.overhead, "Bytes added to every packet");
+    cmd->add_option("--parent", f.parent, "Meter through this policy's buckets as well (§9)");
+    cmd->add_flag("--only-parent", f.only_parent, "Match no traffic: a parent of others only");
+    cmd->add_flag("--coupling", f.coupling, "rfc4115: what overflows C goes to E (MEF CF=1)");
+    cmd->add_option("--start", f.start, "A new flow's buckets start full (default) or empty")
+        ->check(CLI::IsMember({"full", "empty"}));
     if (!required) {
         cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
         cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
+        cmd->add_flag("--no-parent", f.no_parent, "Leave the parent: a top-level policy again");
+        cmd->add_flag("--no-only-parent", f.no_only_parent, "Match traffic again");
+        cmd->add_flag("--no-coupling", f.no_coupling, "Back to uncoupled rfc4115");
     }
 }
 
@@ -102,6 +115,18 @@ json policy_json(const PolicyFlags &f, bool full) {
         j["packet_mode"] = true;
     if (f.no_packet_mode)
         j["packet_mode"] = false;
+    put("parent", f.parent);
+    put("start", f.start);
+    if (f.no_parent)
+        j["parent"] = nullptr; // merge_policy removes a null field
+    if (f.only_parent)
+        j["only_parent"] = true;
+    if (f.no_only_parent)
+        j["only_parent"] = false;
+    if (f.coupling)
+        j["coupling"] = true;
+    if (f.no_coupling)
+        j["coupling"] = false;
     return j;
 }
 
@@ -175,11 +200,39 @@ std::string human_rate(double bits) {
                   : fmt::format("{:.1f} {}", bits, units[u]);
 }
 
+// The policies in tree order (SPEC §9): each parent, then its children indented under it;
+// a policy whose parent is not in the list (stats NAME) stands at the top.
+std::vector<std::pair<const json *, int>> policy_tree(const json &policies) {
+    std::vector<std::pair<const json *, int>> out;
+    auto parent_of = [](const json &p) {
+        auto it = p.find("parent");
+        return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::set<std::string> names;
+    for (const auto &p : policies)
+        names.insert(p.value("name", ""));
+    std::function<void(const std::string &, int)> walk = [&](const std::string &parent, int depth) {
+        for (const auto &p : policies) {
+            std::string up = parent_of(p);
+            bool top = up.empty() || !names.contains(up);
+            if ((parent.empty() && top) || (!parent.empty() && up == parent)) {
+                out.emplace_back(&p, depth);
+                if (depth < TC_MAX_LEVELS)
+                    walk(p.value("name", ""), depth + 1);
+            }
+        }
+    };
+    walk("", 0);
+    return out;
+}
+
 void print_stats_table(const json &s, const json *prev, double seconds) {
     std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
                              "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
-    for (const auto &p : s["policies"]) {
-        std::string line = fmt::format("{:<20}", p["name"].get<std::string>());
+    for (auto [pp, depth] : policy_tree(s["policies"])) {
+        const json &p = *pp;
+        std::string line =
+            fmt::format("{:<20}", std::string(2 * depth, ' ') + p["name"].get<std::string>());
         for (const char *c : {"green", "yellow", "red"})
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
@@ -466,11 +519,16 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
         }
         std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", "KEY", "GREEN",
                                  "YELLOW", "RED");
+        // A child's flows name their chain, "link>user": every packet there passed both.
         for (const auto &f : (*r)["flows"])
-            std::cout << fmt::format(
-                "{:<16} {:<44} {:>10} {:>10} {:>10}\n", f["policy"].get<std::string>(),
-                f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
-                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]));
+            std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n",
+                                     (f.contains("parent") && f["parent"].is_string()
+                                          ? f["parent"].get<std::string>() + ">"
+                                          : std::string()) +
+                                         f["policy"].get<std::string>(),
+                                     f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
+                                     human_bytes(f["yellow"]["bytes"]),
+                                     human_bytes(f["red"]["bytes"]));
         return rc;
     });
 

@@ -596,6 +596,9 @@ json Daemon::cmd_stats(const json &r) {
         found = true;
         json p = counters_json(counters[e.id]);
         p["name"] = name;
+        // SPEC §9: each policy names its parent (null at the top); counters are per level.
+        auto parent = e.spec.find("parent");
+        p["parent"] = parent != e.spec.end() && parent->is_string() ? *parent : json(nullptr);
         list.push_back(p);
     }
     if (!found)
@@ -635,6 +638,7 @@ json Daemon::cmd_flows(const json &r) {
         const Policy &p = by_id[f.key.policy_id];
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
+        j["parent"] = p.parent.empty() ? json(nullptr) : json(p.parent);
         j["key"] = flow_key_text(f.key, p);
         list.push_back(j);
     }
