@@ -21,6 +21,7 @@
 
 #include "bench.skel.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
@@ -52,6 +53,29 @@ Policy always_green(uint32_t id, tc_per per) {
     p.per = per;
     p.match.dst = parse_prefix("198.18.0.0/15").value();
     return p;
+}
+
+// A chain of @levels (SPEC §9), every level always green: per-src under aggregate (2), then a
+// 5-tuple level below (3), then per-dst between source and aggregate (4). The bottom level
+// matches the traffic; the others are only_parent.
+std::vector<Policy> chain(int levels) {
+    static const tc_per pers[4][4] = {{TC_PER_SRC},
+                                      {TC_PER_SRC, TC_PER_AGGREGATE},
+                                      {TC_PER_5TUPLE, TC_PER_SRC, TC_PER_AGGREGATE},
+                                      {TC_PER_5TUPLE, TC_PER_SRC, TC_PER_DST, TC_PER_AGGREGATE}};
+    std::vector<Policy> out;
+    for (int i = 0; i < levels; ++i) {
+        Policy p = always_green(10 + i, pers[levels - 1][i]);
+        p.name = "level" + std::to_string(i);
+        if (i > 0) {
+            p.match = {};
+            p.only_parent = true;
+        }
+        if (i + 1 < levels)
+            p.parent = "level" + std::to_string(i + 1);
+        out.push_back(p);
+    }
+    return out;
 }
 
 double median(std::vector<double> v) {
@@ -172,6 +196,13 @@ int main() {
         throw std::runtime_error(r.error());
     if (auto r = million.apply({always_green(1, TC_PER_SRC)}); !r)
         throw std::runtime_error(r.error());
+    // Hierarchies: each chain in its own data path, measured in the same rounds as per_src.
+    std::vector<std::unique_ptr<Datapath>> chains;
+    for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels) {
+        chains.push_back(std::make_unique<Datapath>(o));
+        if (auto r = chains.back()->apply(chain(levels)); !r)
+            throw std::runtime_error(r.error());
+    }
 
     auto frame = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
     // A million flows: the spreading program creates one per source on its first pass.
@@ -188,12 +219,16 @@ int main() {
         ns["green_aggregate_tc"].push_back(run_repeat(agg.tc_prog_fd(), frame));
         ns["green_per_src_1_flow"].push_back(run_repeat(per_src.xdp_prog_fd(), frame));
         ns["green_per_src_1M_flows"].push_back(run_repeat(million.xdp_prog_fd(), frame));
+        for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels)
+            ns[fmt::format("green_chain_{}_levels", levels)].push_back(
+                run_repeat(chains[levels - 2]->xdp_prog_fd(), frame));
     }
     double base = median(ns["empty_xdp"]);
     std::printf("%-30s %10s %10s\n", "figure (median of 7)", "ns/packet", "x empty");
     for (const char *name :
          {"empty_xdp", "clock_only", "parse_only", "green_aggregate_xdp", "green_aggregate_tc",
-          "green_per_src_1_flow", "green_per_src_1M_flows"}) {
+          "green_per_src_1_flow", "green_per_src_1M_flows", "green_chain_2_levels",
+          "green_chain_3_levels", "green_chain_4_levels"}) {
         double m = median(ns[name]);
         std::printf("%-30s %10.1f %10.2f\n", name, m, m / base);
     }
@@ -202,7 +237,17 @@ int main() {
         double m = median(v);
         std::printf("RESULT name=%s ns=%.1f ratio=%.2f\n", name.c_str(), m, m / base);
     }
+    // SPEC §9's cost target: a packet through per-src under aggregate against a per-src
+    // policy alone (the cost of the parent and of all-or-nothing), same run, median of each.
+    double single = median(ns["green_per_src_1_flow"]);
+    for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels) {
+        double m = median(ns[fmt::format("green_chain_{}_levels", levels)]);
+        std::printf("RESULT name=chain_%d_levels_vs_per_src ratio=%.2f%s\n", levels, m / single,
+                    levels == 2 ? " target=1.4" : "");
+    }
     std::printf("\n");
+    if (std::getenv("TRICOLOR_BENCH_QUICK"))
+        return 0;
     control_plane(million);
     over_admission(frame);
     bench::destroy(baseline);
