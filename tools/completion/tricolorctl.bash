@@ -14,7 +14,8 @@ _tricolorctl() {
     local words=("${COMP_WORDS[@]}") cword=$COMP_CWORD
     local commands="attach detach policy apply stats flows status replay"
     local policy_flags="--algo --cir --cbs --ebs --pir --pbs --eir --match --priority --per
-        --green --yellow --red --color-aware --color-map --packet-mode --length --overhead"
+        --green --yellow --red --color-aware --color-map --packet-mode --length --overhead
+        --parent --only-parent --coupling --start"
     local cmd="" sub="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
@@ -36,11 +37,13 @@ _tricolorctl() {
     --engine) COMPREPLY=($(compgen -W "model bpf" -- "$cur")); return ;;
     --per) COMPREPLY=($(compgen -W "aggregate src dst src/ dst/ 5tuple" -- "$cur")); return ;;
     --length) COMPREPLY=($(compgen -W "l3 l2" -- "$cur")); return ;;
+    --start) COMPREPLY=($(compgen -W "full empty" -- "$cur")); return ;;
+    --parent) COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur")); return ;;
     --match) COMPREPLY=($(compgen -W "src dst proto sport dport dscp vlan iface" -- "$cur")); return ;;
     --green | --yellow | --red)
         COMPREPLY=($(compgen -W "pass drop dscp: mark: priority: classid:" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur")); return ;;
-    -f | --file) _tricolorctl_files; return ;;
+    -f | --file | --policies) _tricolorctl_files; return ;;
     --socket) _tricolorctl_files; return ;;
     esac
     if [[ -z $cmd ]]; then
@@ -58,7 +61,8 @@ _tricolorctl() {
         if [[ -z $sub ]]; then
             COMPREPLY=($(compgen -W "add set del list show" -- "$cur"))
         elif [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$policy_flags --no-color-aware --no-packet-mode" -- "$cur"))
+            COMPREPLY=($(compgen -W "$policy_flags --no-color-aware --no-packet-mode --no-parent
+                --no-only-parent --no-coupling" -- "$cur"))
         elif [[ $sub == set || $sub == del || $sub == show ]]; then
             COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur"))
         fi ;;
@@ -73,7 +77,7 @@ _tricolorctl() {
     replay)
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "--algo --cir --cbs --ebs --pir --pbs --eir --color-aware
-                --packet-mode --engine" -- "$cur"))
+                --packet-mode --coupling --start -f --policies --engine" -- "$cur"))
         else
             _tricolorctl_files
         fi ;;
