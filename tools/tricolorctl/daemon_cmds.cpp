@@ -517,15 +517,20 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", "KEY", "GREEN",
-                                 "YELLOW", "RED");
         // A child's flows name their chain, "link>user": every packet there passed both.
+        auto chain = [](const json &f) {
+            return (f.contains("parent") && f["parent"].is_string()
+                        ? f["parent"].get<std::string>() + ">"
+                        : std::string()) +
+                   f["policy"].get<std::string>();
+        };
+        size_t width = 16;
         for (const auto &f : (*r)["flows"])
-            std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10}\n",
-                                     (f.contains("parent") && f["parent"].is_string()
-                                          ? f["parent"].get<std::string>() + ">"
-                                          : std::string()) +
-                                         f["policy"].get<std::string>(),
+            width = std::max(width, chain(f).size());
+        std::cout << fmt::format("{:<{}} {:<44} {:>10} {:>10} {:>10}\n", "POLICY", width, "KEY",
+                                 "GREEN", "YELLOW", "RED");
+        for (const auto &f : (*r)["flows"])
+            std::cout << fmt::format("{:<{}} {:<44} {:>10} {:>10} {:>10}\n", chain(f), width,
                                      f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
                                      human_bytes(f["yellow"]["bytes"]),
                                      human_bytes(f["red"]["bytes"]));
