@@ -21,6 +21,7 @@ struct RefLevel {
     uint64_t cir = 0, cbs = 0, second_rate = 0, second_size = 0; // EIR/EBS, PIR/PBS or 0/EBS
     bool aware = false, packet_mode = false, coupling = false, start_empty = false;
     tc_per per = TC_PER_AGGREGATE;
+    uint8_t prefix4 = 32, prefix6 = 128; // per src/N, dst/N
     uint32_t overhead = 0;
 };
 
@@ -89,13 +90,19 @@ class RefChain {
     }
     // @key_parts: the key each `per` picks: [aggregate, src, dst, 5tuple] as strings.
     Color mark(uint64_t now, uint32_t bytes, Color in, const std::string key_parts[4]) {
+        return mark_with(now, bytes, in,
+                         [&](const RefLevel &l) -> std::string { return key_parts[l.per]; });
+    }
+    // @key_of(level): the bucket key that level picks.
+    template <typename KeyOf>
+    Color mark_with(uint64_t now, uint32_t bytes, Color in, KeyOf key_of) {
         std::vector<RefBucket> next;
         std::vector<RefBucket *> at;
         std::vector<Color> level_color;
         Color c = in;
         for (size_t i = 0; i < levels_.size(); ++i) {
             const RefLevel &l = levels_[i];
-            RefBucket &b = buckets_[i][key_parts[l.per]];
+            RefBucket &b = buckets_[i][key_of(l)];
             at.push_back(&b);
             next.push_back(b);
             Color incoming = (i == 0 && !l.aware) ? Color::green : c;
@@ -103,7 +110,7 @@ class RefChain {
             level_color.push_back(c);
         }
         for (size_t i = 0; i < levels_.size(); ++i) {
-            const std::string &k = key_parts[levels_[i].per];
+            const std::string k = key_of(levels_[i]);
             if (c != Color::red)
                 *at[i] = next[i];
             else if (!at[i]->started)
@@ -183,15 +190,6 @@ struct RandomCase {
     std::vector<FlowTracePacket> trace;
 };
 
-// The key each `per` picks from a packet, for RefChain.
-inline std::array<std::string, 4> ref_keys(const FlowTracePacket &p) {
-    std::string src(reinterpret_cast<const char *>(p.src.data()), 16);
-    std::string dst(reinterpret_cast<const char *>(p.dst.data()), 16);
-    return {"", src, dst,
-            src + dst + std::to_string(p.proto) + ":" + std::to_string(p.sport) + ":" +
-                std::to_string(p.dport)};
-}
-
 inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels = 0) {
     auto pick = [&](uint64_t lo, uint64_t hi) {
         return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
@@ -237,6 +235,10 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
         p.meter.color_aware = l.aware;
         l.per = static_cast<tc_per>(pick(0, 3));
         p.per = l.per;
+        if ((l.per == TC_PER_SRC || l.per == TC_PER_DST) && pick(0, 2) == 0) {
+            l.prefix4 = p.prefix4 = 24; // src/24, src/64 for IPv6: one bucket for the trace's
+            l.prefix6 = p.prefix6 = 64; // neighbours
+        }
         l.overhead = pick(0, 2) == 0 ? 24 : 0;
         p.overhead = l.overhead;
         if (i == 0)
@@ -264,10 +266,19 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
         p.time_ns = t;
         p.bytes = static_cast<uint32_t>(pick(0, 3) == 0 ? 1500 : pick(28, 1500));
         p.color = static_cast<Color>(pick(0, 2));
-        uint32_t src = htonl(0xc6120700 | static_cast<uint32_t>(pick(1, 3))); // 198.18.7.x
-        uint32_t dst = htonl(0xc6120900 | static_cast<uint32_t>(pick(1, 2))); // 198.18.9.x
-        std::memcpy(p.src.data(), &src, 4);
-        std::memcpy(p.dst.data(), &dst, 4);
+        if (pick(0, 4) == 0) { // IPv6: 2001:db8::x to 2001:db8:0:9::y
+            p.ipv6 = true;
+            p.src = {0x20, 0x01, 0x0d, 0xb8};
+            p.dst = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 9};
+            p.src[15] = static_cast<uint8_t>(pick(1, 3));
+            p.dst[15] = static_cast<uint8_t>(pick(1, 2));
+            p.bytes = std::max<uint32_t>(p.bytes, 48);
+        } else {
+            uint32_t src = htonl(0xc6120700 | static_cast<uint32_t>(pick(1, 3))); // 198.18.7.x
+            uint32_t dst = htonl(0xc6120900 | static_cast<uint32_t>(pick(1, 2))); // 198.18.9.x
+            std::memcpy(p.src.data(), &src, 4);
+            std::memcpy(p.dst.data(), &dst, 4);
+        }
         p.proto = pick(0, 7) == 0 ? 6 : 17; // some tcp: unclassified
         p.ports = true;
         p.sport = static_cast<uint16_t>(1000 + pick(0, 1));
@@ -277,10 +288,31 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
     return rc;
 }
 
-// The mapped key of an IPv4 packet, as RefChain sees it (IPv4 only here).
+// The packet through RefChain, each level keyed by its own `per` and prefix length.
 inline Color ref_mark(RefChain &chain, const FlowTracePacket &p) {
-    auto keys = ref_keys(p);
-    return chain.mark(p.time_ns, p.bytes, p.color, keys.data());
+    auto masked = [&](const std::array<uint8_t, 16> &addr, unsigned bits) {
+        std::string a(reinterpret_cast<const char *>(addr.data()), p.ipv6 ? 16 : 4);
+        for (size_t i = 0; i < a.size(); ++i) {
+            unsigned keep = bits > 8 * i ? std::min(8u, bits - static_cast<unsigned>(8 * i)) : 0;
+            a[i] = static_cast<char>(a[i] & (keep ? 0xff << (8 - keep) : 0));
+        }
+        return std::string(1, p.ipv6 ? '6' : '4') + a;
+    };
+    auto key_of = [&](const RefLevel &l) -> std::string {
+        unsigned bits = p.ipv6 ? l.prefix6 : l.prefix4;
+        switch (l.per) {
+        case TC_PER_SRC:
+            return masked(p.src, bits);
+        case TC_PER_DST:
+            return masked(p.dst, bits);
+        case TC_PER_5TUPLE:
+            return masked(p.src, 128) + masked(p.dst, 128) + std::to_string(p.proto) + ":" +
+                   std::to_string(p.sport) + ":" + std::to_string(p.dport);
+        default:
+            return "";
+        }
+    };
+    return chain.mark_with(p.time_ns, p.bytes, p.color, key_of);
 }
 
 } // namespace tricolor::test
