@@ -13,8 +13,8 @@
  * one level: the locks already held are released and nothing is admitted unmetered.
  *
  * Verification: the colour decisions happen in tc_level_mark, and the flow key in
- * tc_flow_key_of, global functions the verifier checks once each; the unrolled loop over the
- * levels then only carries pointers and scalars, which keeps Linux 6.1's verifier far from
+ * tc_flow_key_of, global functions the verifier checks once each; the levels, written out
+ * one by one, then only carry pointers and scalars, which keeps Linux 6.1's verifier far from
  * its limits. */
 #ifndef TRICOLOR_CHAIN_H
 #define TRICOLOR_CHAIN_H
@@ -22,7 +22,7 @@
 #include "flow.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
- * as its own `length` and `overhead` say (tc_metered_len). */
+ * as its own `length` and `overhead` say (tc_level_len, SPEC §3). */
 struct tc_chain_in {
     __u32 l3_total; /* IP bytes of the whole (possibly GSO) packet */
     __u32 segs;     /* segments it will be */
