@@ -331,7 +331,11 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     auto *policy = app.add_subcommand("policy", "Add, change, delete and show policies");
     policy->require_subcommand(1);
     auto add_f = std::make_shared<PolicyFlags>();
-    auto *add = policy->add_subcommand("add", "Add a policy");
+    // The man page (help2man --help-all) lists subcommands, not their flags: name the
+    // hierarchy flags here so that it mentions them.
+    auto *add = policy->add_subcommand(
+        "add", "Add a policy; --parent NAME also meters it in NAME's buckets (chains of up to 4 "
+               "levels, all or nothing), --only-parent, --coupling, --start full|empty");
     add_policy_flags(add, *add_f, true);
     on(add, [runner, add_f] {
         int rc = 0;
