@@ -125,6 +125,24 @@ demo() {
     grep -E "sender|receiver" "$DEMO_DIR/tcp.log" || tail -3 "$DEMO_DIR/tcp.log"
     echo "== busiest flows"
     "$ctl" flows --top 5
+    # Hierarchies (README): 12 sources at 12 Mbit/s each; every source 10, all together 100.
+    echo "== every source 10 Mbit/s, all of them together 100: 12 sources at 12 Mbit/s"
+    set -x
+    "$ctl" policy add all-sources --algo srtcm --cir 100mbit --cbs 256k --ebs 256k --only-parent
+    "$ctl" policy set udp-per-source --cir 10mbit --cbs 64k --ebs 64k --parent all-sources
+    { set +x; } 2>/dev/null
+    for i in $(seq 11 22); do
+        ip -n tcdemo-a addr add "198.18.100.$i/24" dev tcd-a
+        $B iperf3 -s -D -p "52$i" --logfile "$DEMO_DIR/iperf3-$i.log"
+    done
+    sleep 0.5
+    for i in $(seq 11 22); do
+        $A iperf3 -c 198.18.100.2 -p "52$i" -B "198.18.100.$i" -u -b 12M -l 1200 -t 8 \
+            >"$DEMO_DIR/udp-$i.log" 2>&1 &
+    done
+    "$ctl" stats --watch --interval 1 --count 9
+    wait
+    "$ctl" flows --policy udp-per-source --top 4
     echo "== the same counters as JSON: tricolorctl -j stats"
     "$ctl" -j stats
     echo "== TCP from tcdemo-b's own sockets through tc egress, 20 Mbit/s, CBS 16 KiB:"

@@ -24,9 +24,11 @@ enum tc_algo {
 /* tc_meter_config.flags */
 #define TC_METER_F_COLOR_AWARE 0x1u
 #define TC_METER_F_PACKET_MODE 0x2u
+#define TC_METER_F_COUPLED 0x4u     /* rfc4115 with MEF 10.3's CF=1: what overflows C goes to E */
+#define TC_METER_F_START_EMPTY 0x8u /* a new flow's buckets start empty, not full */
 /* Fleet policy (SPEC §10): the committed bucket C is refilled by grants from user space (the
  * policy's tc_fleet entry), not by time; c_rate is 0 and C starts empty. */
-#define TC_METER_F_FLEET 0x4u
+#define TC_METER_F_FLEET 0x10u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
  * A rate of R bit/s (or packet/s) then adds exactly R tokens every nanosecond, so the
@@ -50,7 +52,7 @@ struct tc_meter_config {
     __u64 c_size;      /* capacity of C in tokens: CBS */
     __u64 e_size;      /* capacity of E/P in tokens: EBS or PBS */
     __u64 c_fill_ns;   /* a gap of at least this fills C (srtcm: C and E) from empty */
-    __u64 e_fill_ns;   /* the same for E/P; unused when e_rate is 0 */
+    __u64 e_fill_ns;   /* the same for E/P (coupled: C and E); unused when nothing refills E */
     __u64 unit_tokens; /* cost of one metered unit: TC_TOKENS_PER_BYTE or _PER_PACKET */
     __u32 algo;        /* enum tc_algo */
     __u32 flags;       /* TC_METER_F_* */
@@ -85,6 +87,7 @@ struct tc_replay_io {
 /* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and
  * migrates from the old directory deliberately; it never reuses a map it cannot read. */
 #define TC_ABI_VERSION 1
+#define TC_MAX_LEVELS 4     /* a matched policy and up to 3 parents (SPEC §9) */
 #define TC_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
 
 /* What a policy can match, extracted from the packet. IPv4 addresses are stored as IPv4-mapped
@@ -170,7 +173,9 @@ struct tc_policy {
     __u8 length_mode; /* enum tc_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
     __u8 aqm;         /* enum tc_aqm_mode (was padding: 0, off, in maps of earlier builds) */
-    __u8 pad[3];
+    __u8 pad;
+    __u16 parent;     /* the parent's index in tc_policy_cfg plus 1, in the same set; 0: none.
+                         Was padding (always 0) before hierarchies, so the layout is unchanged */
     char name[TC_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
                                       names back to ids, keeping their buckets and counters */
 };

@@ -45,10 +45,11 @@ static long tc_probe_next_mask(__u32 i, void *arg) {
     return tc_probe_mask(i + 1, arg);
 }
 
-/* The index in tc_policy_cfg of the policy @key falls under in @set, or -1. Inlined: as a
- * global function (verified once, like tc_flow_meter_packet) it also loads on Linux 6.1, but
- * the call cost ~10 ns a packet, and 6.1 verifies it inline once the meter is global. */
-static __always_inline int tc_classify_index(const struct tc_class_key *key, __u32 set) {
+/* The index in tc_policy_cfg of the policy @key falls under in @set, or -1.
+ * A global function, verified once on its own rather than once for every parser path that
+ * reaches it (see tc_chain_meter_packet). It costs a call (~10 ns); inlined, it loaded on
+ * Linux 6.1 only until the pipeline grew the --aqm signal and hierarchies. */
+__attribute__((noinline)) int tc_classify_index(const struct tc_class_key *key, __u32 set) {
     set &= 1;
     if (!key)
         return -1;

@@ -3,7 +3,7 @@
  * is refused in LRU maps and costs more here, and a bounded spin lets a packet that cannot get
  * the lock (a holder stalled by an interrupt for microseconds) be coloured red rather than
  * admitted unmetered. The clock is read inside the critical section, so holders of one flow see
- * non-decreasing times. */
+ * non-decreasing times. Metering under the locks is in chain.h. */
 #ifndef TRICOLOR_FLOW_H
 #define TRICOLOR_FLOW_H
 
@@ -23,10 +23,14 @@ static __always_inline void tc_mask_prefix(__u32 *addr, __u32 plen) {
     }
 }
 
-/* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet. */
-static __always_inline void tc_flow_key_build(const struct tc_policy *pol,
-                                              const struct tc_class_key *key,
-                                              struct tc_flow_key *fk) {
+/* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet.
+ * A global function: a chain meters up to TC_MAX_LEVELS keys, and the verifier then checks the
+ * (mode, family, four prefix words) paths once rather than once per level and per path. */
+__attribute__((noinline)) int tc_flow_key_of(const struct tc_policy *pol,
+                                             const struct tc_class_key *key,
+                                             struct tc_flow_key *fk) {
+    if (!pol || !key || !fk)
+        return -1;
     __u32 v6 = key->flags & TC_KEY_F_IPV6;
     fk->policy_id = pol->policy_id;
     switch (pol->per) {
@@ -46,7 +50,12 @@ static __always_inline void tc_flow_key_build(const struct tc_policy *pol,
         fk->dport = key->dport;
         break;
     }
+    return 0;
 }
+
+/* A new flow's value, all zero, in .rodata: up to TC_MAX_LEVELS inlined copies of
+ * tc_flow_find would otherwise each want 80 bytes of a stack a chain already strains. */
+const volatile struct tc_flow tc_flow_fresh = {};
 
 /* The bucket pair the packet is metered in; NULL only if a map lookup failed. */
 static __always_inline struct tc_flow *tc_flow_find(const struct tc_policy *pol,
@@ -59,12 +68,13 @@ static __always_inline struct tc_flow *tc_flow_find(const struct tc_policy *pol,
     if (pol->per == TC_PER_AGGREGATE)
         return bpf_map_lookup_elem(&tc_policy_state, &id);
     __builtin_memset(&fk, 0, sizeof(fk));
-    tc_flow_key_build(pol, key, &fk);
+    if (tc_flow_key_of(pol, key, &fk) < 0)
+        return NULL;
     f = bpf_map_lookup_elem(&tc_flows, &fk);
     if (f)
         return f;
-    struct tc_flow fresh = {}; /* not started: buckets fill at its first packet, under the lock */
-    long err = bpf_map_update_elem(&tc_flows, &fk, &fresh, BPF_NOEXIST);
+    /* Not started: buckets fill at its first packet, under the lock. */
+    long err = bpf_map_update_elem(&tc_flows, &fk, (const void *)&tc_flow_fresh, BPF_NOEXIST);
     if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
         f = bpf_map_lookup_elem(&tc_flows, &fk);
         if (f)
@@ -112,57 +122,6 @@ static __always_inline int tc_flow_lock(struct tc_flow *f) {
 
 static __always_inline void tc_flow_unlock(struct tc_flow *f) {
     __sync_lock_test_and_set(&f->lock, 0);
-}
-
-/* Colours a packet of @len metered units with incoming colour @in_color, and counts it in the
- * flow. Returns enum tc_color. */
-static __always_inline __u32 tc_flow_meter(const struct tc_policy *pol, struct tc_flow *f,
-                                           __u32 len, __u32 in_color,
-                                           struct tc_global_counters *g) {
-    __u32 color;
-
-    if (!tc_flow_lock(f)) {
-        if (g)
-            g->lock_timeouts++;
-        return TC_RED; /* never admit what the meter could not check */
-    }
-    __u64 now = tc_now_ns();
-    if (!(f->flags & TC_FLOW_F_STARTED)) {
-        tc_meter_start(&pol->meter, &f->meter, now);
-        if (pol->meter.flags & TC_METER_F_FLEET)
-            f->meter.c_tokens = 0; /* a fleet's C holds only what the fleet granted */
-        f->flags |= TC_FLOW_F_STARTED;
-    }
-    if (pol->meter.flags & TC_METER_F_FLEET)
-        tc_fleet_fold(pol, f, now);
-    color = tc_color_index(tc_meter_mark(&pol->meter, &f->meter, now, len, in_color));
-    f->counters.packets[color]++;
-    f->counters.bytes[color] += len;
-    __u32 signal = pol->aqm && tc_aqm_step(pol, f, color) ? TC_METER_SIGNAL : 0;
-    tc_flow_unlock(f);
-    return color | signal;
-}
-
-/* Finds the packet's buckets, colours it and counts it in its flow. Returns enum tc_color, with
- * TC_METER_SIGNAL set if --aqm picked the packet for its early signal (aqm.h), or TC_NR_COLORS
- * when no bucket could be found (a failed map lookup: the packet is not metered).
- *
- * A global function, not inlined: the verifier checks it once, on its own, instead of once for
- * every path of the parser that leads to it. Inlined, the product of the parser's paths with
- * the flow key's (mode, family, four prefix words) and the meter's took Linux 6.1's verifier
- * past its million-instruction limit; 6.18 prunes better and never noticed. */
-__attribute__((noinline)) int tc_flow_meter_packet(const struct tc_policy *pol,
-                                                   const struct tc_class_key *key, __u32 len,
-                                                   __u32 in_color) {
-    __u32 zero = 0;
-
-    if (!pol || !key)
-        return TC_NR_COLORS;
-    struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
-    struct tc_flow *f = tc_flow_find(pol, key, g);
-    if (!f)
-        return TC_NR_COLORS;
-    return tc_flow_meter(pol, f, len, in_color, g);
 }
 
 #endif /* TRICOLOR_FLOW_H */

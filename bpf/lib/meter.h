@@ -71,6 +71,24 @@ TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct t
                       tc_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
         return;
     }
+    if (cfg->flags & TC_METER_F_COUPLED) {
+        /* rfc4115 with CF=1 (MEF 10.3): C at CIR, what overflows C into E, and E at EIR as well.
+         * Both streams only add, so capping E once at the end is the continuous model's cap.
+         * e_fill_ns is the smaller of EBS/EIR and (CBS+EBS)/CIR: a gap that long fills E, by
+         * EIR alone or by what overflows C (and then C is full too). A shorter one has
+         * dt*CIR < CBS+EBS (< 2^64, as for srtcm) and dt*EIR < EBS, and every add compares
+         * against the room left. */
+        if (dt >= cfg->e_fill_ns) {
+            st->e_tokens = cfg->e_size;
+            tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
+            return;
+        }
+        tc_bucket_add(&st->e_tokens, cfg->e_size,
+                      tc_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
+        if (cfg->e_rate)
+            tc_bucket_add(&st->e_tokens, cfg->e_size, dt * cfg->e_rate);
+        return;
+    }
     tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
     tc_bucket_refill(&st->e_tokens, cfg->e_size, cfg->e_rate, cfg->e_fill_ns, dt);
 }
@@ -84,19 +102,24 @@ TC_METER_INLINE __u64 tc_meter_cost(const struct tc_meter_config *cfg, __u32 len
     return (__u64)len * cfg->unit_tokens;
 }
 
-/* Buckets are full when a flow's first packet arrives (SPEC §1). */
+/* Buckets are full when a flow's first packet arrives (SPEC §1), or empty under `start: empty`
+ * (SPEC §9): then a new flow earns its burst at its rates like any other. */
 TC_METER_INLINE void tc_meter_start(const struct tc_meter_config *cfg, struct tc_meter_state *st,
                                     __u64 now_ns) {
+    int empty = (cfg->flags & TC_METER_F_START_EMPTY) != 0;
+
     st->last_ns = now_ns;
-    st->c_tokens = cfg->c_size;
-    st->e_tokens = cfg->e_size;
+    /* A fleet's C holds only what the fleet granted (SPEC §10). */
+    st->c_tokens = empty || (cfg->flags & TC_METER_F_FLEET) ? 0 : cfg->c_size;
+    st->e_tokens = empty ? 0 : cfg->e_size;
 }
 
-/* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color
- * (ignored unless the meter is colour-aware) and takes its tokens. Returns enum tc_color.
- * Colour-blind marking is colour-aware marking of a green packet, for all three algorithms. */
-TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc_meter_state *st,
-                                    __u64 now_ns, __u32 len, __u32 in_color) {
+/* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color,
+ * always colour-aware (a parent in a hierarchy meters the colour from below whatever its own
+ * mode, SPEC §9), and takes its tokens. Returns enum tc_color. */
+TC_METER_INLINE __u32 tc_meter_mark_aware(const struct tc_meter_config *cfg,
+                                          struct tc_meter_state *st, __u64 now_ns, __u32 len,
+                                          __u32 in_color) {
     __u64 cost;
 
     /* A policy update may have shrunk the buckets: tokens are kept, capped to the new sizes. */
@@ -106,7 +129,7 @@ TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc
         st->e_tokens = cfg->e_size;
     tc_meter_refill(cfg, st, now_ns);
     cost = tc_meter_cost(cfg, len);
-    if (!(cfg->flags & TC_METER_F_COLOR_AWARE) || in_color > TC_RED)
+    if (in_color > TC_RED)
         in_color = TC_GREEN;
 
     if (cfg->algo == TC_ALGO_TRTCM) {
@@ -132,6 +155,15 @@ TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc
         return TC_YELLOW;
     }
     return TC_RED;
+}
+
+/* As tc_meter_mark_aware, with @in_color ignored unless the meter is colour-aware.
+ * Colour-blind marking is colour-aware marking of a green packet, for all three algorithms. */
+TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc_meter_state *st,
+                                    __u64 now_ns, __u32 len, __u32 in_color) {
+    if (!(cfg->flags & TC_METER_F_COLOR_AWARE))
+        in_color = TC_GREEN;
+    return tc_meter_mark_aware(cfg, st, now_ns, len, in_color);
 }
 
 #ifndef __bpf__
@@ -164,6 +196,12 @@ TC_METER_INLINE void tc_meter_config_init(struct tc_meter_config *cfg, __u32 alg
         cfg->e_rate = second_rate;
         cfg->c_fill_ns = tc_fill_ns(cfg->c_size, cir);
         cfg->e_fill_ns = tc_fill_ns(cfg->e_size, second_rate);
+        if (flags & TC_METER_F_COUPLED) {
+            /* E is full once EIR alone fills it, or once CIR has filled C and then E. */
+            __u64 both = tc_fill_ns(cfg->c_size + cfg->e_size, cir);
+            if (both < cfg->e_fill_ns)
+                cfg->e_fill_ns = both;
+        }
     }
 }
 #endif /* !__bpf__ */

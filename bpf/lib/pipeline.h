@@ -8,6 +8,7 @@
 #include "parse.h"
 #include "classify.h"
 #include "flow.h"
+#include "chain.h"
 #include "act.h"
 
 /* Benchmark only: spread each run's IPv4 source over 2^20 addresses (10.0.0.0/12) in a
@@ -23,15 +24,10 @@ struct tc_verdict {
     __u32 value;
 };
 
-/* The metered length: the IP packet (or the frame, in l2 mode) plus the policy's overhead,
- * for each of @segs GSO segments (1 for a plain packet), each with its own headers. */
-static __always_inline __u32 tc_metered_len(const struct tc_policy *pol, const struct tc_pkt *p,
-                                            __u32 l3_total, __u32 segs, __u32 l2_extra) {
-    __u32 len = l3_total + (segs - 1) * p->l3l4_hlen;
-    if (pol->length_mode == TC_LEN_L2)
-        len += segs * (p->l3_off + l2_extra);
-    return len + segs * pol->overhead;
-}
+/* Testing mode only (tc_test_clock): the last packet's matched policy id + 1 (0: none) and
+ * colour, so the replay and the tests read the verdict of the real program. */
+__u32 tc_test_last_policy = 0;
+__u32 tc_test_last_color = 0;
 
 /* --aqm: the early signal on a packet that would pass: CE if the policy says ecn and the packet
  * is ECN-capable, else a drop (aqm.h has the law). Counted per policy apart from the colours,
@@ -63,6 +59,8 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
     __u32 zero = 0;
     struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
     struct tc_runtime *rt = bpf_map_lookup_elem(&tc_runtime, &zero);
+    if (tc_test_clock)
+        tc_test_last_policy = 0;
     if (!rt)
         return v;
     int res = tc_parse(data, data_end, frame_len, p);
@@ -94,20 +92,24 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
         }
         return v;
     }
-    __u32 len = tc_metered_len(pol, p, l3_total, segs, l2_extra);
-    __u32 in_color = TC_GREEN;
+    struct tc_chain_in in = {
+        .l3_total = l3_total,
+        .segs = segs,
+        .hdr_len = p->l3l4_hlen,
+        .l2_len = p->l3_off + l2_extra,
+        .in_color = TC_GREEN,
+    };
     if (pol->meter.flags & TC_METER_F_COLOR_AWARE)
-        in_color = tc_color_of_dscp(pol, p->key.dscp);
-    int metered = tc_flow_meter_packet(pol, &p->key, len, in_color);
+        in.in_color = tc_color_of_dscp(pol, p->key.dscp);
+    /* Meters the packet through the policy and its parents, and counts it at every level. */
+    int metered = tc_chain_meter_packet(pol, &p->key, &in);
     if (metered == TC_NR_COLORS)
         return v;
     __u32 color = tc_color_index(metered & 0xff);
-
-    __u32 id = pol->policy_id;
-    struct tc_counters *c = bpf_map_lookup_elem(&tc_policy_stats, &id);
-    if (c) {
-        c->packets[color] += segs;
-        c->bytes[color] += len;
+    __u32 len = tc_level_len(pol, &in);
+    if (tc_test_clock) {
+        tc_test_last_policy = pol->policy_id + 1;
+        tc_test_last_color = color;
     }
     v.kind = pol->action[color].kind;
     v.value = pol->action[color].value;

@@ -1,5 +1,6 @@
 // udp_tool: the e2e tests' traffic, run inside a test namespace.
-//   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]   COUNT datagrams of SIZE payload bytes
+//   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [SRC]   COUNT datagrams of SIZE payload bytes,
+//                                                   from SRC (an IPv4 address) if given
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
 //   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
 //   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
@@ -40,7 +41,7 @@ bool resolve(const char *addr, int port, sockaddr_storage &ss, socklen_t &len) {
 }
 
 int usage() {
-    std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS]\n"
+    std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [SRC]\n"
                          "       udp_tool recv ADDR PORT SECONDS\n"
                          "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
@@ -116,6 +117,15 @@ int main(int argc, char **argv) {
         if (tos)
             setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos,
                        sizeof(tos));
+        if (argc > 8) { // a source address of the namespace's own (several senders, one ns)
+            sockaddr_in src{};
+            src.sin_family = AF_INET;
+            if (inet_pton(AF_INET, argv[8], &src.sin_addr) != 1 ||
+                bind(fd, reinterpret_cast<sockaddr *>(&src), sizeof(src)) < 0) {
+                std::perror("bind source");
+                return 2;
+            }
+        }
         std::vector<char> payload(static_cast<size_t>(size), 'x');
         auto start = std::chrono::steady_clock::now();
         long sent = 0;

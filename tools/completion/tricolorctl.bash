@@ -15,7 +15,7 @@ _tricolorctl() {
     local commands="attach detach policy apply stats flows status replay"
     local policy_flags="--algo --cir --cbs --ebs --pir --pbs --eir --match --priority --per
         --green --yellow --red --color-aware --color-map --packet-mode --length --overhead
-        --shape --aqm"
+        --shape --aqm --parent --only-parent --coupling --start"
     local cmd="" sub="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
@@ -45,11 +45,13 @@ _tricolorctl() {
     --length) COMPREPLY=($(compgen -W "l3 l2" -- "$cur")); return ;;
     --shape) COMPREPLY=($(compgen -W "off sockets edt" -- "$cur")); return ;;
     --aqm) COMPREPLY=($(compgen -W "off drop ecn" -- "$cur")); return ;;
+    --start) COMPREPLY=($(compgen -W "full empty" -- "$cur")); return ;;
+    --parent) COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur")); return ;;
     --match) COMPREPLY=($(compgen -W "src dst proto sport dport dscp vlan iface" -- "$cur")); return ;;
     --green | --yellow | --red)
         COMPREPLY=($(compgen -W "pass drop dscp: mark: priority: classid:" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur")); return ;;
-    -f | --file) _tricolorctl_files; return ;;
+    -f | --file | --policies) _tricolorctl_files; return ;;
     --socket) _tricolorctl_files; return ;;
     esac
     if [[ -z $cmd ]]; then
@@ -67,7 +69,8 @@ _tricolorctl() {
         if [[ -z $sub ]]; then
             COMPREPLY=($(compgen -W "add set del list show" -- "$cur"))
         elif [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$policy_flags --no-color-aware --no-packet-mode" -- "$cur"))
+            COMPREPLY=($(compgen -W "$policy_flags --no-color-aware --no-packet-mode --no-parent
+                --no-only-parent --no-coupling" -- "$cur"))
         elif [[ $sub == set || $sub == del || $sub == show ]]; then
             COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur"))
         fi ;;
@@ -82,7 +85,7 @@ _tricolorctl() {
     replay)
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "--algo --cir --cbs --ebs --pir --pbs --eir --color-aware
-                --packet-mode --engine" -- "$cur"))
+                --packet-mode --coupling --start -f --policies --engine" -- "$cur"))
         else
             _tricolorctl_files
         fi ;;

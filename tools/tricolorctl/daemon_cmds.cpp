@@ -12,6 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <set>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -30,10 +33,12 @@ namespace {
 struct PolicyFlags {
     std::string name;
     std::optional<std::string> algo, cir, cbs, ebs, pir, pbs, eir, priority, per, green, yellow,
-        red, color_map, length, overhead, shape, aqm;
+        red, color_map, length, overhead, shape, aqm, parent, start;
     std::vector<std::pair<std::string, std::string>> match;
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
     bool fleet = false, no_fleet = false;
+    bool only_parent = false, no_only_parent = false, coupling = false, no_coupling = false,
+         no_parent = false; // hierarchies (SPEC §9)
 };
 
 void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
@@ -69,10 +74,18 @@ void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
     cmd->add_option("--aqm", f.aqm, "off, drop or ecn: an early signal as the bucket drains");
     cmd->add_flag("--fleet", f.fleet,
                   "Share the committed bucket with every host of the fleet (tricolord --fleet)");
+    cmd->add_option("--parent", f.parent, "Meter through this policy's buckets as well (§9)");
+    cmd->add_flag("--only-parent", f.only_parent, "Match no traffic: a parent of others only");
+    cmd->add_flag("--coupling", f.coupling, "rfc4115: what overflows C goes to E (MEF CF=1)");
+    cmd->add_option("--start", f.start, "A new flow's buckets start full (default) or empty")
+        ->check(CLI::IsMember({"full", "empty"}));
     if (!required) {
         cmd->add_flag("--no-fleet", f.no_fleet, "Back to a bucket of this host's own");
         cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
         cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
+        cmd->add_flag("--no-parent", f.no_parent, "Leave the parent: a top-level policy again");
+        cmd->add_flag("--no-only-parent", f.no_only_parent, "Match traffic again");
+        cmd->add_flag("--no-coupling", f.no_coupling, "Back to uncoupled rfc4115");
     }
 }
 
@@ -120,6 +133,18 @@ json policy_json(const PolicyFlags &f, bool full) {
         j["packet_mode"] = true;
     if (f.no_packet_mode)
         j["packet_mode"] = false;
+    put("parent", f.parent);
+    put("start", f.start);
+    if (f.no_parent)
+        j["parent"] = nullptr; // merge_policy removes a null field
+    if (f.only_parent)
+        j["only_parent"] = true;
+    if (f.no_only_parent)
+        j["only_parent"] = false;
+    if (f.coupling)
+        j["coupling"] = true;
+    if (f.no_coupling)
+        j["coupling"] = false;
     return j;
 }
 
@@ -206,11 +231,39 @@ std::string fleet_line(const json &f) {
                                                            : "");
 }
 
+// The policies in tree order (SPEC §9): each parent, then its children indented under it;
+// a policy whose parent is not in the list (stats NAME) stands at the top.
+std::vector<std::pair<const json *, int>> policy_tree(const json &policies) {
+    std::vector<std::pair<const json *, int>> out;
+    auto parent_of = [](const json &p) {
+        auto it = p.find("parent");
+        return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::set<std::string> names;
+    for (const auto &p : policies)
+        names.insert(p.value("name", ""));
+    std::function<void(const std::string &, int)> walk = [&](const std::string &parent, int depth) {
+        for (const auto &p : policies) {
+            std::string up = parent_of(p);
+            bool top = up.empty() || !names.contains(up);
+            if ((parent.empty() && top) || (!parent.empty() && up == parent)) {
+                out.emplace_back(&p, depth);
+                if (depth < TC_MAX_LEVELS)
+                    walk(p.value("name", ""), depth + 1);
+            }
+        }
+    };
+    walk("", 0);
+    return out;
+}
+
 void print_stats_table(const json &s, const json *prev, double seconds) {
     std::cout << fmt::format("{:<20} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}\n", "POLICY",
                              "GREEN pkts", "bytes", "YELLOW pkts", "bytes", "RED pkts", "bytes");
-    for (const auto &p : s["policies"]) {
-        std::string line = fmt::format("{:<20}", p["name"].get<std::string>());
+    for (auto [pp, depth] : policy_tree(s["policies"])) {
+        const json &p = *pp;
+        std::string line =
+            fmt::format("{:<20}", std::string(2 * depth, ' ') + p["name"].get<std::string>());
         for (const char *c : {"green", "yellow", "red"})
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
@@ -405,7 +458,11 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
     auto *policy = app.add_subcommand("policy", "Add, change, delete and show policies");
     policy->require_subcommand(1);
     auto add_f = std::make_shared<PolicyFlags>();
-    auto *add = policy->add_subcommand("add", "Add a policy");
+    // The man page (help2man --help-all) lists subcommands, not their flags: name the
+    // hierarchy flags here so that it mentions them.
+    auto *add = policy->add_subcommand(
+        "add", "Add a policy; --parent NAME also meters it in NAME's buckets (chains of up to 4 "
+               "levels, all or nothing), --only-parent, --coupling, --start full|empty");
     add_policy_flags(add, *add_f, true);
     on(add, [runner, add_f] {
         int rc = 0;
@@ -639,8 +696,18 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << r->dump() << "\n";
             return rc;
         }
-        std::cout << fmt::format("{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", "POLICY",
-                                 "KEY", "GREEN", "YELLOW", "RED", "C%", "E/P%");
+        // A child's flows name their chain, "link>user": every packet there passed both.
+        auto chain = [](const json &f) {
+            return (f.contains("parent") && f["parent"].is_string()
+                        ? f["parent"].get<std::string>() + ">"
+                        : std::string()) +
+                   f["policy"].get<std::string>();
+        };
+        size_t width = 16;
+        for (const auto &f : (*r)["flows"])
+            width = std::max(width, chain(f).size());
+        std::cout << fmt::format("{:<{}} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", "POLICY",
+                                 width, "KEY", "GREEN", "YELLOW", "RED", "C%", "E/P%");
         for (const auto &f : (*r)["flows"]) {
             std::string c = "-", e = "-";
             if (f.contains("buckets"))
@@ -650,10 +717,11 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
                     else if (k != "unit")
                         e = fmt::format("{:.0f}", v["percent"].get<double>());
                 }
-            std::cout << fmt::format(
-                "{:<16} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", f["policy"].get<std::string>(),
-                f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
-                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]), c, e);
+            std::cout << fmt::format("{:<{}} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", chain(f),
+                                     width, f["key"].get<std::string>(),
+                                     human_bytes(f["green"]["bytes"]),
+                                     human_bytes(f["yellow"]["bytes"]),
+                                     human_bytes(f["red"]["bytes"]), c, e);
         }
         return rc;
     });

@@ -18,6 +18,7 @@ struct ReplayOptions {
     MeterSpec meter;
     std::string engine = "model";
     std::string file;
+    std::string policy_file; // -f: a config file's policies, trace lines with addresses (§9)
 };
 
 void add_meter_flags(CLI::App &cmd, MeterSpec &spec);

@@ -1131,6 +1131,9 @@ json Daemon::cmd_stats(const json &r) {
         if (fleet_)
             if (auto f = fleet_->policy_status(name); !f.is_null())
                 p["fleet"] = f;
+        // SPEC §9: each policy names its parent (null at the top); counters are per level.
+        auto parent = e.spec.find("parent");
+        p["parent"] = parent != e.spec.end() && parent->is_string() ? *parent : json(nullptr);
         list.push_back(p);
     }
     if (!found)
@@ -1171,6 +1174,7 @@ json Daemon::cmd_flows(const json &r) {
         const Policy &p = by_id[f.key.policy_id];
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
+        j["parent"] = p.parent.empty() ? json(nullptr) : json(p.parent);
         j["key"] = flow_key_text(f.key, p);
         j["buckets"] = buckets_json(p, f.state, now);
         list.push_back(j);

@@ -3,6 +3,7 @@
 // and the masks sorted by the best rank under each so the kernel can stop probing early.
 #include "tricolor/datapath.hpp"
 #include "tricolor/bpf_load.hpp"
+#include "tricolor/hierarchy.hpp"
 #include "tricolor/text.hpp"
 
 #include <algorithm>
@@ -95,6 +96,8 @@ struct RuleKeyLess {
 
 // The entries of one policy.
 std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
+    if (p.only_parent)
+        return {}; // reached only through its children
     tc_class_key key{}, mask{};
     const Match &m = p.match;
     if (m.ifindex) {
@@ -470,6 +473,8 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
         for (const auto &e : es)
             masks.insert(e.mask);
     }
+    for (auto &e : hierarchy_errors(policies))
+        errors.push_back(std::move(e));
     if (masks.size() > TC_MAX_MASKS)
         errors.push_back(fmt::format(
             "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
@@ -536,7 +541,10 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         for (const auto &s : stale)
             bpf_map_delete_elem(rules_fd, &s);
     }
-    // 2. Configs, masks and rules of the inactive set.
+    // 2. Configs, masks and rules of the inactive set; a parent is named by its slot.
+    std::map<std::string, uint32_t> slot_of;
+    for (uint32_t slot = 0; slot < policies.size(); ++slot)
+        slot_of[policies[slot].name] = slot;
     for (uint32_t slot = 0; slot < policies.size(); ++slot) {
         const Policy &p = policies[slot];
         tc_policy cfg{};
@@ -558,6 +566,8 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         cfg.length_mode = static_cast<uint8_t>(p.length);
         cfg.overhead = p.overhead;
         cfg.aqm = static_cast<uint8_t>(p.aqm);
+        if (!p.parent.empty())
+            cfg.parent = next * TC_MAX_POLICIES + slot_of.at(p.parent) + 1;
         std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
         uint32_t idx = next * TC_MAX_POLICIES + slot;
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_cfg), &idx, &cfg, 0))
@@ -932,6 +942,17 @@ void Datapath::set_clock(uint64_t now_ns) {
     if (!impl_->testing)
         throw std::logic_error("set_clock needs a Datapath loaded in testing mode");
     impl_->skel->bss->tc_test_clock_ns = now_ns;
+}
+
+Datapath::Verdict Datapath::last_verdict() const {
+    if (!impl_->testing)
+        throw std::logic_error("last_verdict needs a Datapath loaded in testing mode");
+    Verdict v;
+    if (uint32_t id = impl_->skel->bss->tc_test_last_policy; id != 0) {
+        v.policy_id = id - 1;
+        v.color = static_cast<Color>(impl_->skel->bss->tc_test_last_color);
+    }
+    return v;
 }
 
 Datapath::TestRun Datapath::run_xdp(const std::vector<uint8_t> &frame) const {

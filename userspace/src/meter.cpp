@@ -136,6 +136,10 @@ Validation validate(const MeterParams &p) {
         c.warn_small("the larger of CBS and EBS", std::max(p.cbs, p.ebs.value_or(0)));
         break;
     }
+    if (p.coupling && p.algo != Algo::rfc4115)
+        v.errors.push_back(fmt::format("coupling applies to rfc4115 only, not {} (srtcm is always "
+                                       "coupled, trtcm never)",
+                                       to_string(p.algo)));
     return v;
 }
 
@@ -149,6 +153,10 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
         errors.push_back(fmt::format("algo '{}' is not srtcm, trtcm or rfc4115", spec.algo));
     p.color_aware = spec.color_aware;
     p.packet_mode = spec.packet_mode;
+    p.coupling = spec.coupling;
+    if (spec.start && *spec.start != "full" && *spec.start != "empty")
+        errors.push_back(fmt::format("start '{}' is not full or empty", *spec.start));
+    p.start_empty = spec.start && *spec.start == "empty";
 
     auto value = [&](std::string_view name, const std::string &text, bool is_rate) -> uint64_t {
         Result<uint64_t> v = is_rate
@@ -186,8 +194,10 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
 }
 
 tc_meter_config make_meter_config(const MeterParams &p) {
-    uint32_t flags =
-        (p.color_aware ? TC_METER_F_COLOR_AWARE : 0) | (p.packet_mode ? TC_METER_F_PACKET_MODE : 0);
+    uint32_t flags = (p.color_aware ? TC_METER_F_COLOR_AWARE : 0) |
+                     (p.packet_mode ? TC_METER_F_PACKET_MODE : 0) |
+                     (p.coupling ? TC_METER_F_COUPLED : 0) |
+                     (p.start_empty ? TC_METER_F_START_EMPTY : 0);
     uint64_t second_rate = 0, second_size = p.ebs.value_or(0);
     if (p.algo == Algo::trtcm) {
         second_rate = p.pir.value_or(0);

@@ -17,7 +17,7 @@ const std::vector<std::string> &policy_fields() {
         "name",        "algo",      "cir",         "cbs",    "ebs",      "pir",    "pbs",
         "eir",         "match",     "priority",    "per",    "green",    "yellow", "red",
         "color_aware", "color_map", "packet_mode", "length", "overhead", "shape",  "aqm",
-        "fleet"};
+        "fleet",       "parent",    "only_parent", "coupling", "start"};
     return fields;
 }
 
@@ -141,6 +141,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     m.eir = r.text(spec, "eir");
     m.color_aware = r.flag(spec, "color_aware").value_or(false);
     m.packet_mode = r.flag(spec, "packet_mode").value_or(false);
+    m.coupling = r.flag(spec, "coupling").value_or(false);
+    m.start = r.text(spec, "start");
     if (!m.algo.empty() && !m.cir.empty() && !m.cbs.empty()) {
         auto meter = parse_meter_spec(m);
         if (meter)
@@ -290,6 +292,13 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     }
     if (auto f = r.flag(spec, "fleet"))
         p.fleet = *f; // SPEC §10; the daemon refuses it without --fleet
+    // The graph (does the parent exist, cycles, depth) is checked with the whole set.
+    if (auto t = r.text(spec, "parent"); t && !t->empty())
+        p.parent = *t;
+    p.only_parent = r.flag(spec, "only_parent").value_or(false);
+    if (p.only_parent && spec.contains("match") && !spec["match"].is_null() &&
+        !spec["match"].empty())
+        r.error("only_parent", "an only_parent policy matches no traffic: drop its match");
 
     if (!errors.empty()) {
         return std::unexpected(

@@ -75,6 +75,10 @@ struct Policy {
     // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
     // Aggregate policies only.
     bool fleet = false;
+    // SPEC §9: packets of this policy are metered by @parent's buckets as well (by name, in
+    // the same policy set; empty: none). An only_parent policy matches no traffic itself.
+    std::string parent;
+    bool only_parent = false;
 };
 
 // The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
@@ -185,6 +189,13 @@ class Datapath {
         __sk_buff skb_out{}; // tc only
     };
     TestRun run_xdp(const std::vector<uint8_t> &frame) const;
+    // What the last run did: the matched policy (none if unclassified or not IP) and the
+    // packet's final colour.
+    struct Verdict {
+        std::optional<uint32_t> policy_id;
+        Color color = Color::green;
+    };
+    Verdict last_verdict() const;
     TestRun run_tc(const std::vector<uint8_t> &frame, const __sk_buff *skb_in = nullptr) const;
 
   private:

@@ -45,6 +45,8 @@ struct MeterParams {
     std::optional<uint64_t> eir; // rfc4115 (default 0)
     bool color_aware = false;
     bool packet_mode = false;
+    bool coupling = false;    // rfc4115 only: MEF 10.3 CF=1, C's overflow goes to E (SPEC §9)
+    bool start_empty = false; // a new flow's buckets start empty (SPEC §9 `start: empty`)
 };
 
 struct Validation {
@@ -64,6 +66,8 @@ struct MeterSpec {
     std::optional<std::string> ebs, pir, pbs, eir;
     bool color_aware = false;
     bool packet_mode = false;
+    bool coupling = false;
+    std::optional<std::string> start; // "full" or "empty"
 };
 
 struct ParsedMeter {

@@ -1,0 +1,313 @@
+// Hierarchies (SPEC §9) in the real data path through BPF_PROG_TEST_RUN: the conformance
+// vectors, the bpf engine against the model and the exact reference on random chains, the
+// all-or-nothing rule read back from the buckets, live updates that keep every level, and two
+// CPUs on one 3-level chain.
+#include "hier_reference.hpp"
+#include "packet.hpp"
+#include "test_util.hpp"
+#include "tricolor/datapath.hpp"
+#include "tricolor/hier_replay.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bpf/bpf.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+using namespace tricolor;
+using test::Packet;
+
+namespace {
+
+constexpr uint64_t kByte = TC_TOKENS_PER_BYTE;
+
+class HierDatapathTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        DatapathOptions o;
+        o.testing = true;
+        o.flow_capacity = 65536;
+        dp = std::make_unique<Datapath>(o);
+        dp->set_clock(1000000000);
+    }
+    void apply(const std::vector<Policy> &ps) {
+        auto r = dp->apply(ps);
+        ASSERT_TRUE(r.has_value()) << r.error();
+    }
+    Datapath::Verdict send(const std::string &src, uint32_t bytes, uint16_t sport = 1000) {
+        dp->run_xdp(Packet().ipv4(src, "198.18.9.9").udp(sport, 7000).l3_size(bytes).build());
+        return dp->last_verdict();
+    }
+    // The bucket of @policy_id for source @src (aggregate: the policy's own state).
+    tc_flow flow_of(uint32_t policy_id, const std::string &src = "") {
+        for (const auto &f : dp->flows()) {
+            if (f.key.policy_id != policy_id)
+                continue;
+            if (src.empty())
+                return f.state;
+            auto want = parse_prefix(src).value();
+            if (std::memcmp(&f.key.src[3], want.addr.data(), 4) == 0)
+                return f.state;
+        }
+        return dp->policy_state(policy_id);
+    }
+    std::unique_ptr<Datapath> dp;
+};
+
+Policy level(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t cbs,
+             uint64_t second_rate, uint64_t second_size, tc_per per, std::string parent = "") {
+    Policy p;
+    p.id = id;
+    p.name = std::move(name);
+    p.meter = test::meter_params(algo, cir, cbs, second_rate, second_size);
+    p.per = per;
+    p.parent = std::move(parent);
+    return p;
+}
+
+Policy only_parent(Policy p) {
+    p.only_parent = true;
+    return p;
+}
+
+TEST_F(HierDatapathTest, BpfEngineMatchesEveryHierVector) {
+    size_t n = 0;
+    for (const auto &e : std::filesystem::directory_iterator(TRICOLOR_VECTOR_DIR)) {
+        std::string name = e.path().stem().string();
+        if (e.path().extension() != ".yaml" || !name.starts_with("hier-"))
+            continue;
+        SCOPED_TRACE(name);
+        ++n;
+        std::string base = std::string(TRICOLOR_VECTOR_DIR) + "/" + name;
+        auto policies = load_policy_file(base + ".yaml");
+        ASSERT_TRUE(policies) << policies.error();
+        std::ifstream in(base + ".trace");
+        auto trace = parse_flow_trace(in);
+        ASSERT_TRUE(trace) << trace.error();
+        HierBpfEngine engine(*policies);
+        std::ostringstream out;
+        run_hier_replay(engine, *policies, *trace, out);
+        EXPECT_EQ(test::first_difference(out.str(), test::read_file(base + ".expected")), "");
+    }
+    EXPECT_GE(n, 4u);
+}
+
+// The real program, the model and the exact reference agree packet by packet on random chains
+// (every algorithm at every level, colour-blind and aware, coupled, empty starts, every `per`).
+TEST_F(HierDatapathTest, BpfEqualsModelAndReferenceOnRandomChains) {
+    std::mt19937_64 rng(4115);
+    int rounds = test::time_scale() > 1 ? 12 : 40;
+    for (int round = 0; round < rounds; ++round) {
+        auto rc = test::random_case(rng, 250, 1 + round % TC_MAX_LEVELS);
+        // Fresh ids each round: apply gives ids that were not active fresh buckets.
+        for (auto &p : rc.policies)
+            p.id += 4 * round;
+        SCOPED_TRACE(fmt::format("round {} ({} levels)", round, rc.policies.size()));
+        apply(rc.policies);
+        HierModelEngine model(rc.policies);
+        test::RefChain ref(rc.levels);
+        for (size_t k = 0; k < rc.trace.size(); ++k) {
+            const auto &p = rc.trace[k];
+            dp->set_clock(p.time_ns);
+            dp->run_xdp(synthesize_frame(p));
+            auto got = dp->last_verdict();
+            auto want = model.mark(p);
+            ASSERT_EQ(got.policy_id, want.policy_id) << "packet " << k;
+            if (!want.policy_id)
+                continue;
+            ASSERT_EQ(got.color, want.color) << "packet " << k;
+            ASSERT_EQ(got.color, test::ref_mark(ref, p)) << "packet " << k;
+        }
+        EXPECT_EQ(ref.check_bounds(), "");
+    }
+}
+
+// All or nothing: when the parent ends a packet red, the child's buckets are untouched (Linux
+// `police ... pipe` and Cisco's child-first policing would have charged the child).
+TEST_F(HierDatapathTest, AParentsRedLeavesTheChildsTokensUntouched) {
+    apply({only_parent(level(1, "link", Algo::srtcm, 8, 1500, 0, 0, TC_PER_AGGREGATE)),
+           level(2, "user", Algo::srtcm, 8, 1000, 0, 0, TC_PER_SRC, "link")});
+    EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green); // link keeps 500
+    auto v = send("198.18.7.2", 1000);                       // user .2 green, link red
+    EXPECT_EQ(v.color, Color::red);
+    EXPECT_EQ(v.policy_id, 2u);
+    tc_flow child = flow_of(2, "198.18.7.2");
+    EXPECT_EQ(child.meter.c_tokens, 1000 * kByte) << "the child was charged for a red packet";
+    EXPECT_EQ(flow_of(1).meter.c_tokens, 500 * kByte);
+    EXPECT_EQ(child.counters.packets[TC_RED], 1u); // counted by its final colour
+    // What the parent can still take passes, and both levels pay for it.
+    EXPECT_EQ(send("198.18.7.2", 500).color, Color::green);
+    EXPECT_EQ(flow_of(2, "198.18.7.2").meter.c_tokens, 500 * kByte);
+    EXPECT_EQ(flow_of(1).meter.c_tokens, 0u);
+    // Counters: every level counts every packet that passed through it, by final colour.
+    auto c = dp->policy_counters();
+    EXPECT_EQ(c[1].bytes[TC_GREEN], 1500u);
+    EXPECT_EQ(c[1].bytes[TC_RED], 1000u);
+    EXPECT_EQ(c[2].bytes[TC_GREEN], 1500u);
+    EXPECT_EQ(c[2].bytes[TC_RED], 1000u);
+}
+
+// Every pair of algorithms, child colour-blind and colour-aware: the parent meters the colour
+// from below, a colour never improves, and the result is the reference's.
+TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
+    uint32_t id = 10;
+    for (Algo child : {Algo::srtcm, Algo::trtcm, Algo::rfc4115})
+        for (Algo parent : {Algo::srtcm, Algo::trtcm, Algo::rfc4115})
+            for (bool aware : {false, true}) {
+                SCOPED_TRACE(fmt::format("{} under {}, {}", to_string(child), to_string(parent),
+                                         aware ? "aware" : "blind"));
+                auto mk = [&](uint32_t i, const char *name, Algo a, uint64_t rate, tc_per per,
+                              std::string par) {
+                    uint64_t second = a == Algo::trtcm ? rate * 2 : rate;
+                    return level(i, name, a, rate, 3000, second, 3000, per, std::move(par));
+                };
+                std::vector<Policy> set = {
+                    only_parent(mk(id, "p", parent, 400000, TC_PER_AGGREGATE, "")),
+                    mk(id + 1, "c", child, 160000, TC_PER_SRC, "p")};
+                set[1].meter.color_aware = aware;
+                set[1].match.proto = 17;
+                id += 2;
+                apply(set);
+                HierModelEngine model(set);
+                std::vector<test::RefLevel> ref_levels;
+                for (int i : {1, 0}) {
+                    test::RefLevel l;
+                    const auto &m = set[i].meter;
+                    l.algo = m.algo;
+                    l.cir = m.cir;
+                    l.cbs = m.cbs;
+                    l.second_rate = m.algo == Algo::trtcm     ? *m.pir
+                                    : m.algo == Algo::rfc4115 ? m.eir.value_or(0)
+                                                              : 0;
+                    l.second_size = m.algo == Algo::trtcm ? *m.pbs : m.ebs.value_or(0);
+                    l.aware = m.color_aware;
+                    l.per = set[i].per;
+                    ref_levels.push_back(l);
+                }
+                test::RefChain ref(ref_levels);
+                std::mt19937_64 rng(id);
+                uint64_t t = 5000000000ull * id;
+                size_t seen[3] = {};
+                for (int k = 0; k < 400; ++k) {
+                    FlowTracePacket p;
+                    t += rng() % 3 == 0 ? 0 : rng() % 6000000;
+                    p.time_ns = t;
+                    p.bytes = 28 + rng() % 1473;
+                    p.color = static_cast<Color>(rng() % 3);
+                    uint32_t src = htonl(0xc6120701 + rng() % 3), dst = htonl(0xc6120909);
+                    std::memcpy(p.src.data(), &src, 4);
+                    std::memcpy(p.dst.data(), &dst, 4);
+                    p.proto = 17;
+                    p.ports = true;
+                    p.sport = 1000;
+                    p.dport = 7000;
+                    dp->set_clock(t);
+                    dp->run_xdp(synthesize_frame(p));
+                    auto got = dp->last_verdict();
+                    ASSERT_EQ(got.policy_id, id - 1);
+                    ASSERT_EQ(got.color, model.mark(p).color) << "packet " << k;
+                    Color want = test::ref_mark(ref, p);
+                    ASSERT_EQ(got.color, want) << "packet " << k;
+                    if (aware)
+                        EXPECT_GE(static_cast<int>(got.color), static_cast<int>(p.color));
+                    ++seen[static_cast<int>(got.color)];
+                }
+                EXPECT_GT(seen[0], 0u);
+                EXPECT_GT(seen[2], 0u);
+            }
+}
+
+// A live change of a parent keeps every level's tokens and counters.
+TEST_F(HierDatapathTest, LiveUpdateOfAParentKeepsEveryLevel) {
+    auto link = only_parent(level(1, "link", Algo::srtcm, 8, 5000, 0, 0, TC_PER_AGGREGATE));
+    auto user = level(2, "user", Algo::srtcm, 8, 3000, 0, 0, TC_PER_SRC, "link");
+    apply({link, user});
+    EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green);
+    link.meter.cir = 16; // a new rate; the same sizes
+    ASSERT_TRUE(dp->upsert(link));
+    EXPECT_EQ(flow_of(1).meter.c_tokens, 4000 * kByte);
+    EXPECT_EQ(flow_of(2, "198.18.7.1").meter.c_tokens, 2000 * kByte);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 1000u);
+    EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green);
+    EXPECT_EQ(dp->policy_counters()[2].bytes[TC_GREEN], 2000u);
+    // Deleting the parent under its child is refused, naming both; nothing changes.
+    auto r = dp->remove(1);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'user': its parent 'link' does not exist"));
+    EXPECT_EQ(dp->policies().size(), 2u);
+}
+
+// Two CPUs on one 3-level chain (5-tuple under per-source under aggregate), frozen clock: every
+// level gives out exactly what its buckets held, never a byte more, whatever the interleaving.
+TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {
+    if (std::thread::hardware_concurrency() < 2)
+        GTEST_SKIP() << "needs two CPUs";
+    apply({only_parent(level(1, "link", Algo::rfc4115, 8, 25000, 8, 10000, TC_PER_AGGREGATE)),
+           only_parent(level(2, "user", Algo::trtcm, 8, 15000, 16, 30000, TC_PER_SRC, "link")),
+           level(3, "conn", Algo::srtcm, 8, 20000, 0, 20000, TC_PER_5TUPLE, "user")});
+    auto a = Packet().ipv4("198.18.7.1", "198.18.9.9").udp(1, 2).l3_size(100).build();
+    auto b = Packet().ipv4("198.18.7.2", "198.18.9.9").udp(1, 2).l3_size(100).build();
+    // CPU 0 sends from .1, CPU 1 first from .1 (one flow at every level), then from .2 (own
+    // child and user, shared link).
+    for (const auto *second : {&a, &b}) {
+        std::atomic<bool> go{false};
+        auto hammer = [&](int cpu, const std::vector<uint8_t> &frame) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+            while (!go)
+                ;
+            LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                        .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 100000);
+            bpf_prog_test_run_opts(dp->xdp_prog_fd(), &opts);
+        };
+        std::thread t0(hammer, 0, std::cref(a)), t1(hammer, 1, std::cref(*second));
+        go = true;
+        t0.join();
+        t1.join();
+    }
+    auto c = dp->policy_counters();
+    auto passed = [](const tc_counters &x) { return x.bytes[TC_GREEN] + x.bytes[TC_YELLOW]; };
+    // Conservation at every level: what passed is exactly what left its buckets.
+    tc_flow link = dp->policy_state(1);
+    EXPECT_EQ(passed(c[1]) * kByte,
+              (25000 + 10000) * kByte - link.meter.c_tokens - link.meter.e_tokens);
+    EXPECT_LE(passed(c[1]), 35000u);
+    uint64_t users = 0, conns = 0;
+    for (const auto &f : dp->flows()) {
+        uint64_t through = f.state.counters.bytes[TC_GREEN] + f.state.counters.bytes[TC_YELLOW];
+        if (f.key.policy_id == 2) {
+            // trtcm: every packet that passed took P.
+            EXPECT_EQ(through * kByte, 30000 * kByte - f.state.meter.e_tokens);
+            EXPECT_LE(through, 30000u);
+            users += through;
+        } else if (f.key.policy_id == 3) {
+            EXPECT_EQ(through * kByte,
+                      40000 * kByte - f.state.meter.c_tokens - f.state.meter.e_tokens);
+            EXPECT_LE(through, 40000u);
+            conns += through;
+        }
+    }
+    EXPECT_EQ(users, passed(c[1]));
+    EXPECT_EQ(conns, passed(c[1]));
+    EXPECT_EQ(passed(c[2]), passed(c[1]));
+    EXPECT_EQ(passed(c[3]), passed(c[1]));
+    uint64_t total = c[3].packets[0] + c[3].packets[1] + c[3].packets[2];
+    EXPECT_EQ(total, 400000u);
+    // Nothing short of the link's 35000 but what lock timeouts coloured red: the .2 user's
+    // 30000 alone could fill it.
+    uint64_t timeouts = dp->global_counters().lock_timeouts;
+    EXPECT_GE(passed(c[1]) + 100 * timeouts, 35000u);
+}
+
+} // namespace

@@ -1,0 +1,501 @@
+// hier_replay.cpp: `replay -f` (SPEC §2, §9): trace lines with addresses, the model engine
+// (classifier, flow keys and chains in user space over the shared C meter) and the bpf engine
+// (the real data-path program on a synthesized frame a line, with its test clock).
+#include "tricolor/hier_replay.hpp"
+#include "tricolor/hierarchy.hpp"
+#include "tricolor/policy_spec.hpp"
+#include "tricolor/yaml.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <istream>
+#include <ostream>
+#include <sstream>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace tricolor {
+namespace {
+
+bool is_separator(char c) {
+    return c == ' ' || c == '\t' || c == ',' || c == '\r';
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+    std::vector<std::string_view> fields;
+    size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && is_separator(line[i]))
+            ++i;
+        size_t start = i;
+        while (i < line.size() && !is_separator(line[i]))
+            ++i;
+        if (i > start)
+            fields.push_back(line.substr(start, i - start));
+    }
+    return fields;
+}
+
+template <typename T>
+bool parse_uint(std::string_view text, T &out) {
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
+}
+
+std::optional<uint8_t> parse_proto_name(std::string_view t) {
+    if (t == "tcp")
+        return 6;
+    if (t == "udp")
+        return 17;
+    if (t == "icmp")
+        return 1;
+    if (t == "icmpv6" || t == "ipv6-icmp")
+        return 58;
+    if (t == "sctp")
+        return 132;
+    unsigned v = 0;
+    if (!parse_uint(t, v) || v > 255)
+        return std::nullopt;
+    return static_cast<uint8_t>(v);
+}
+
+bool has_ports(uint8_t proto) {
+    return proto == 6 || proto == 17 || proto == 136 || proto == 132;
+}
+
+// Bytes of the L4 header the data path reads (and so must be there).
+uint32_t l4_header_len(uint8_t proto) {
+    switch (proto) {
+    case 6:
+        return 20;
+    case 17:
+    case 136:
+        return 8;
+    case 132:
+        return 12;
+    case 1:
+    case 58:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+// IPv6 next-header values the parser walks as extension headers: a trace cannot use them as
+// the protocol of a packet without building the extension.
+bool is_ipv6_extension(uint8_t proto) {
+    return proto == 0 || proto == 43 || proto == 44 || proto == 51 || proto == 60 || proto == 135 ||
+           proto == 139 || proto == 140 || proto == 59;
+}
+
+constexpr uint32_t kEthLen = 14;
+
+} // namespace
+
+Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view line,
+                                                             size_t line_no) {
+    auto fail = [&](const std::string &why) {
+        return std::unexpected(fmt::format("line {}: {}", line_no, why));
+    };
+    auto f = split_fields(line);
+    if (f.empty() || f[0].front() == '#')
+        return std::optional<FlowTracePacket>{};
+    FlowTracePacket p;
+    if (f.size() < 4)
+        return fail(fmt::format("expected 'time_ns bytes [color] SRC DST [PROTO [SPORT DPORT]]', "
+                                "got '{}'",
+                                line));
+    if (!parse_uint(f[0], p.time_ns))
+        return fail(fmt::format("time '{}' is not a whole number of nanoseconds (0 to {})", f[0],
+                                UINT64_MAX));
+    size_t i = 2;
+    if (auto c = parse_color(f[2])) {
+        p.color = *c;
+        ++i;
+    }
+    if (f.size() < i + 2)
+        return fail("expected SRC and DST addresses after the length and colour");
+    auto addr = [&](std::string_view text, std::array<uint8_t, 16> &out, bool &v6) {
+        std::string s(text);
+        v6 = s.find(':') != std::string::npos;
+        return inet_pton(v6 ? AF_INET6 : AF_INET, s.c_str(), out.data()) == 1;
+    };
+    bool v6src = false, v6dst = false;
+    if (!addr(f[i], p.src, v6src))
+        return fail(fmt::format("source '{}' is not an IPv4 or IPv6 address", f[i]));
+    if (!addr(f[i + 1], p.dst, v6dst))
+        return fail(fmt::format("destination '{}' is not an IPv4 or IPv6 address", f[i + 1]));
+    if (v6src != v6dst)
+        return fail(fmt::format("'{}' and '{}' are of different address families", f[i], f[i + 1]));
+    p.ipv6 = v6src;
+    i += 2;
+    if (i < f.size()) {
+        auto proto = parse_proto_name(f[i]);
+        if (!proto)
+            return fail(fmt::format("protocol '{}' is not tcp, udp, icmp, icmpv6, sctp or a number "
+                                    "0-255",
+                                    f[i]));
+        if (p.ipv6 && is_ipv6_extension(*proto))
+            return fail(fmt::format("protocol {} is an IPv6 extension header", *proto));
+        p.proto = *proto;
+        p.ports = has_ports(p.proto);
+        ++i;
+    }
+    if (i < f.size()) {
+        if (!p.ports)
+            return fail(fmt::format("protocol {} has no ports, got '{}'", p.proto, f[i]));
+        if (i + 2 != f.size() && i + 1 >= f.size())
+            return fail("expected SPORT and DPORT");
+        if (!parse_uint(f[i], p.sport))
+            return fail(fmt::format("source port '{}' is not 0 to 65535", f[i]));
+        if (i + 1 >= f.size() || !parse_uint(f[i + 1], p.dport))
+            return fail(fmt::format("destination port '{}' is not 0 to 65535",
+                                    i + 1 < f.size() ? f[i + 1] : ""));
+        i += 2;
+    }
+    if (i < f.size())
+        return fail(fmt::format("unexpected field '{}' after the ports", f[i]));
+    uint64_t bytes = 0;
+    uint32_t headers = (p.ipv6 ? 40 : 20) + l4_header_len(p.proto);
+    if (!parse_uint(f[1], bytes) || bytes < headers || bytes > 65535)
+        return fail(fmt::format("packet length '{}' is not an IP length from {} (its headers) to "
+                                "65535",
+                                f[1], headers));
+    p.bytes = static_cast<uint32_t>(bytes);
+    return std::optional<FlowTracePacket>{p};
+}
+
+Result<std::vector<FlowTracePacket>> parse_flow_trace(std::istream &in) {
+    std::vector<FlowTracePacket> trace;
+    std::string line;
+    for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+        auto parsed = parse_flow_trace_line(line, line_no);
+        if (!parsed)
+            return std::unexpected(parsed.error());
+        if (*parsed)
+            trace.push_back(**parsed);
+    }
+    if (in.bad())
+        return std::unexpected("read error");
+    return trace;
+}
+
+Result<std::vector<Policy>> load_policy_file(const std::string &path) {
+    std::ifstream file(path);
+    if (!file)
+        return std::unexpected(
+            fmt::format("cannot open policy file '{}': {}", path, std::strerror(errno)));
+    std::stringstream text;
+    text << file.rdbuf();
+    auto doc = yaml_to_json(text.str());
+    if (!doc)
+        return std::unexpected(fmt::format("{}: {}", path, doc.error()));
+    if (!doc->is_object() || !doc->contains("policies") || !(*doc)["policies"].is_array())
+        return std::unexpected(fmt::format("{}: expected a 'policies:' list", path));
+    std::vector<Policy> out;
+    std::vector<std::string> errors;
+    uint32_t id = 0;
+    for (const auto &spec : (*doc)["policies"]) {
+        auto p = to_policy(spec, id++);
+        if (!p) {
+            errors.push_back(p.error());
+            continue;
+        }
+        if (p->match.ifindex)
+            errors.push_back(fmt::format("policy '{}': match.iface cannot be replayed (replayed "
+                                         "packets arrive on no interface)",
+                                         p->name));
+        out.push_back(std::move(*p));
+    }
+    if (errors.empty()) {
+        // What apply would refuse (names, ids, meters, the graph, classifier limits).
+        std::set<std::string> names;
+        for (const auto &p : out)
+            if (!names.insert(p.name).second)
+                errors.push_back(fmt::format("policy '{}': the name is used twice", p.name));
+        for (auto &e : hierarchy_errors(out))
+            errors.push_back(std::move(e));
+    }
+    if (!errors.empty()) {
+        std::string all;
+        for (const auto &e : errors)
+            all += (all.empty() ? "" : "\n") + fmt::format("{}: {}", path, e);
+        return std::unexpected(all);
+    }
+    return out;
+}
+
+// ---- the model ---------------------------------------------------------------------------
+
+namespace {
+
+bool prefix_holds(const Prefix &pfx, bool ipv6, const std::array<uint8_t, 16> &addr) {
+    if (pfx.ipv6 != ipv6)
+        return false;
+    unsigned len = pfx.len;
+    for (unsigned b = 0; b < len; ++b) {
+        uint8_t bit = 0x80 >> (b % 8);
+        if ((pfx.addr[b / 8] & bit) != (addr[b / 8] & bit))
+            return false;
+    }
+    return true;
+}
+
+bool matches(const Policy &p, const FlowTracePacket &pkt) {
+    const Match &m = p.match;
+    if (p.only_parent)
+        return false;
+    if (m.src && !prefix_holds(*m.src, pkt.ipv6, pkt.src))
+        return false;
+    if (m.dst && !prefix_holds(*m.dst, pkt.ipv6, pkt.dst))
+        return false;
+    if (m.proto && *m.proto != pkt.proto)
+        return false;
+    if ((m.sport || m.dport) && !pkt.ports)
+        return false;
+    if (m.sport && (pkt.sport < m.sport->lo || pkt.sport > m.sport->hi))
+        return false;
+    if (m.dport && (pkt.dport < m.dport->lo || pkt.dport > m.dport->hi))
+        return false;
+    if (m.dscp && *m.dscp != dscp_of_color(pkt.color))
+        return false;
+    if (m.vlan && *m.vlan != 0) // replayed frames are untagged: vlan 0
+        return false;
+    if (m.ifindex)
+        return false;
+    return true;
+}
+
+unsigned specificity(const Match &m) {
+    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
+}
+
+void mask_bits(uint8_t *addr, size_t n, unsigned bits) {
+    for (size_t i = 0; i < n; ++i) {
+        unsigned keep = bits > 8 * i ? std::min(8u, bits - static_cast<unsigned>(8 * i)) : 0;
+        addr[i] &= keep == 0 ? 0 : static_cast<uint8_t>(0xff << (8 - keep));
+    }
+}
+
+// The length a level meters: its own `length` and `overhead` (SPEC §3).
+uint32_t level_len(const Policy &p, const FlowTracePacket &pkt) {
+    return pkt.bytes + (p.length == TC_LEN_L2 ? kEthLen : 0) + p.overhead;
+}
+
+} // namespace
+
+uint8_t dscp_of_color(Color color) {
+    switch (color) {
+    case Color::yellow:
+        return 12; // AF12
+    case Color::red:
+        return 14; // AF13
+    default:
+        return 0;
+    }
+}
+
+HierModelEngine::HierModelEngine(std::vector<Policy> policies) : policies_(std::move(policies)) {
+    for (const auto &p : policies_)
+        configs_.push_back(make_meter_config(p.meter));
+    for (const auto &p : policies_)
+        ranked_.push_back(&p);
+    // The data path's rank (Datapath::apply): priority, then the longer prefix, then the name.
+    std::ranges::sort(ranked_, [](const Policy *a, const Policy *b) {
+        return std::tuple(a->priority, -static_cast<int>(specificity(a->match)), a->name) <
+               std::tuple(b->priority, -static_cast<int>(specificity(b->match)), b->name);
+    });
+}
+
+HierModelEngine::Key HierModelEngine::key_of(const Policy &p, const FlowTracePacket &pkt) const {
+    Key k{};
+    size_t n = pkt.ipv6 ? 16 : 4;
+    k[0] = pkt.ipv6;
+    switch (p.per) {
+    case TC_PER_AGGREGATE:
+        k[0] = 0; // one bucket for both families
+        break;
+    case TC_PER_SRC:
+    case TC_PER_DST: {
+        uint8_t *a = &k[1];
+        std::memcpy(a, (p.per == TC_PER_SRC ? pkt.src : pkt.dst).data(), n);
+        mask_bits(a, n, pkt.ipv6 ? p.prefix6 : p.prefix4);
+        break;
+    }
+    case TC_PER_5TUPLE:
+        std::memcpy(&k[1], pkt.src.data(), n);
+        std::memcpy(&k[17], pkt.dst.data(), n);
+        k[33] = pkt.proto;
+        if (pkt.ports) {
+            k[34] = pkt.sport >> 8;
+            k[35] = pkt.sport & 0xff;
+            k[36] = pkt.dport >> 8;
+            k[37] = pkt.dport & 0xff;
+        }
+        break;
+    }
+    return k;
+}
+
+const tc_meter_state *HierModelEngine::state(uint32_t policy_id, const FlowTracePacket &pkt) const {
+    auto p = std::ranges::find(policies_, policy_id, &Policy::id);
+    if (p == policies_.end())
+        return nullptr;
+    auto it = buckets_.find({policy_id, key_of(*p, pkt)});
+    return it == buckets_.end() || !it->second.started ? nullptr : &it->second.state;
+}
+
+HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
+    HierVerdict v;
+    const Policy *matched = nullptr;
+    for (const Policy *p : ranked_)
+        if (matches(*p, pkt)) {
+            matched = p;
+            break;
+        }
+    if (!matched)
+        return v;
+    v.policy_id = matched->id;
+
+    // Decide every level on copies, at one instant; then commit all or nothing.
+    struct Level {
+        const Policy *policy;
+        Bucket *bucket;
+        tc_meter_state next;
+    };
+    std::vector<Level> levels;
+    for (const Policy *p : chain_of(policies_, matched->name))
+        levels.push_back({p, &buckets_[{p->id, key_of(*p, pkt)}], {}});
+    uint32_t color = static_cast<uint32_t>(pkt.color);
+    for (size_t i = 0; i < levels.size(); ++i) {
+        auto &l = levels[i];
+        const tc_meter_config &cfg = configs_[l.policy - policies_.data()];
+        l.next = l.bucket->state;
+        if (!l.bucket->started)
+            tc_meter_start(&cfg, &l.next, pkt.time_ns);
+        uint32_t len = level_len(*l.policy, pkt);
+        color = i == 0 ? tc_meter_mark(&cfg, &l.next, pkt.time_ns, len, color)
+                       : tc_meter_mark_aware(&cfg, &l.next, pkt.time_ns, len, color);
+    }
+    for (auto &l : levels) {
+        if (color != TC_RED)
+            l.bucket->state = l.next;
+        else if (!l.bucket->started)
+            tc_meter_start(&configs_[l.policy - policies_.data()], &l.bucket->state, pkt.time_ns);
+        l.bucket->started = true;
+    }
+    v.color = static_cast<Color>(color);
+    return v;
+}
+
+// ---- the real data path --------------------------------------------------------------------
+
+std::vector<uint8_t> synthesize_frame(const FlowTracePacket &p) {
+    std::vector<uint8_t> f(kEthLen + p.bytes, 0);
+    f[12] = p.ipv6 ? 0x86 : 0x08;
+    f[13] = p.ipv6 ? 0xdd : 0x00;
+    uint8_t *ip = &f[kEthLen];
+    uint8_t dscp = dscp_of_color(p.color);
+    uint32_t l4 = 0;
+    if (p.ipv6) {
+        uint32_t word = 6u << 28 | static_cast<uint32_t>(dscp) << 22;
+        uint32_t be = htonl(word);
+        std::memcpy(ip, &be, 4);
+        uint16_t payload = htons(static_cast<uint16_t>(p.bytes - 40));
+        std::memcpy(ip + 4, &payload, 2);
+        ip[6] = p.proto;
+        ip[7] = 64;
+        std::memcpy(ip + 8, p.src.data(), 16);
+        std::memcpy(ip + 24, p.dst.data(), 16);
+        l4 = 40;
+    } else {
+        ip[0] = 0x45;
+        ip[1] = static_cast<uint8_t>(dscp << 2);
+        uint16_t tot = htons(static_cast<uint16_t>(p.bytes));
+        std::memcpy(ip + 2, &tot, 2);
+        ip[8] = 64;
+        ip[9] = p.proto;
+        std::memcpy(ip + 12, p.src.data(), 4);
+        std::memcpy(ip + 16, p.dst.data(), 4);
+        uint32_t sum = 0;
+        for (int i = 0; i < 20; i += 2)
+            sum += static_cast<uint32_t>(ip[i]) << 8 | ip[i + 1];
+        while (sum >> 16)
+            sum = (sum & 0xffff) + (sum >> 16);
+        uint16_t csum = htons(static_cast<uint16_t>(~sum));
+        std::memcpy(ip + 10, &csum, 2);
+        l4 = 20;
+    }
+    uint8_t *th = ip + l4;
+    if (p.ports) {
+        uint16_t s = htons(p.sport), d = htons(p.dport);
+        std::memcpy(th, &s, 2);
+        std::memcpy(th + 2, &d, 2);
+        if (p.proto == 6)
+            th[12] = 5 << 4; // data offset: 20 bytes
+        if (p.proto == 17 || p.proto == 136) {
+            uint16_t ulen = htons(static_cast<uint16_t>(p.bytes - l4));
+            std::memcpy(th + 4, &ulen, 2);
+        }
+    } else if (p.proto == 1 || p.proto == 58) {
+        th[0] = p.proto == 1 ? 8 : 128; // echo request
+    }
+    return f;
+}
+
+namespace {
+DatapathOptions testing_options() {
+    DatapathOptions o;
+    o.testing = true;
+    return o;
+}
+} // namespace
+
+HierBpfEngine::HierBpfEngine(const std::vector<Policy> &policies) : dp_(testing_options()) {
+    if (auto r = dp_.apply(policies); !r)
+        throw std::runtime_error(r.error());
+}
+
+HierVerdict HierBpfEngine::mark(const FlowTracePacket &packet) {
+    dp_.set_clock(packet.time_ns);
+    dp_.run_xdp(synthesize_frame(packet));
+    auto d = dp_.last_verdict();
+    return HierVerdict{d.policy_id, d.color};
+}
+
+HierTotals run_hier_replay(HierEngine &engine, const std::vector<Policy> &policies,
+                           const std::vector<FlowTracePacket> &trace, std::ostream &out) {
+    HierTotals t;
+    std::map<uint32_t, std::string> names;
+    for (const auto &p : policies)
+        names[p.id] = p.name;
+    std::string buf;
+    for (const auto &p : trace) {
+        HierVerdict v = engine.mark(p);
+        if (v.policy_id) {
+            auto i = static_cast<size_t>(v.color);
+            t.packets[i] += 1;
+            t.bytes[i] += p.bytes;
+        } else {
+            t.unclassified_packets += 1;
+            t.unclassified_bytes += p.bytes;
+        }
+        fmt::format_to(std::back_inserter(buf), "{},{},{},{}\n", p.time_ns, p.bytes,
+                       to_string(v.color), v.policy_id ? names[*v.policy_id] : "-");
+        if (buf.size() > (1 << 16) - 256) {
+            out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+            buf.clear();
+        }
+    }
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    return t;
+}
+
+} // namespace tricolor
