@@ -61,7 +61,11 @@ uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps
     i128 tokens = cap; // full at the first packet, which is therefore chosen
     uint64_t ref = stamps.front().start, count = 0;
     for (const auto &s : stamps) {
-        i128 gap = s.start > ref ? i128(s.start - ref) : 0;
+        // From several senders (stamps sorted by start), a packet whose send call overlaps the
+        // last chosen one's may have been metered before it: not chosen.
+        if (count > 0 && s.start < ref)
+            continue;
+        i128 gap = i128(s.start - std::min(s.start, ref));
         i128 have = std::min(cap, tokens + i128(rate_bps) * gap);
         if (have >= cost) {
             tokens = have - cost;

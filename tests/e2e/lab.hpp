@@ -65,7 +65,8 @@ std::vector<SendStamp> read_send_stamps(const std::string &path);
 
 // The fewest packets a token bucket (@burst bytes, @rate bit/s, starting full at the first
 // packet) must have admitted from a stream of equal packets of @len metered bytes, given that
-// packet i was metered at some instant in [start_i, end_i], in send order. Zero if a premise
+// packet i was metered at some instant in [start_i, end_i] (@stamps sorted by start; from one
+// sender, that is send order, from several, interleaved). Zero if a premise
 // fails (no packets, or a packet larger than the bucket).
 //
 // Why it is a floor: with equal packets, a meter that admits every packet its bucket can pay for
