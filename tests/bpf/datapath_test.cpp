@@ -112,6 +112,7 @@ TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
     Policy all = policy(1, "all", Algo::srtcm, 8000000, 1000000, 0);
     apply({all});
     uint64_t n = 0;
+    ASSERT_GE(templates().size(), 10u);
     for (auto &t : templates()) {
         SCOPED_TRACE(t.name);
         auto r = dp->run_xdp(t.packet.build());
@@ -124,6 +125,7 @@ TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
 TEST_F(DatapathTest, TruncationAtEveryOffsetIsMalformedAndNeverMetered) {
     apply({policy(1, "all", Algo::srtcm, 8000000, 1000000, 0)});
     uint64_t malformed = 0;
+    ASSERT_GE(templates().size(), 10u);
     for (auto &t : templates()) {
         auto frame = t.packet.build();
         for (size_t len = 14; len < frame.size(); ++len) {
@@ -223,6 +225,7 @@ TEST_F(DatapathTest, ClassificationPrecedence) {
         {"ipv4-mapped v6 is not v4",
          Packet().ipv6("::ffff:198.18.9.9", "::ffff:198.18.1.7").udp(1, 80), 0},
     };
+    ASSERT_GE(cases.size(), 14u);
     for (auto &c : cases) {
         SCOPED_TRACE(c.what);
         auto before = dp->policy_counters();

@@ -171,6 +171,7 @@ TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
         {{"policy", "add", "p", "--cir", "1mbit", "--cbs", "1k"}, 2, "--algo is required"},
         {{"stats", "ghost"}, 1, "no policy named 'ghost'"},
     };
+    ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {
         SCOPED_TRACE(c.message);
         auto r = daemon->ctl(c.args);

@@ -108,6 +108,7 @@ TEST(MeterRules, EachRuleRefusesWithAMessage) {
         {"packet sizes are counts", spec("srtcm", "100", "1k", {}, {}, {}, {}, true),
          "invalid packet count '1k'"},
     };
+    ASSERT_GE(rules.size(), 20u);
     for (const auto &rule : rules) {
         SCOPED_TRACE(rule.description);
         auto r = parse_meter_spec(rule.spec);
