@@ -98,6 +98,10 @@ mutant rank-longest-single userspace/src/datapath.cpp \
     's/return \(m\.src \? m\.src->len : 0\) \+ \(m\.dst \? m\.dst->len : 0\);/return std::max<unsigned>(m.src ? m.src->len : 0, m.dst ? m.dst->len : 0);/' \
     "rank: the longest single prefix instead of src + dst bits" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant rank-name-reversed userspace/src/datapath.cpp \
+    's/a->name\);/NAME_A/; s/b->name\);/a->name);/; s/NAME_A/b->name);/' \
+    "rank: at equal priority and prefix, the later name wins" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
 mutant probe-last-match bpf/lib/classify.h \
     's/if \(r && r->rank < ctx->best_rank\)/if (r)/' \
     "classifier keeps the last matching shape, not the best rank" \

@@ -859,3 +859,24 @@ TEST_F(RankOrder, AtEqualPriorityAndPrefixTheNameDecides) {
 }
 
 } // namespace
+
+namespace {
+
+// The classifier probes the shapes in order of the best rank each holds, and must keep the best
+// match, not the last: here shape /24 (best rank 0) matches rank 2, then shape /16 (best rank
+// 1, so still worth probing) matches rank 3, which must not replace rank 2.
+TEST_F(RankOrder, AWorseMatchInALaterShapeDoesNotReplaceABetterOne) {
+    Policy p0 = policy(1, "p0-dst24"), p1 = policy(2, "p1-dst16"), p2 = policy(3, "zz-p2-dst24"),
+           p3 = policy(4, "aa-p3-dst16");
+    p0.match.dst = prefix("198.18.5.0/24");
+    p0.priority = 1;
+    p1.match.dst = prefix("198.20.0.0/16");
+    p1.priority = 2;
+    p2.match.dst = prefix("198.19.1.0/24");
+    p2.priority = 3;
+    p3.match.dst = prefix("198.19.0.0/16");
+    p3.priority = 4;
+    expect_winner({p3, p2, p1, p0}, Packet().ipv4("198.18.0.1", "198.19.1.7").udp(1, 2), 3);
+}
+
+} // namespace
