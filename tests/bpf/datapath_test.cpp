@@ -112,6 +112,7 @@ TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
     Policy all = policy(1, "all", Algo::srtcm, 8000000, 1000000, 0);
     apply({all});
     uint64_t n = 0;
+    ASSERT_GE(templates().size(), 10u);
     for (auto &t : templates()) {
         SCOPED_TRACE(t.name);
         auto r = dp->run_xdp(t.packet.build());
@@ -124,6 +125,7 @@ TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
 TEST_F(DatapathTest, TruncationAtEveryOffsetIsMalformedAndNeverMetered) {
     apply({policy(1, "all", Algo::srtcm, 8000000, 1000000, 0)});
     uint64_t malformed = 0;
+    ASSERT_GE(templates().size(), 10u);
     for (auto &t : templates()) {
         auto frame = t.packet.build();
         for (size_t len = 14; len < frame.size(); ++len) {
@@ -223,6 +225,7 @@ TEST_F(DatapathTest, ClassificationPrecedence) {
         {"ipv4-mapped v6 is not v4",
          Packet().ipv6("::ffff:198.18.9.9", "::ffff:198.18.1.7").udp(1, 80), 0},
     };
+    ASSERT_GE(cases.size(), 14u);
     for (auto &c : cases) {
         SCOPED_TRACE(c.what);
         auto before = dp->policy_counters();
@@ -273,40 +276,80 @@ TEST_F(DatapathTest, LaterFragmentsMatchPortlessPoliciesOnly) {
 
 // ---- metering ---------------------------------------------------------------------------------
 
-// The data path colours every vector's trace as the model does. IP packets cannot be shorter
-// than their headers, so lengths below 28 are raised to 28 in both.
-TEST_F(DatapathTest, ColoursEqualTheModelOnTheVectors) {
-    for (const auto &v : test::load_vectors()) {
+// The data path colours every vector's trace as the vector's .expected file says (computed by
+// an exact rational model, independent of meter.h). An IPv4/UDP packet cannot be shorter than
+// its 28 bytes of headers, so a byte-mode vector with shorter packets is scaled: every length,
+// rate and bucket size times k. Tokens are then k times as many on both sides of every
+// comparison (cost len*k*8e9 against CBS*k*8e9 + CIR*k*dt, fill times ceil(k*S/(k*R))
+// unchanged), so each colour is exactly the vector's.
+TEST_F(DatapathTest, ColoursEqualTheExpectedFilesOnTheVectors) {
+    auto vectors = test::load_vectors();
+    ASSERT_GE(vectors.size(), 8u);
+    size_t checked = 0;
+    for (const auto &v : vectors) {
         SCOPED_TRACE(v.name);
         auto parsed = parse_meter_spec(test::spec_from_args(v.args));
         ASSERT_TRUE(parsed.has_value());
+        std::istringstream in(test::read_file(v.trace_path));
+        auto trace = parse_trace(in).value();
+        std::vector<std::string> expected;
+        std::istringstream ex(v.expected);
+        for (std::string line; std::getline(ex, line);)
+            if (!line.empty())
+                expected.push_back(line.substr(line.rfind(',') + 1));
+        ASSERT_EQ(expected.size(), trace.size());
+        ASSERT_GE(trace.size(), 100u);
         Policy p;
         p.id = 7;
         p.name = v.name;
         p.meter = parsed->params;
+        uint32_t shortest = std::ranges::min(trace, {}, &TracePacket::bytes).bytes;
+        uint64_t k = p.meter.packet_mode ? 1 : (28 + shortest - 1) / shortest;
+        auto scale = [k](std::optional<uint64_t> &x) {
+            if (x)
+                *x *= k;
+        };
+        p.meter.cir *= k;
+        p.meter.cbs *= k;
+        scale(p.meter.ebs);
+        scale(p.meter.pir);
+        scale(p.meter.pbs);
+        scale(p.meter.eir);
+        // Each colour rewrites its own DSCP (CS1, CS2, CS3) and passes: the output tells the
+        // colour of every packet; the counters must agree at the end.
+        const uint8_t out_dscp[3] = {8, 16, 24};
+        for (int col = 0; col < 3; ++col)
+            p.actions[col] = parse_action("dscp:" + std::to_string(out_dscp[col])).value();
         apply({});
         apply({p}); // a fresh id each vector: buckets start full
-        std::istringstream in(test::read_file(v.trace_path));
-        auto trace = parse_trace(in).value();
-        Meter model(make_meter_config(p.meter));
         uint64_t counts[3] = {};
-        for (auto pk : trace) {
-            pk.bytes = std::max<uint32_t>(pk.bytes, 28);
-            Color want = model.mark(pk.time_ns, pk.bytes, pk.color);
+        for (size_t i = 0; i < trace.size(); ++i) {
+            const auto &pk = trace[i];
+            // Packet mode ignores the length: any IP packet will do.
+            uint32_t len = p.meter.packet_mode ? std::max<uint32_t>(pk.bytes, 28) : pk.bytes * k;
             dp->set_clock(pk.time_ns);
             uint8_t dscp = pk.color == Color::green ? 10 : pk.color == Color::yellow ? 12 : 14;
-            dp->run_xdp(Packet()
-                            .ipv4("198.18.0.1", "198.18.0.2")
-                            .dscp(dscp)
-                            .udp(1, 2)
-                            .l3_size(pk.bytes)
-                            .build());
-            counts[static_cast<int>(want)]++;
-            auto c = dp->policy_counters()[7];
-            ASSERT_EQ(c.packets[static_cast<int>(want)], counts[static_cast<int>(want)])
-                << "t=" << pk.time_ns << " len=" << pk.bytes;
+            auto r = dp->run_xdp(Packet()
+                                     .ipv4("198.18.0.1", "198.18.0.2")
+                                     .dscp(dscp)
+                                     .udp(1, 2)
+                                     .l3_size(len)
+                                     .build());
+            auto want = parse_color(expected[i]);
+            ASSERT_TRUE(want.has_value()) << expected[i];
+            counts[static_cast<int>(*want)]++;
+            ASSERT_EQ(r.retval, kXdpPass);
+            ASSERT_GT(r.data_out.size(), 15u);
+            ASSERT_EQ(r.data_out[15] >> 2, out_dscp[static_cast<int>(*want)])
+                << "packet " << i + 1 << " t=" << pk.time_ns << " len=" << pk.bytes << ": expected "
+                << expected[i];
         }
+        auto c = dp->policy_counters()[7];
+        for (int col = 0; col < 3; ++col)
+            EXPECT_EQ(c.packets[col], counts[col]) << "colour " << col;
+        ++checked;
     }
+    EXPECT_EQ(checked, vectors.size());
 }
 
 TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
@@ -739,6 +782,101 @@ TEST_F(DatapathTest, OfTwoPoliciesWithTheSameMatchTheBetterRankWins) {
         EXPECT_EQ(packets(2), 1u);
         EXPECT_EQ(packets(1), 0u);
     }
+}
+
+} // namespace
+
+namespace {
+
+// The rank is a total order: priority (lower first), then the longer prefix (src + dst bits),
+// then the name. One case per rule, each with everything the rule does not decide (names, ids,
+// the order of the list) arranged AGAINST the expected winner, so that dropping the rule, or
+// replacing it by another, picks the wrong policy. Every set is applied in both list orders.
+class RankOrder : public DatapathTest {
+  protected:
+    // The id of the policy @packet is counted against, applying @set in both orders.
+    void expect_winner(std::vector<Policy> set, const Packet &packet, uint32_t want) {
+        for (int pass = 0; pass < 2; ++pass) {
+            SCOPED_TRACE(pass == 0 ? "as listed" : "reversed");
+            apply({});
+            apply(set);
+            dp->run_xdp(packet.build());
+            for (const auto &p : set)
+                EXPECT_EQ(packets(p.id), p.id == want ? 1u : 0u) << "policy '" << p.name << "'";
+            std::ranges::reverse(set);
+        }
+    }
+};
+
+// A lower priority number wins over a longer prefix and over an earlier name and id.
+TEST_F(RankOrder, PriorityBeatsPrefixLengthAndName) {
+    Policy broad = policy(9, "zz-broad-but-first");
+    broad.match.dst = prefix("198.0.0.0/8");
+    broad.priority = 1;
+    Policy narrow = policy(1, "aa-narrow");
+    narrow.match.src = prefix("198.18.0.0/16");
+    narrow.match.dst = prefix("198.19.0.0/24");
+    narrow.priority = 2;
+    expect_winner({narrow, broad}, Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1, 2), 9);
+}
+
+// At equal priority the longer prefix wins, counted as src + dst bits: /16 + /16 beats a lone
+// /24 (a rule comparing the longest single prefix, or the name, or the id, would pick /24).
+TEST_F(RankOrder, AtEqualPriorityTheLongerSrcPlusDstPrefixWins) {
+    Policy both = policy(9, "zz-src16-dst16");
+    both.match.src = prefix("198.18.0.0/16");
+    both.match.dst = prefix("198.19.0.0/16");
+    both.priority = 5;
+    Policy one = policy(1, "aa-dst24");
+    one.match.dst = prefix("198.19.0.0/24");
+    one.priority = 5;
+    Packet pk = Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1, 2);
+    expect_winner({one, both}, pk, 9);
+    // And the plain case: a longer dst prefix over a shorter one, the name against it.
+    Policy d24 = policy(8, "zz-dst24");
+    d24.match.dst = prefix("198.19.0.0/24");
+    Policy d16 = policy(2, "aa-dst16");
+    d16.match.dst = prefix("198.19.0.0/16");
+    expect_winner({d16, d24}, pk, 8);
+}
+
+// At equal priority and prefix length the name decides, not the id or the list order; with
+// identical matches (one rule key) and with different matches of the same shape length.
+TEST_F(RankOrder, AtEqualPriorityAndPrefixTheNameDecides) {
+    Policy alpha = policy(9, "alpha");
+    alpha.match.proto = 17;
+    alpha.priority = 4;
+    Policy beta = policy(1, "beta");
+    beta.match.proto = 17;
+    beta.priority = 4;
+    Packet pk = Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1, 2);
+    expect_winner({beta, alpha}, pk, 9);
+    Policy by_src = policy(9, "alpha-src");
+    by_src.match.src = prefix("198.18.0.0/16");
+    Policy by_dst = policy(1, "beta-dst");
+    by_dst.match.dst = prefix("198.19.0.0/16");
+    expect_winner({by_dst, by_src}, pk, 9);
+}
+
+} // namespace
+
+namespace {
+
+// The classifier probes the shapes in order of the best rank each holds, and must keep the best
+// match, not the last: here shape /24 (best rank 0) matches rank 2, then shape /16 (best rank
+// 1, so still worth probing) matches rank 3, which must not replace rank 2.
+TEST_F(RankOrder, AWorseMatchInALaterShapeDoesNotReplaceABetterOne) {
+    Policy p0 = policy(1, "p0-dst24"), p1 = policy(2, "p1-dst16"), p2 = policy(3, "zz-p2-dst24"),
+           p3 = policy(4, "aa-p3-dst16");
+    p0.match.dst = prefix("198.18.5.0/24");
+    p0.priority = 1;
+    p1.match.dst = prefix("198.20.0.0/16");
+    p1.priority = 2;
+    p2.match.dst = prefix("198.19.1.0/24");
+    p2.priority = 3;
+    p3.match.dst = prefix("198.19.0.0/16");
+    p3.priority = 4;
+    expect_winner({p3, p2, p1, p0}, Packet().ipv4("198.18.0.1", "198.19.1.7").udp(1, 2), 3);
 }
 
 } // namespace

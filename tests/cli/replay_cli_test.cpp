@@ -26,7 +26,9 @@ std::vector<std::string> vector_args(const test::Vector &v, const std::string &e
 }
 
 TEST(ReplayCli, ModelEngineMatchesEveryVector) {
-    for (const auto &v : test::load_vectors()) {
+    auto vectors = test::load_vectors();
+    ASSERT_GE(vectors.size(), 8u); // an empty or lost vector directory must not pass
+    for (const auto &v : vectors) {
         SCOPED_TRACE(v.name);
         auto r = replay(vector_args(v, "model"));
         EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -36,7 +38,9 @@ TEST(ReplayCli, ModelEngineMatchesEveryVector) {
 
 TEST(ReplayCli, BpfEngineMatchesEveryVector) {
     TRICOLOR_REQUIRE_ROOT();
-    for (const auto &v : test::load_vectors()) {
+    auto vectors = test::load_vectors();
+    ASSERT_GE(vectors.size(), 8u);
+    for (const auto &v : vectors) {
         SCOPED_TRACE(v.name);
         auto r = replay(vector_args(v, "bpf"));
         EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -45,7 +49,9 @@ TEST(ReplayCli, BpfEngineMatchesEveryVector) {
 }
 
 TEST(ReplayCli, DefaultEngineIsTheModelAndStdinWorks) {
-    auto v = test::load_vectors().front();
+    auto vectors = test::load_vectors();
+    ASSERT_FALSE(vectors.empty());
+    auto v = vectors.front();
     auto args = v.args;
     args.push_back("-");
     auto r = replay(args, test::read_file(v.trace_path));
@@ -105,6 +111,7 @@ TEST(ReplayCli, BadFlagsExitTwoWithAMessage) {
         {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500", "--bogus", "-"}, "--bogus"},
         {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500"}, "FILE is required"},
     };
+    ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {
         SCOPED_TRACE(c.why);
         auto r = replay(c.args, "0 100\n");

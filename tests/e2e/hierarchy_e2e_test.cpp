@@ -63,7 +63,7 @@ class HierE2E : public ::testing::Test {
                                          std::to_string(count), std::to_string(size),
                                          std::to_string(pps)};
         if (!src.empty())
-            argv.insert(argv.end(), {"0", src});
+            argv.insert(argv.end(), {"0", "-", src});
         auto r = lab->in_ns(argv);
         ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
     }

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
+#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +35,61 @@ void must(const std::vector<std::string> &argv) {
 }
 
 } // namespace
+
+uint64_t monotonic_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::vector<SendStamp> read_send_stamps(const std::string &path) {
+    std::vector<SendStamp> out;
+    std::ifstream in(path);
+    SendStamp s{};
+    while (in >> s.start >> s.end)
+        out.push_back(s);
+    return out;
+}
+
+uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps,
+                         uint64_t burst_bytes, uint64_t len_bytes) {
+    using i128 = __int128;
+    const i128 unit = TC_TOKENS_PER_BYTE; // tokens per byte; rate_bps tokens per ns
+    const i128 cap = i128(burst_bytes) * unit, cost = i128(len_bytes) * unit;
+    if (stamps.empty() || cost > cap)
+        return 0;
+    i128 tokens = cap; // full at the first packet, which is therefore chosen
+    uint64_t ref = stamps.front().start, count = 0;
+    for (const auto &s : stamps) {
+        // From several senders (stamps sorted by start), a packet whose send call overlaps the
+        // last chosen one's may have been metered before it: not chosen.
+        if (count > 0 && s.start < ref)
+            continue;
+        i128 gap = i128(s.start - std::min(s.start, ref));
+        i128 have = std::min(cap, tokens + i128(rate_bps) * gap);
+        if (have >= cost) {
+            tokens = have - cost;
+            ref = s.end; // the latest it can have been metered at
+            ++count;
+        }
+    }
+    return count;
+}
+
+std::optional<uint64_t> last_metered_ns(const std::string &pin_dir) {
+    std::string path = fmt::format("{}/abi{}/tc_policy_state", pin_dir, TC_ABI_VERSION);
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return std::nullopt;
+    std::optional<uint64_t> found;
+    for (uint32_t id = 0; id < TC_MAX_POLICIES && !found; ++id) {
+        tc_flow f{};
+        if (bpf_map_lookup_elem(fd, &id, &f) == 0 && (f.flags & TC_FLOW_F_STARTED))
+            found = f.meter.last_ns;
+    }
+    close(fd);
+    return found;
+}
 
 std::string tricolord_path() {
     return TRICOLORD_PATH;

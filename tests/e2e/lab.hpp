@@ -5,6 +5,8 @@
 
 #include "test_util.hpp"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,43 @@ class Daemon {
     std::vector<std::string> extra_;
     int pid_ = -1;
 };
+
+// ---- what the accuracy bounds are computed from ------------------------------------------------
+
+// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads, so the data path's time.
+uint64_t monotonic_ns();
+
+// udp_tool send's STAMPS file: for each datagram sent, the monotonic time before and after its
+// sendto.
+struct SendStamp {
+    uint64_t start, end;
+};
+std::vector<SendStamp> read_send_stamps(const std::string &path);
+
+// The fewest packets a token bucket (@burst bytes, @rate bit/s, starting full at the first
+// packet) must have admitted from a stream of equal packets of @len metered bytes, given that
+// packet i was metered at some instant in [start_i, end_i] (@stamps sorted by start; from one
+// sender, that is send order, from several, interleaved). Zero if a premise
+// fails (no packets, or a packet larger than the bucket).
+//
+// Why it is a floor: with equal packets, a meter that admits every packet its bucket can pay for
+// (greedy, as tc_meter_mark does on C, or on P for trtcm's green+yellow) admits at least as many
+// as any other choice of packets that fits the bucket. So it
+// suffices to exhibit one subset that fits whatever the metering instants were. (Invariant, packet
+// by packet against any other choice: greedy's count is at least the other's, and so is its
+// count*len + tokens; where the other admits and greedy cannot, greedy holds < len tokens, so it
+// must already be a packet ahead.) This function
+// builds it greedily under the least favourable instants: between two chosen packets a < b the
+// bucket is credited only rate*(start_b - end_a) <= rate*(m_b - m_a). Everything the window
+// cannot pin down (where in its send call each packet was metered) is charged against the
+// floor, and nothing else: no tolerance is tuned. A meter crediting 96% of the rate, or
+// colouring green packets anything else, falls below it.
+uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps,
+                         uint64_t burst_bytes, uint64_t len_bytes);
+
+// The aggregate bucket state of the only started policy under a daemon's pin directory: the
+// time of the newest packet it metered (ns, monotonic). Nullopt if none was found.
+std::optional<uint64_t> last_metered_ns(const std::string &pin_dir);
 
 // Where the test binaries are.
 std::string tricolord_path();

@@ -1,6 +1,10 @@
 // udp_tool: the e2e tests' traffic, run inside a test namespace.
-//   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [SRC]   COUNT datagrams of SIZE payload bytes,
-//                                                   from SRC (an IPv4 address) if given
+//   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]
+//                                                    COUNT datagrams of SIZE payload bytes; with
+//                                                    STAMPS, writes "start end" a line: the
+//                                                    CLOCK_MONOTONIC ns (what bpf_ktime_get_ns
+//                                                    reads) before and after each sendto; from
+//                                                    SRC (an IPv4 address) if given
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
 //   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
 //   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
@@ -11,6 +15,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,8 +46,14 @@ bool resolve(const char *addr, int port, sockaddr_storage &ss, socklen_t &len) {
     return false;
 }
 
+uint64_t monotonic_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 int usage() {
-    std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [SRC]\n"
+    std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]\n"
                          "       udp_tool recv ADDR PORT SECONDS\n"
                          "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
@@ -114,13 +126,16 @@ int main(int argc, char **argv) {
         long count = std::atol(argv[4]), size = std::atol(argv[5]);
         double pps = argc > 6 ? std::atof(argv[6]) : 0;
         int tos = argc > 7 ? std::atoi(argv[7]) : 0;
+        const char *stamps_path = argc > 8 && std::strcmp(argv[8], "-") != 0 ? argv[8] : nullptr;
+        std::vector<std::pair<uint64_t, uint64_t>> stamps;
+        stamps.reserve(stamps_path ? static_cast<size_t>(count) : 0);
         if (tos)
             setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos,
                        sizeof(tos));
-        if (argc > 8) { // a source address of the namespace's own (several senders, one ns)
+        if (argc > 9) { // a source address of the namespace's own (several senders, one ns)
             sockaddr_in src{};
             src.sin_family = AF_INET;
-            if (inet_pton(AF_INET, argv[8], &src.sin_addr) != 1 ||
+            if (inet_pton(AF_INET, argv[9], &src.sin_addr) != 1 ||
                 bind(fd, reinterpret_cast<sockaddr *>(&src), sizeof(src)) < 0) {
                 std::perror("bind source");
                 return 2;
@@ -134,9 +149,26 @@ int main(int argc, char **argv) {
                 auto due = start + std::chrono::duration<double>(i / pps);
                 std::this_thread::sleep_until(due);
             }
-            if (sendto(fd, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr *>(&ss),
-                       len) == size)
+            uint64_t before = monotonic_ns();
+            bool ok = sendto(fd, payload.data(), payload.size(), 0,
+                             reinterpret_cast<sockaddr *>(&ss), len) == size;
+            uint64_t after = monotonic_ns();
+            if (ok) {
                 ++sent;
+                if (stamps_path)
+                    stamps.emplace_back(before, after);
+            }
+        }
+        if (stamps_path) {
+            FILE *f = std::fopen(stamps_path, "w");
+            if (!f) {
+                std::perror(stamps_path);
+                return 1;
+            }
+            for (auto [b, a] : stamps)
+                std::fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(b),
+                             static_cast<unsigned long long>(a));
+            std::fclose(f);
         }
         double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -107,6 +108,7 @@ TEST(MeterRules, EachRuleRefusesWithAMessage) {
         {"packet sizes are counts", spec("srtcm", "100", "1k", {}, {}, {}, {}, true),
          "invalid packet count '1k'"},
     };
+    ASSERT_GE(rules.size(), 20u);
     for (const auto &rule : rules) {
         SCOPED_TRACE(rule.description);
         auto r = parse_meter_spec(rule.spec);
@@ -207,11 +209,53 @@ void expect_window_bound(const MeteredRun &r, const MeterParams &p,
     }
 }
 
+// The matching floor: the meter must not under-credit either. Take a bucket of size B filling
+// at R, and a packet j the meter refused from it (@short_at(j): its outcome proves the bucket held
+// fewer than @slack costs of j, e.g. a green-eligible packet not coloured green proves C < cost).
+// Let k <= j be the last packet whose refill reached B (the first packet, whose buckets start
+// full, if none did). From k to j nothing overflowed, so tokens are conserved exactly:
+//   used(k..j-1) = B + R*(newest_j - newest_k) - tokens_at_j > B + R*(newest_j - newest_k) -
+//   slack*cost_j
+// where used counts the packets of the colours the bucket pays for. k is not observable, so the
+// test asserts that SOME window ending at j satisfies it: the best window (the largest used minus
+// R*span, found in one pass) must. Together with the ceiling above, before every refused packet
+// the meter was within `slack` packets of full admission: a meter crediting 96% of the rate, or
+// rounding each refill down, or starting empty, falls below it.
+// Returns how many packets it checked.
+size_t expect_window_floor(const MeteredRun &r, const MeterParams &p,
+                           std::initializer_list<Color> counted, uint64_t rate, uint64_t burst,
+                           int slack, const std::function<bool(size_t)> &short_at,
+                           const char *what) {
+    i128 unit = p.packet_mode ? TC_TOKENS_PER_PACKET : kByte;
+    i128 used = 0, min_start = 0;
+    uint64_t newest = 0;
+    size_t refused = 0;
+    for (size_t j = 0; j < r.trace.size(); ++j) {
+        newest = std::max(newest, r.trace[j].time_ns);
+        i128 start_term = used - i128(rate) * newest;
+        min_start = j == 0 ? start_term : std::min(min_start, start_term);
+        i128 cost = unit * (p.packet_mode ? 1 : r.trace[j].bytes);
+        if (short_at(j)) {
+            ++refused;
+            i128 best = used - i128(rate) * newest - min_start;
+            EXPECT_GT(best + slack * cost, i128(burst) * unit)
+                << what << " fell below its floor at packet " << j << ": under-credited by "
+                << double(i128(burst) * unit - slack * cost - best) / double(unit) << " units";
+            if (::testing::Test::HasFailure())
+                return refused;
+        }
+        if (std::ranges::find(counted, r.colors[j]) != counted.end())
+            used += cost;
+    }
+    return refused;
+}
+
 class MeterProperties : public ::testing::TestWithParam<std::tuple<Algo, bool, bool>> {};
 
 TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
     auto [algo, aware, packet_mode] = GetParam();
     std::mt19937_64 rng(0x7c0102 + static_cast<int>(algo) * 4 + aware * 2 + packet_mode);
+    size_t floor_checked[2] = {}; // packets each floor was checked at, over all loads
     for (double load : {0.5, 1.0, 2.0, 5.0}) {
         SCOPED_TRACE(load);
         uint64_t cir = packet_mode ? 1000 : 10000000, cbs = packet_mode ? 10 : 15000;
@@ -234,6 +278,50 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
             expect_window_bound(r, p, {Color::yellow}, *p.eir, *p.ebs, "yellow");
             break;
         }
+        // The floors (see expect_window_floor), only under load: below the rate nothing is
+        // refused. A packet's incoming colour counts only in colour-aware mode.
+        if (load >= 2.0) {
+            auto in = [&](size_t j) { return aware ? r.trace[j].color : Color::green; };
+            auto is = [&](size_t j, Color c) { return r.colors[j] == c; };
+            switch (algo) {
+            case Algo::srtcm:
+                // Not green though eligible: C < cost. Red though green-eligible: C and E each
+                // below the cost, so C + E (one bucket of CBS + EBS at CIR) below two.
+                floor_checked[0] += expect_window_floor(
+                    r, p, {Color::green}, p.cir, p.cbs, 1,
+                    [&](size_t j) { return in(j) == Color::green && !is(j, Color::green); },
+                    "green floor");
+                floor_checked[1] += expect_window_floor(
+                    r, p, {Color::green, Color::yellow}, p.cir, p.cbs + *p.ebs, 2,
+                    [&](size_t j) { return in(j) == Color::green && is(j, Color::red); },
+                    "green+yellow floor");
+                break;
+            case Algo::trtcm:
+                // Yellow though green-eligible: P had the tokens, C did not. Red though not red
+                // on arrival: P < cost.
+                floor_checked[0] += expect_window_floor(
+                    r, p, {Color::green}, p.cir, p.cbs, 1,
+                    [&](size_t j) { return in(j) == Color::green && is(j, Color::yellow); },
+                    "green floor");
+                floor_checked[1] += expect_window_floor(
+                    r, p, {Color::green, Color::yellow}, *p.pir, *p.pbs, 1,
+                    [&](size_t j) { return in(j) != Color::red && is(j, Color::red); },
+                    "green+yellow floor");
+                break;
+            case Algo::rfc4115:
+                // C and E refill independently: not green though eligible, C < cost; red though
+                // not red on arrival, E < cost.
+                floor_checked[0] += expect_window_floor(
+                    r, p, {Color::green}, p.cir, p.cbs, 1,
+                    [&](size_t j) { return in(j) == Color::green && !is(j, Color::green); },
+                    "green floor");
+                floor_checked[1] += expect_window_floor(
+                    r, p, {Color::yellow}, *p.eir, *p.ebs, 1,
+                    [&](size_t j) { return in(j) != Color::red && is(j, Color::red); },
+                    "yellow floor");
+                break;
+            }
+        }
         // Colour-aware never upgrades; colour-blind ignores the incoming colour.
         if (aware) {
             for (size_t i = 0; i < r.trace.size(); ++i)
@@ -245,6 +333,9 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
             EXPECT_NE(std::ranges::count(r.colors, Color::green), 0);
         }
     }
+    // Each floor was exercised: refused packets were there to check it at.
+    EXPECT_GE(floor_checked[0], 100u);
+    EXPECT_GE(floor_checked[1], 100u);
 }
 
 std::string mode_name(const ::testing::TestParamInfo<std::tuple<Algo, bool, bool>> &info) {

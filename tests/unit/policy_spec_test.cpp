@@ -109,6 +109,7 @@ TEST(PolicySpec, EachBadFieldIsNamed) {
          "different address families"},
         {"name with space", {{"name", "a b"}}, "name: 'a b'"},
     };
+    ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {
         SCOPED_TRACE(c.what);
         auto r = to_policy(merge_policy(base(), c.patch), 1);

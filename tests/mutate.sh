@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# tests/mutate.sh: the mutation check. Plants small, realistic bugs in bpf/ and userspace/, one
+# at a time, in a scratch copy of the tree, rebuilds what the tests need, runs the tests that
+# should notice, and prints a table: every mutant must be CAUGHT (its tests fail). Exits non-zero
+# if any mutant survived, did not apply, or did not build, or if the unmutated tree fails the
+# tests (then nothing below would mean anything).
+#
+#   tests/mutate.sh [-l] [-k] [ID...]     (root: the BPF and e2e suites load programs)
+#     -l        list the mutants and exit
+#     -k        keep going after a baseline failure (debugging only)
+#     ID...     run only these mutants (default: all)
+#   MUTATE_DIR  scratch directory (default /tmp/tricolor-mutate): the tree is copied to
+#               $MUTATE_DIR/src (again on each run, keeping mtimes: only what changed rebuilds),
+#               built in $MUTATE_DIR/build incrementally: one rebuild per mutant.
+#   MUTATE_TIMEOUT  seconds per e2e test run (default 600; a quarter of it for the other
+#               suites); a timeout counts as caught (a planted bug can make a loop endless).
+#
+# Not part of ./tricolor.sh test: it takes a rebuild per mutant (about 20-40 minutes on two
+# cores). The table it prints is in docs/testing.md. When a feature is added, add its mutants
+# here, and a test that catches each.
+set -uo pipefail
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${MUTATE_DIR:-/tmp/tricolor-mutate}
+TIMEOUT=${MUTATE_TIMEOUT:-600}
+
+# ---- the mutants -------------------------------------------------------------------------
+# mutant ID FILE PERL-SUBSTITUTION DESCRIPTION TESTS
+#   PERL-SUBSTITUTION is applied with perl -0pe (the whole file is one string) and must change
+#   the file. TESTS is a space-separated list of SUITE:GTEST_FILTER, SUITE one of unit, bpf,
+#   cli, e2e (build/tests/SUITE_tests).
+IDS=()
+declare -A FILE EXPR DESC TESTS
+mutant() {
+    IDS+=("$1")
+    FILE[$1]=$2
+    EXPR[$1]=$3
+    DESC[$1]=$4
+    TESTS[$1]=$5
+}
+
+METER_UNIT='unit:MeterVectors.*:*MeterProperties*:MeterExact.*:MeterExtremes.*'
+METER_BPF='bpf:BpfReplay.*:*ColoursEqualTheExpectedFilesOnTheVectors*'
+
+mutant refill-rounding bpf/lib/meter.h \
+    's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ TC_TOKENS_PER_BYTE * TC_TOKENS_PER_BYTE));/' \
+    "srtcm refill rounded down to whole bytes at every refill" \
+    "$METER_UNIT $METER_BPF"
+mutant meter-slow-4pct bpf/lib/meter.h \
+    's/tc_bucket_add\(tokens, size, dt \* rate\)/tc_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
+    "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \
+    "unit:*MeterProperties* $METER_BPF"
+mutant meter-fast-4pct bpf/lib/meter.h \
+    's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ 100 * 104));/' \
+    "srtcm refills at 104% of CIR (over-credit)" \
+    "unit:*MeterProperties* $METER_BPF"
+mutant start-empty bpf/lib/meter.h \
+    's/(tc_meter_start.*?)st->c_tokens = cfg->c_size;/${1}st->c_tokens = 0;/s' \
+    "a new flow's C bucket starts empty instead of full" \
+    "$METER_UNIT $METER_BPF"
+mutant green-strict bpf/lib/meter.h \
+    's/in_color == TC_GREEN && st->c_tokens >= cost/in_color == TC_GREEN \&\& st->c_tokens > cost/' \
+    "srtcm/rfc4115: green needs more than the cost (> for >=)" \
+    "$METER_UNIT $METER_BPF"
+mutant trtcm-peak-from-c bpf/lib/meter.h \
+    's/in_color == TC_RED \|\| st->e_tokens < cost/in_color == TC_RED || st->c_tokens < cost/' \
+    "trtcm tests C instead of P for red" \
+    "$METER_UNIT $METER_BPF"
+mutant srtcm-no-overflow bpf/lib/meter.h \
+    's/tc_bucket_add\(&st->e_tokens, cfg->e_size,\s*tc_bucket_add\(&st->c_tokens, cfg->c_size, dt \* cfg->c_rate\)\);/tc_bucket_add(\&st->c_tokens, cfg->c_size, dt * cfg->c_rate);/' \
+    "srtcm: what overflows C is lost instead of filling E" \
+    "$METER_UNIT $METER_BPF"
+mutant lock-removed bpf/lib/flow.h \
+    's/if \(__sync_val_compare_and_swap\(&f->lock, 0, 1\) == 0\)\s*return 1;/return 1;/' \
+    "the flow lock is never taken" \
+    "bpf:*TwoCpusOnOneFlowNeverOverAdmit*"
+mutant checksum bpf/lib/act.h \
+    's/sum \+= \(__u16\)~old;/sum += old;/' \
+    "DSCP rewrite: RFC 1624 update adds the old word instead of its complement" \
+    "bpf:*DscpRemark*"
+mutant ecn-lost bpf/lib/act.h \
+    's/ip->tos = \(ip->tos & 0x3\)/ip->tos = (ip->tos \& 0x0)/' \
+    "DSCP rewrite clears the ECN bits" \
+    "bpf:*DscpRemark*"
+mutant colour-map-word bpf/lib/act.h \
+    's/pol->color_map\[\(dscp >> 5\) & 1\]/pol->color_map[0]/' \
+    "colour-aware: DSCPs 32-63 read the colour map of 0-31" \
+    "bpf:*ColourAware*"
+mutant rank-name-not-prefix userspace/src/datapath.cpp \
+    's/-static_cast<int>\(specificity\((\w)->match\)\)/0/g' \
+    "rank: ties at equal priority go to the name, not the longer prefix" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant rank-no-priority userspace/src/datapath.cpp \
+    's/std::tuple\((\w)->priority,/std::tuple(0u,/g' \
+    "rank: priority ignored" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant rank-longest-single userspace/src/datapath.cpp \
+    's/return \(m\.src \? m\.src->len : 0\) \+ \(m\.dst \? m\.dst->len : 0\);/return std::max<unsigned>(m.src ? m.src->len : 0, m.dst ? m.dst->len : 0);/' \
+    "rank: the longest single prefix instead of src + dst bits" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant rank-name-reversed userspace/src/datapath.cpp \
+    's/a->name\);/NAME_A/; s/b->name\);/a->name);/; s/NAME_A/b->name);/' \
+    "rank: at equal priority and prefix, the later name wins" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant probe-last-match bpf/lib/classify.h \
+    's/if \(r && r->rank < ctx->best_rank\)/if (r)/' \
+    "classifier keeps the last matching shape, not the best rank" \
+    "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant per-key-mask bpf/lib/flow.h \
+    's/tc_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
+    "per-source keys ignore the per-key prefix length" \
+    "bpf:*PerKeyModes*"
+mutant gso-headers bpf/lib/pipeline.h \
+    's/\(segs - 1\) \* p->l3l4_hlen/0 * p->l3l4_hlen/' \
+    "GSO: segments charged without their own headers" \
+    "bpf:*Gso*"
+mutant gso-count bpf/lib/pipeline.h \
+    's/c->packets\[color\] \+= segs;/c->packets[color] += 1;/' \
+    "GSO: a super-packet counted as one packet" \
+    "bpf:*Gso*"
+mutant colour-counters bpf/lib/pipeline.h \
+    's/c->bytes\[color\] \+= len;/c->bytes[TC_GREEN] += len;/' \
+    "per-colour byte counters all land in green" \
+    "bpf:*CountersAndDefaultActionsPerColour*:*Inconsistent*"
+mutant ihl-ignored bpf/lib/parse.h \
+    's/ihl = ip->ihl \* 4;/ihl = 20;/' \
+    "IPv4 header length taken as 20 (options, bad IHL unseen)" \
+    "bpf:*Template*:*Truncation*:*Inconsistent*"
+mutant apply-unchecked userspace/src/datapath.cpp \
+    's/if \(auto ok = check\(policies\); !ok\)\s*return ok;//' \
+    "Datapath::apply writes a set without checking it first" \
+    "bpf:*RefusedApplyChangesNothing*"
+mutant daemon-partial-apply userspace/daemon/daemon.cpp \
+    's/if \(!errors\.empty\(\)\)\s*return std::unexpected\(join_lines\(errors\)\);\s*\/\/ apply\(\)/if (!errors.empty() \&\& policies.empty())\n        return std::unexpected(join_lines(errors));\n    \/\/ apply()/' \
+    "daemon applies the good policies of a set with bad ones (not all or nothing)" \
+    "e2e:*ApplyReplacesTheWholeSetOrNothing*:*SighupReloadsTheConfigAllOrNothing*:*EveryBadInputIsRefused*"
+mutant fresh-id-kept userspace/src/datapath.cpp \
+    's/\(impl_->active\.contains\(p\.id\) \? kept : fresh\)/(true ? kept : fresh)/' \
+    "a policy removed and added again keeps its old tokens and counters" \
+    "bpf:*PolicyUpdateKeepsTokensCappedAndCounters*"
+mutant attach-always-clsact userspace/src/attach.cpp \
+    's/int link = bpf_link_create\(prog_fd, ifindex, tcx_type\(dir\), nullptr\);/int link = -EOPNOTSUPP;/' \
+    "tc attach falls back to clsact on a kernel that has tcx" \
+    "e2e:*TcEgressAndIpv6OnXdpIngress*:*TcxLinkKeepsPolicingThroughKill9AndIsAdopted*"
+mutant e2e-srtcm-slow-4pct bpf/lib/meter.h \
+    's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ 100 * 96));/' \
+    "srtcm refills at 96% of CIR, seen end to end (a tuned tolerance would hide it)" \
+    "e2e:Accuracy*srtcm_ipv4_xdp*:Accuracy*srtcm_ipv6_tc_egress*"
+mutant e2e-no-green bpf/lib/pipeline.h \
+    's/__u32 color = tc_color_index\(metered\);/__u32 color = tc_color_index(metered ? metered : TC_YELLOW);/' \
+    "the data path never colours green (green turned yellow)" \
+    "e2e:Accuracy*srtcm_ipv4_xdp*"
+
+# ---- machinery ---------------------------------------------------------------------------
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+KEEP=0
+while getopts "lkh" opt; do
+    case $opt in
+    l) for id in "${IDS[@]}"; do printf '%-22s %-28s %s\n' "$id" "${FILE[$id]}" "${DESC[$id]}"; done; exit 0 ;;
+    k) KEEP=1 ;;
+    *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+SELECTED=("$@")
+[ ${#SELECTED[@]} -eq 0 ] && SELECTED=("${IDS[@]}")
+for id in "${SELECTED[@]}"; do
+    [ -n "${FILE[$id]:-}" ] || { echo "mutate.sh: no mutant '$id' (see -l)" >&2; exit 2; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "mutate.sh: run as root (the BPF and e2e suites load programs)" >&2; exit 2; }
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+log() { printf '[mutate] %s\n' "$*" >&2; }
+
+# 1. The scratch copy: the files git knows (tracked, or new and not ignored), as they are now.
+mkdir -p "$WORK/src" "$WORK/logs"
+# tar keeps each file's mtime, so an unchanged file does not rebuild.
+(cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
+    tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$WORK/src"
+if [ ! -f "$WORK/build/CMakeCache.txt" ]; then
+    log "configuring $WORK/build"
+    cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/logs/configure.log" 2>&1 ||
+        { cat "$WORK/logs/configure.log"; exit 1; }
+fi
+
+suites_of() { # the distinct suites a test list needs
+    local t
+    for t in $1; do echo "${t%%:*}"; done | sort -u
+}
+build_for() { # $1: test list; builds only those suites' binaries (and what e2e/cli run)
+    local targets=() s
+    for s in $(suites_of "$1"); do targets+=("${s}_tests"); done
+    cmake --build "$WORK/build" -j "$(nproc)" --target "${targets[@]}" >"$2" 2>&1
+}
+run_tests() { # $1: test list, $2: log. Returns 0 if all passed; lists failed tests in $FAILED
+    local t suite filter rc=0 out
+    FAILED=""
+    : >"$2"
+    for t in $1; do
+        suite=${t%%:*}
+        filter=${t#*:}
+        local limit=$TIMEOUT
+        [ "$suite" = e2e ] || limit=$((TIMEOUT / 4)) # unit, bpf and cli take seconds
+        out=$(cd "$WORK/build" && timeout "$limit" "tests/${suite}_tests" --gtest_filter="$filter" 2>&1)
+        local st=$?
+        printf '%s\n' "== $suite $filter (exit $st)" "$out" >>"$2"
+        if [ $st -eq 124 ]; then
+            FAILED+=" ${suite}:(timeout)"
+            rc=1
+        elif [ $st -ne 0 ]; then
+            # Failed tests, parameterised ones once (AllModes/Suite.Test/param -> Suite.Test).
+            FAILED+=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([A-Za-z][^ ,]*\).*/\1/p' |
+                sed -E 's#^[A-Za-z]+/##; s#/[^/]*$##' | sort -u | sed "s/^/ ${suite}./" | tr -d '\n')
+            [ -n "$FAILED" ] || FAILED=" ${suite}:(exit $st)"
+            rc=1
+        elif printf '%s\n' "$out" | grep -q '^\[==========\] 0 tests'; then
+            FAILED+=" ${suite}:${filter}(matched no test)"
+            rc=2
+        fi
+    done
+    return $rc
+}
+
+# 2. Baseline: the unmutated tree must build and pass every test the mutants rely on.
+ALL_TESTS=$(for id in "${SELECTED[@]}"; do echo "${TESTS[$id]}"; done | tr ' ' '\n' | sort -u | tr '\n' ' ')
+log "baseline build"
+if ! build_for "$ALL_TESTS" "$WORK/logs/baseline-build.log"; then
+    tail -30 "$WORK/logs/baseline-build.log"
+    exit 1
+fi
+log "baseline tests"
+if ! run_tests "$ALL_TESTS" "$WORK/logs/baseline-tests.log"; then
+    log "the unmutated tree fails:$FAILED (see $WORK/logs/baseline-tests.log)"
+    [ $KEEP -eq 1 ] || exit 1
+fi
+
+# 3. Each mutant: apply, build, test, restore.
+declare -A RESULT BY
+survived=0
+for id in "${SELECTED[@]}"; do
+    f=${FILE[$id]}
+    log "$id: ${DESC[$id]}"
+    cp "$SRC/$f" "$WORK/src/$f"
+    perl -0pi -e "${EXPR[$id]}" "$WORK/src/$f"
+    if cmp -s "$SRC/$f" "$WORK/src/$f"; then
+        RESULT[$id]="NOT APPLIED"
+        BY[$id]="the substitution matched nothing: update it"
+        survived=$((survived + 1))
+        continue
+    fi
+    (cd "$WORK/src" && diff -u "$SRC/$f" "$f") >"$WORK/logs/$id.diff"
+    if ! build_for "${TESTS[$id]}" "$WORK/logs/$id-build.log"; then
+        RESULT[$id]="NO BUILD"
+        BY[$id]="see $WORK/logs/$id-build.log"
+        survived=$((survived + 1))
+    elif run_tests "${TESTS[$id]}" "$WORK/logs/$id-tests.log"; then
+        RESULT[$id]="SURVIVED"
+        BY[$id]="${TESTS[$id]}"
+        survived=$((survived + 1))
+    elif [[ "$FAILED" == *"matched no test"* ]]; then
+        RESULT[$id]="BAD FILTER"
+        BY[$id]="$FAILED"
+        survived=$((survived + 1))
+    else
+        RESULT[$id]="caught"
+        BY[$id]="${FAILED# }"
+    fi
+    log "$id: ${RESULT[$id]} ${BY[$id]}"
+    cp "$SRC/$f" "$WORK/src/$f" # restore (a new mtime: the next build recompiles it)
+done
+# Leave the build matching the tree.
+build_for "$ALL_TESTS" "$WORK/logs/final-build.log" || true
+
+# 4. The table (Markdown, as in docs/testing.md).
+printf '\n| mutant | file | planted bug | result | caught by |\n|---|---|---|---|---|\n'
+for id in "${SELECTED[@]}"; do
+    printf '| %s | %s | %s | %s | %s |\n' "$id" "${FILE[$id]}" "${DESC[$id]}" "${RESULT[$id]}" \
+        "$(echo "${BY[$id]}" | sed 's/ /, /g')"
+done
+printf '\n%d of %d mutants caught (%s, kernel %s)\n' $((${#SELECTED[@]} - survived)) \
+    ${#SELECTED[@]} "$(date -u +%Y-%m-%d)" "$(uname -r)"
+[ $survived -eq 0 ]
