@@ -69,14 +69,21 @@ run_tests() {
 # the initramfs are built from Debian's packages and cached, never committed.
 KERNELS=(linux-image-6.1.0-50-amd64-unsigned)
 KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio)
+# End-to-end cases whose assertions are about time and rate, which a guest whose CPUs QEMU
+# emulates at a tenth of the speed cannot keep: the accuracy floors and the two-CPU floor
+# (green >= CIR*T - ..., broken by receive stalls), the fleet's utilisation (50 ms exchanges on
+# time), TCP goodput through --shape sockets, and the hierarchy e2e (not yet run under TCG).
+# Their mechanisms run in the guest all the same, in the bpf suite (BPF_PROG_TEST_RUN).
+TCG_EXCLUDE='^e2e\.(AllPaths/Accuracy|Fleet\.|Shape\.|HierE2E\.|E2E\.TwoSenders)'
+
 test_kernels() {
     local k rc=0
     for k in "${KERNELS[@]}"; do
         echo "== kernel matrix: $k"
         # Waits in the tests stretch tenfold: TCG loads and verifies programs ~10x slower.
         tests/kernels/guest.sh --kernel "$k" --timeout 2400 -- \
-            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure "$@" ||
-            rc=1
+            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure \
+            -E "$TCG_EXCLUDE" "$@" || rc=1
     done
     return $rc
 }
