@@ -10,21 +10,21 @@
 #include "meter.h"
 #include "clock.h"
 
-#define TC_ETH_HLEN 14
+#define TCM_ETH_HLEN 14
 
-struct tc_replay_io replay = {};
+struct tcm_replay_io replay = {};
 
 SEC("xdp.frags")
 int tricolor_replay(struct xdp_md *ctx) {
-    __u64 now_ns = tc_now_ns();
+    __u64 now_ns = clock_now_ns();
     __u64 frame_len = bpf_xdp_get_buff_len(ctx);
-    __u32 len = frame_len > TC_ETH_HLEN ? (__u32)(frame_len - TC_ETH_HLEN) : 0;
+    __u32 len = frame_len > TCM_ETH_HLEN ? (__u32)(frame_len - TCM_ETH_HLEN) : 0;
 
     if (!replay.started) {
-        tc_meter_start(&replay.config, &replay.state, now_ns);
+        meter_start(&replay.config, &replay.state, now_ns);
         replay.started = 1;
     }
-    replay.out_color = tc_meter_mark(&replay.config, &replay.state, now_ns, len, replay.in_color);
+    replay.out_color = meter_mark(&replay.config, &replay.state, now_ns, len, replay.in_color);
     return XDP_PASS;
 }
 

@@ -13,18 +13,18 @@ SEC("xdp.frags")
 int tricolor_xdp(struct xdp_md *ctx) {
     void *data = (void *)(long)ctx->data;
     void *data_end = (void *)(long)ctx->data_end;
-    struct tc_pkt p = {};
+    struct tcm_pkt p = {};
 
     p.key.ifindex = ctx->ingress_ifindex;
     /* Multi-buffer frames are charged their full length. */
     __u32 frame_len = bpf_xdp_get_buff_len(ctx);
-    struct tc_verdict v = tc_pipeline(data, data_end, frame_len, &p, 1, 0, 0);
+    struct tcm_verdict v = pipeline_run(data, data_end, frame_len, &p, 1, 0, 0);
     return v.drop ? XDP_DROP : XDP_PASS;
 }
 
 SEC("tc")
 int tricolor_tc(struct __sk_buff *skb) {
-    struct tc_pkt p = {};
+    struct tcm_pkt p = {};
     __u32 segs = 1, gso = 0, l2_extra = 0;
 
     /* Headers beyond the linear part are pulled in once; 128 bytes hold any header we parse
@@ -44,12 +44,12 @@ int tricolor_tc(struct __sk_buff *skb) {
         segs = skb->gso_segs;
         gso = 1;
     }
-    struct tc_verdict v = tc_pipeline(data, data_end, skb->len, &p, segs, l2_extra, gso);
+    struct tcm_verdict v = pipeline_run(data, data_end, skb->len, &p, segs, l2_extra, gso);
     if (v.drop)
         return TC_ACT_SHOT;
-    if (v.kind == TC_ACT_KIND_MARK)
+    if (v.kind == TCM_ACT_KIND_MARK)
         skb->mark = v.value;
-    else if (v.kind == TC_ACT_KIND_PRIORITY)
+    else if (v.kind == TCM_ACT_KIND_PRIORITY)
         skb->priority = v.value;
     return TC_ACT_OK;
 }

@@ -43,11 +43,11 @@ METER_UNIT='unit:MeterVectors.*:*MeterProperties*:MeterExact.*:MeterExtremes.*'
 METER_BPF='bpf:BpfReplay.*:*ColoursEqualTheExpectedFilesOnTheVectors*'
 
 mutant refill-rounding bpf/lib/meter.h \
-    's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ TC_TOKENS_PER_BYTE * TC_TOKENS_PER_BYTE));/' \
+    's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ TCM_TOKENS_PER_BYTE * TCM_TOKENS_PER_BYTE));/' \
     "srtcm refill rounded down to whole bytes at every refill" \
     "$METER_UNIT $METER_BPF"
 mutant meter-slow-4pct bpf/lib/meter.h \
-    's/tc_bucket_add\(tokens, size, dt \* rate\)/tc_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
+    's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \
     "unit:*MeterProperties* $METER_BPF"
 mutant meter-fast-4pct bpf/lib/meter.h \
@@ -55,19 +55,19 @@ mutant meter-fast-4pct bpf/lib/meter.h \
     "srtcm refills at 104% of CIR (over-credit)" \
     "unit:*MeterProperties* $METER_BPF"
 mutant start-empty bpf/lib/meter.h \
-    's/(tc_meter_start.*?)st->c_tokens = cfg->c_size;/${1}st->c_tokens = 0;/s' \
+    's/(meter_start.*?)st->c_tokens = cfg->c_size;/${1}st->c_tokens = 0;/s' \
     "a new flow's C bucket starts empty instead of full" \
     "$METER_UNIT $METER_BPF"
 mutant green-strict bpf/lib/meter.h \
-    's/in_color == TC_GREEN && st->c_tokens >= cost/in_color == TC_GREEN \&\& st->c_tokens > cost/' \
+    's/in_color == TCM_GREEN && st->c_tokens >= cost/in_color == TCM_GREEN \&\& st->c_tokens > cost/' \
     "srtcm/rfc4115: green needs more than the cost (> for >=)" \
     "$METER_UNIT $METER_BPF"
 mutant trtcm-peak-from-c bpf/lib/meter.h \
-    's/in_color == TC_RED \|\| st->e_tokens < cost/in_color == TC_RED || st->c_tokens < cost/' \
+    's/in_color == TCM_RED \|\| st->e_tokens < cost/in_color == TCM_RED || st->c_tokens < cost/' \
     "trtcm tests C instead of P for red" \
     "$METER_UNIT $METER_BPF"
 mutant srtcm-no-overflow bpf/lib/meter.h \
-    's/tc_bucket_add\(&st->e_tokens, cfg->e_size,\s*tc_bucket_add\(&st->c_tokens, cfg->c_size, dt \* cfg->c_rate\)\);/tc_bucket_add(\&st->c_tokens, cfg->c_size, dt * cfg->c_rate);/' \
+    's/meter_bucket_add\(&st->e_tokens, cfg->e_size,\s*meter_bucket_add\(&st->c_tokens, cfg->c_size, dt \* cfg->c_rate\)\);/meter_bucket_add(\&st->c_tokens, cfg->c_size, dt * cfg->c_rate);/' \
     "srtcm: what overflows C is lost instead of filling E" \
     "$METER_UNIT $METER_BPF"
 mutant lock-removed bpf/lib/flow.h \
@@ -107,7 +107,7 @@ mutant probe-last-match bpf/lib/classify.h \
     "classifier keeps the last matching shape, not the best rank" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
 mutant per-key-mask bpf/lib/flow.h \
-    's/tc_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
+    's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \
     "bpf:*PerKeyModes*"
 mutant gso-headers bpf/lib/pipeline.h \
@@ -119,7 +119,7 @@ mutant gso-count bpf/lib/pipeline.h \
     "GSO: a super-packet counted as one packet" \
     "bpf:*Gso*"
 mutant colour-counters bpf/lib/pipeline.h \
-    's/c->bytes\[color\] \+= len;/c->bytes[TC_GREEN] += len;/' \
+    's/c->bytes\[color\] \+= len;/c->bytes[TCM_GREEN] += len;/' \
     "per-colour byte counters all land in green" \
     "bpf:*CountersAndDefaultActionsPerColour*:*Inconsistent*"
 mutant ihl-ignored bpf/lib/parse.h \
@@ -147,7 +147,7 @@ mutant e2e-srtcm-slow-4pct bpf/lib/meter.h \
     "srtcm refills at 96% of CIR, seen end to end (a tuned tolerance would hide it)" \
     "e2e:Accuracy*srtcm_ipv4_xdp*:Accuracy*srtcm_ipv6_tc_egress*"
 mutant e2e-no-green bpf/lib/pipeline.h \
-    's/__u32 color = tc_color_index\(metered\);/__u32 color = tc_color_index(metered ? metered : TC_YELLOW);/' \
+    's/__u32 color = meter_color_index\(metered\);/__u32 color = meter_color_index(metered ? metered : TCM_YELLOW);/' \
     "the data path never colours green (green turned yellow)" \
     "e2e:Accuracy*srtcm_ipv4_xdp*"
 

@@ -8,58 +8,58 @@
 #include <linux/types.h>
 
 /* Colours, in the order of the RFCs; the value indexes per-colour counters. */
-enum tc_color {
-    TC_GREEN = 0,
-    TC_YELLOW = 1,
-    TC_RED = 2,
-    TC_NR_COLORS = 3,
+enum tcm_color {
+    TCM_GREEN = 0,
+    TCM_YELLOW = 1,
+    TCM_RED = 2,
+    TCM_NR_COLORS = 3,
 };
 
-enum tc_algo {
-    TC_ALGO_SRTCM = 0,   /* RFC 2697: C at CIR, overflow into E */
-    TC_ALGO_TRTCM = 1,   /* RFC 2698: P at PIR, C at CIR */
-    TC_ALGO_RFC4115 = 2, /* RFC 4115: C at CIR, E at EIR, uncoupled */
+enum tcm_algo {
+    TCM_ALGO_SRTCM = 0,   /* RFC 2697: C at CIR, overflow into E */
+    TCM_ALGO_TRTCM = 1,   /* RFC 2698: P at PIR, C at CIR */
+    TCM_ALGO_RFC4115 = 2, /* RFC 4115: C at CIR, E at EIR, uncoupled */
 };
 
-/* tc_meter_config.flags */
-#define TC_METER_F_COLOR_AWARE 0x1u
-#define TC_METER_F_PACKET_MODE 0x2u
-#define TC_METER_F_COUPLED 0x4u     /* rfc4115 with MEF 10.3's CF=1: what overflows C goes to E */
-#define TC_METER_F_START_EMPTY 0x8u /* a new flow's buckets start empty, not full */
+/* tcm_meter_config.flags */
+#define TCM_METER_F_COLOR_AWARE 0x1u
+#define TCM_METER_F_PACKET_MODE 0x2u
+#define TCM_METER_F_COUPLED 0x4u     /* rfc4115 with MEF 10.3's CF=1: what overflows C goes to E */
+#define TCM_METER_F_START_EMPTY 0x8u /* a new flow's buckets start empty, not full */
 /* Fleet policy (SPEC §10): the committed bucket C is refilled by grants from user space (the
- * policy's tc_fleet entry), not by time; c_rate is 0 and C starts empty. */
-#define TC_METER_F_FLEET 0x10u
+ * policy's tcm_fleet entry), not by time; c_rate is 0 and C starts empty. */
+#define TCM_METER_F_FLEET 0x10u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
  * A rate of R bit/s (or packet/s) then adds exactly R tokens every nanosecond, so the
  * fluid model's R*dt/(8*10^9) bytes is the integer R*dt with nothing rounded away. */
-#define TC_TOKENS_PER_BYTE 8000000000ull
-#define TC_TOKENS_PER_PACKET 1000000000ull
+#define TCM_TOKENS_PER_BYTE 8000000000ull
+#define TCM_TOKENS_PER_PACKET 1000000000ull
 
 /* Limits within which every result is exact (SPEC §1). With them the largest quantity the
  * meter ever holds, an srtcm C+E pair of 2 GiB, is 2^31 * 8e9 = 1.72e19 < 2^64. */
-#define TC_METER_MAX_RATE 1000000000000ull /* 1 Tbit/s, or 10^12 packet/s */
-#define TC_METER_MAX_SIZE (1ull << 30)     /* 1 GiB, or 2^30 packets */
+#define TCM_METER_MAX_RATE 1000000000000ull /* 1 Tbit/s, or 10^12 packet/s */
+#define TCM_METER_MAX_SIZE (1ull << 30)     /* 1 GiB, or 2^30 packets */
 /* A metered length above this can never fit any bucket; clamping keeps len * 8e9 < 2^64. */
-#define TC_METER_MAX_LEN (1u << 31)
+#define TCM_METER_MAX_LEN (1u << 31)
 
 /* A meter's parameters after validation, precomputed for the per-packet path.
  * Bucket "c" is the committed bucket of every algorithm; bucket "e" is the excess bucket
  * (srtcm, rfc4115) or the peak bucket P (trtcm). */
-struct tc_meter_config {
+struct tcm_meter_config {
     __u64 c_rate;      /* tokens/ns into C: CIR */
     __u64 e_rate;      /* tokens/ns into E/P: EIR or PIR; 0 for srtcm (E fills from C) */
     __u64 c_size;      /* capacity of C in tokens: CBS */
     __u64 e_size;      /* capacity of E/P in tokens: EBS or PBS */
     __u64 c_fill_ns;   /* a gap of at least this fills C (srtcm: C and E) from empty */
     __u64 e_fill_ns;   /* the same for E/P (coupled: C and E); unused when nothing refills E */
-    __u64 unit_tokens; /* cost of one metered unit: TC_TOKENS_PER_BYTE or _PER_PACKET */
-    __u32 algo;        /* enum tc_algo */
-    __u32 flags;       /* TC_METER_F_* */
+    __u64 unit_tokens; /* cost of one metered unit: TCM_TOKENS_PER_BYTE or _PER_PACKET */
+    __u32 algo;        /* enum tcm_algo */
+    __u32 flags;       /* TCM_METER_F_* */
 };
 
 /* A bucket pair's state: 24 bytes, so that a flow fits in a cache line with its key. */
-struct tc_meter_state {
+struct tcm_meter_state {
     __u64 last_ns;  /* newest arrival seen; tokens are exact as of this instant */
     __u64 c_tokens; /* 0..c_size */
     __u64 e_tokens; /* 0..e_size */
@@ -67,9 +67,9 @@ struct tc_meter_state {
 
 /* Globals of the replay program (bpf/replay.bpf.c), set through the skeleton's mmapped .bss
  * before each BPF_PROG_TEST_RUN. */
-struct tc_replay_io {
-    struct tc_meter_config config;
-    struct tc_meter_state state;
+struct tcm_replay_io {
+    struct tcm_meter_config config;
+    struct tcm_meter_state state;
     __u32 in_color;  /* incoming colour of the next packet */
     __u32 out_color; /* colour the program gave it */
     __u32 started;   /* 0 until the first packet has filled the buckets */
@@ -78,116 +78,117 @@ struct tc_replay_io {
 
 /* ---- Data path (bpf/tricolor.bpf.c) ------------------------------------------------------- */
 
-#define TC_MAX_POLICIES 16384    /* policy ids 0..TC_MAX_POLICIES-1 */
-#define TC_MAX_MASKS 64          /* distinct match shapes in one policy set */
-#define TC_MAX_RULES 131072      /* classifier entries, both sets together */
-#define TC_DEFAULT_FLOWS 1048576 /* per-key flow table capacity unless set at load */
-#define TC_NR_SETS 2             /* policy sets: one active, one being built */
-#define TC_POLICY_NAME_LEN 64
+#define TCM_MAX_POLICIES 16384    /* policy ids 0..TCM_MAX_POLICIES-1 */
+#define TCM_MAX_MASKS 64          /* distinct match shapes in one policy set */
+#define TCM_MAX_RULES 131072      /* classifier entries, both sets together */
+#define TCM_DEFAULT_FLOWS 1048576 /* per-key flow table capacity unless set at load */
+#define TCM_NR_SETS 2             /* policy sets: one active, one being built */
+#define TCM_POLICY_NAME_LEN 64
 /* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and
  * migrates from the old directory deliberately; it never reuses a map it cannot read. */
-#define TC_ABI_VERSION 1
-#define TC_MAX_LEVELS 4     /* a matched policy and up to 3 parents (SPEC §9) */
-#define TC_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
+#define TCM_ABI_VERSION 2
+#define TCM_MAX_LEVELS 4     /* a matched policy and up to 3 parents (SPEC §9) */
+#define TCM_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
 
 /* What a policy can match, extracted from the packet. IPv4 addresses are stored as IPv4-mapped
  * IPv6 (::ffff:a.b.c.d) so one layout serves both families; ports are in host order so that
  * ranges expand to prefixes. 48 bytes, viewed as 12 words when masked. */
-struct tc_class_key {
+struct tcm_class_key {
     __u32 ifindex;
     __u16 vlan;  /* outer VLAN id, 0 when untagged */
     __u8 dscp;   /* DS field >> 2 */
     __u8 proto;  /* IP protocol (IPv6: the upper-layer header after extensions) */
     __u16 sport; /* host order; 0 when the packet carries no ports */
     __u16 dport;
-    __u8 flags; /* TC_KEY_F_* */
+    __u8 flags; /* TCM_KEY_F_* */
     __u8 pad[3];
     __u32 src[4]; /* network order */
     __u32 dst[4];
 };
-#define TC_CLASS_KEY_WORDS 12
+#define TCM_CLASS_KEY_WORDS 12
 
-#define TC_KEY_F_IPV6 0x1u /* the packet is IPv6 (addresses are not mapped IPv4) */
-#define TC_KEY_F_PORTS                                                                             \
+#define TCM_KEY_F_IPV6 0x1u /* the packet is IPv6 (addresses are not mapped IPv4) */
+#define TCM_KEY_F_PORTS                                                                            \
     0x2u /* sport/dport are the packet's (not a later fragment, not portless)                      \
           */
 
 /* A classifier entry: one mask's masked key in one policy set. */
-struct tc_rule_key {
+struct tcm_rule_key {
     __u32 set_mask; /* set << 16 | mask index */
-    struct tc_class_key key;
+    struct tcm_class_key key;
 };
 
-struct tc_rule {
-    __u32 slot; /* index of the policy's config in tc_policy_cfg for this set */
+struct tcm_rule {
+    __u32 slot; /* index of the policy's config in tcm_policy_cfg for this set */
     __u32 rank; /* total order of the set's policies: lower wins (priority, then specificity) */
 };
 
-struct tc_mask {
-    struct tc_class_key mask;
+struct tcm_mask {
+    struct tcm_class_key mask;
     __u32 min_rank; /* best rank of any rule under this mask: masks are probed in this order */
     __u32 pad;
 };
 
-struct tc_set_info {
+struct tcm_set_info {
     __u32 n_masks;
     __u32 n_policies;
 };
 
 /* What to do with a packet of one colour. */
-enum tc_action_kind {
-    TC_ACT_KIND_PASS = 0,
-    TC_ACT_KIND_DROP = 1,
-    TC_ACT_KIND_DSCP = 2,     /* value: DSCP 0..63 */
-    TC_ACT_KIND_MARK = 3,     /* tc only; value: skb->mark */
-    TC_ACT_KIND_PRIORITY = 4, /* tc only; value: skb->priority (a classid MAJ:MIN is MAJ<<16|MIN) */
+enum tcm_action_kind {
+    TCM_ACT_KIND_PASS = 0,
+    TCM_ACT_KIND_DROP = 1,
+    TCM_ACT_KIND_DSCP = 2, /* value: DSCP 0..63 */
+    TCM_ACT_KIND_MARK = 3, /* tc only; value: skb->mark */
+    TCM_ACT_KIND_PRIORITY =
+        4, /* tc only; value: skb->priority (a classid MAJ:MIN is MAJ<<16|MIN) */
 };
 
-struct tc_action {
-    __u32 kind; /* enum tc_action_kind */
+struct tcm_action {
+    __u32 kind; /* enum tcm_action_kind */
     __u32 value;
 };
 
 /* How a policy splits traffic into buckets. */
-enum tc_per {
-    TC_PER_AGGREGATE = 0,
-    TC_PER_SRC = 1, /* per source address, masked to prefix4/prefix6 */
-    TC_PER_DST = 2,
-    TC_PER_5TUPLE = 3,
+enum tcm_per {
+    TCM_PER_AGGREGATE = 0,
+    TCM_PER_SRC = 1, /* per source address, masked to prefix4/prefix6 */
+    TCM_PER_DST = 2,
+    TCM_PER_5TUPLE = 3,
 };
 
-enum tc_length_mode {
-    TC_LEN_L3 = 0, /* the IP packet, as the RFCs define it */
-    TC_LEN_L2 = 1, /* from the Ethernet header */
+enum tcm_length_mode {
+    TCM_LEN_L3 = 0, /* the IP packet, as the RFCs define it */
+    TCM_LEN_L2 = 1, /* from the Ethernet header */
 };
 
 /* A policy's configuration, as the data path reads it. */
-struct tc_policy {
-    struct tc_meter_config meter;
+struct tcm_policy {
+    struct tcm_meter_config meter;
     __u64 color_map[2]; /* colour-aware: incoming colour of DSCP d is bits 2(d%32)..+1 of [d/32] */
-    struct tc_action action[TC_NR_COLORS];
+    struct tcm_action action[TCM_NR_COLORS];
     __u32 policy_id;  /* stable identity: indexes counters and aggregate state */
-    __u8 per;         /* enum tc_per */
-    __u8 prefix4;     /* TC_PER_SRC/DST: IPv4 prefix length of the key */
+    __u8 per;         /* enum tcm_per */
+    __u8 prefix4;     /* TCM_PER_SRC/DST: IPv4 prefix length of the key */
     __u8 prefix6;     /* and IPv6 */
-    __u8 length_mode; /* enum tc_length_mode */
+    __u8 length_mode; /* enum tcm_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
-    __u8 aqm;         /* enum tc_aqm_mode (was padding: 0, off, in maps of earlier builds) */
+    __u8 aqm;         /* enum tcm_aqm_mode (was padding: 0, off, in maps of earlier builds) */
     __u8 pad;
-    __u16 parent;     /* the parent's index in tc_policy_cfg plus 1, in the same set; 0: none.
-                         Was padding (always 0) before hierarchies, so the layout is unchanged */
-    char name[TC_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
+    __u16 parent; /* the parent's index in tcm_policy_cfg plus 1, in the same set; 0: none.
+                     Was padding (always 0) before hierarchies, so the layout is unchanged */
+    char name[TCM_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
                                       names back to ids, keeping their buckets and counters */
 };
 
 /* Packets and bytes per colour. */
-struct tc_counters {
-    __u64 packets[TC_NR_COLORS];
-    __u64 bytes[TC_NR_COLORS];
+struct tcm_counters {
+    __u64 packets[TCM_NR_COLORS];
+    __u64 bytes[TCM_NR_COLORS];
 };
 
 /* Key of the per-flow table; fields the policy's `per` does not use are zero. */
-struct tc_flow_key {
+struct tcm_flow_key {
     __u32 policy_id;
     __u8 proto;
     __u8 pad;
@@ -198,19 +199,19 @@ struct tc_flow_key {
     __u32 dst[4];
 };
 
-#define TC_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
+#define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
 /* A bucket pair with its lock and counters: the value of the flow table and of the
  * aggregate-state array. 32 bytes of state (lock, flags, meter) and 48 of counters. */
-struct tc_flow {
+struct tcm_flow {
     __u32 lock; /* 0 free, 1 held: taken with cmpxchg, released with xchg */
     __u32 flags;
-    struct tc_meter_state meter;
-    struct tc_counters counters;
+    struct tcm_meter_state meter;
+    struct tcm_counters counters;
 };
 
 /* Per-CPU counters of traffic that no policy metered. */
-struct tc_global_counters {
+struct tcm_global_counters {
     __u64 unclassified_packets; /* IP traffic no policy matched */
     __u64 unclassified_bytes;
     __u64 non_ip_packets; /* not IPv4/IPv6 (ARP, LLDP, ...) */
@@ -221,50 +222,50 @@ struct tc_global_counters {
     __u64 lock_timeouts; /* packets coloured red because a flow lock stayed taken */
 };
 
-/* Runtime settings: the one entry of the (mmapable, pinned) tc_runtime map. */
-struct tc_runtime {
+/* Runtime settings: the one entry of the (mmapable, pinned) tcm_runtime map. */
+struct tcm_runtime {
     __u32 active_set;     /* 0 or 1 */
     __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */
 };
 
 /* ---- TCP through the policer (SPEC §8): --shape and --aqm ---------------------------------- */
 
-enum tc_shape_mode {
-    TC_SHAPE_OFF = 0,
-    TC_SHAPE_SOCKETS = 1, /* pace the policy's local TCP sockets (cgroup sock_ops) */
-    TC_SHAPE_EDT = 2,     /* departure times on tc egress under fq (refused in this build) */
+enum tcm_shape_mode {
+    TCM_SHAPE_OFF = 0,
+    TCM_SHAPE_SOCKETS = 1, /* pace the policy's local TCP sockets (cgroup sock_ops) */
+    TCM_SHAPE_EDT = 2,     /* departure times on tc egress under fq (refused in this build) */
 };
 
-enum tc_aqm_mode {
-    TC_AQM_OFF = 0,
-    TC_AQM_DROP = 1,
-    TC_AQM_ECN = 2,
+enum tcm_aqm_mode {
+    TCM_AQM_OFF = 0,
+    TCM_AQM_DROP = 1,
+    TCM_AQM_ECN = 2,
 };
 
 /* By policy id, written by the daemon: how the policy's local TCP sockets are paced. A new map
- * beside the others (not a field of tc_policy), so no pinned layout changes. */
-struct tc_shape_cfg {
+ * beside the others (not a field of tcm_policy), so no pinned layout changes. */
+struct tcm_shape_cfg {
     __u64 rate;       /* bytes/s of TCP payload for all the policy's sockets; 0: not shaped */
     __u32 per_socket; /* 1: every socket gets the whole rate (the policy meters per 5-tuple) */
     __u32 gen;        /* bumped by the daemon on every change of rate or per_socket */
 };
 
 /* By policy id, written by the sock_ops program: the policy's paced sockets. */
-struct tc_shape_state {
+struct tcm_shape_state {
     __u32 sockets; /* established sockets classified into the policy, not yet closed */
     __u32 gen;     /* bumped whenever sockets changes: each socket re-reads its share */
 };
 
 /* Socket-local storage of a paced socket. */
-struct tc_sock_shape {
+struct tcm_sock_shape {
     __u32 policy_id; /* + 1: 0 in a socket that is not paced */
-    __u32 gen;       /* tc_shape_state.gen + tc_shape_cfg.gen when the share was last set */
-    __u32 counted;   /* 0 not yet active, 1 in tc_shape_state.sockets, 2 done */
+    __u32 gen;       /* tcm_shape_state.gen + tcm_shape_cfg.gen when the share was last set */
+    __u32 counted;   /* 0 not yet active, 1 in tcm_shape_state.sockets, 2 done */
     __u32 rate;      /* the share set, bytes/s (SO_MAX_PACING_RATE) */
 };
 
 /* Per-CPU by policy id: what the signal (--aqm) and the shaper did. */
-struct tc_tcp_counters {
+struct tcm_tcp_counters {
     __u64 aqm_marked_packets; /* CE set on a packet that would have passed */
     __u64 aqm_marked_bytes;
     __u64 aqm_dropped_packets; /* dropped early: would have passed */
@@ -276,20 +277,20 @@ struct tc_tcp_counters {
 };
 
 /* A paced socket counts as active in its policy's share once this much was acknowledged. */
-#define TC_SHAPE_ACTIVE_BYTES (64 * 1024)
+#define TCM_SHAPE_ACTIVE_BYTES (64 * 1024)
 
 /* Up to this many tc egress interfaces are tried when a socket is classified (a policy may
  * match an interface; a socket does not know which one its packets will leave by). */
-#define TC_SHAPE_MAX_IFACES 8
+#define TCM_SHAPE_MAX_IFACES 8
 
-/* By policy id, in the mmapable tc_fleet array: the tokens a fleet policy's committed bucket
+/* By policy id, in the mmapable tcm_fleet array: the tokens a fleet policy's committed bucket
  * may take (SPEC §10). Every field is a running total, so neither side needs an atomic
  * read-modify-write: user space is the only writer of granted/revoke_*, the data path (under the
  * aggregate bucket's lock) the only writer of drained/revoke_seen/spilled. The data path folds
  * granted - drained into C; what does not fit C (srtcm: C then E) is counted in spilled.
  * A revoke (user space stores revoke_upto = granted, then revoke_seq + 1) empties C and
  * discards every grant up to revoke_upto; so does the lease running out (lease_until_ns). */
-struct tc_fleet_grant {
+struct tcm_fleet_grant {
     __u64 granted;        /* tokens granted so far (user space) */
     __u64 revoke_upto;    /* grants up to this total are void (user space) */
     __u64 revoke_seq;     /* bumped for each revoke (user space) */

@@ -7,12 +7,12 @@
 #include "parse.h"
 
 /* Incoming colour of a DSCP under the policy's colour map (colour-aware policies). */
-static __always_inline __u32 tc_color_of_dscp(const struct tc_policy *pol, __u8 dscp) {
+static __always_inline __u32 act_color_of_dscp(const struct tcm_policy *pol, __u8 dscp) {
     __u64 word = pol->color_map[(dscp >> 5) & 1];
     return (word >> (2 * (dscp & 31))) & 3;
 }
 
-static __always_inline __u16 tc_csum_fold(__u32 sum) {
+static __always_inline __u16 act_csum_fold(__u32 sum) {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     return (__u16)sum;
@@ -20,10 +20,10 @@ static __always_inline __u16 tc_csum_fold(__u32 sum) {
 
 /* Rewrites the DS field of the packet at @p->l3_off; the frame was parsed, so the header is
  * there, but the verifier needs the bounds again. */
-static __always_inline int tc_set_dscp(void *data, void *data_end, const struct tc_pkt *p,
-                                       __u8 dscp) {
-    if (p->key.flags & TC_KEY_F_IPV6) {
-        __be32 *word = TC_HDR(data, data_end, p->l3_off & 0xff, 4);
+static __always_inline int act_set_dscp(void *data, void *data_end, const struct tcm_pkt *p,
+                                        __u8 dscp) {
+    if (p->key.flags & TCM_KEY_F_IPV6) {
+        __be32 *word = TCM_HDR(data, data_end, p->l3_off & 0xff, 4);
         if (!word)
             return -1;
         __u32 host = bpf_ntohl(*word);
@@ -31,7 +31,7 @@ static __always_inline int tc_set_dscp(void *data, void *data_end, const struct 
         *word = bpf_htonl(host);
         return 0;
     }
-    struct iphdr *ip = TC_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
+    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip)
         return -1;
     __u16 *first = (__u16 *)ip; /* version/ihl and tos: the word the checksum sees */
@@ -42,7 +42,7 @@ static __always_inline int tc_set_dscp(void *data, void *data_end, const struct 
     __u32 sum = (__u16)~ip->check;
     sum += (__u16)~old;
     sum += new;
-    ip->check = ~tc_csum_fold(sum);
+    ip->check = ~act_csum_fold(sum);
     return 0;
 }
 

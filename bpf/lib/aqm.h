@@ -30,31 +30,30 @@
 /* Per CPU by policy id: the counters of --aqm and --shape edt. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_tcp_counters);
-} tc_tcp_stats SEC(".maps");
+    __type(value, struct tcm_tcp_counters);
+} tcm_tcp_stats SEC(".maps");
 
-/* tc_flow.flags bit 24: the signal was sent in this drain (cleared when the reserve is back
- * above TC_AQM_REARM eighths). */
-#define TC_FLOW_AQM_SIGNALLED (1u << 24)
+/* tcm_flow.flags bit 24: the signal was sent in this drain (cleared when the reserve is back
+ * above TCM_AQM_REARM eighths). */
+#define TCM_FLOW_AQM_SIGNALLED (1u << 24)
 
-/* The signal is sent when the deficit reaches TC_AQM_LEVEL eighths of the reserve; the bucket
- * re-arms when the deficit is back under TC_AQM_REARM eighths. */
-#define TC_AQM_LEVEL 7
-#define TC_AQM_REARM 4
+/* The signal is sent when the deficit reaches TCM_AQM_LEVEL eighths of the reserve; the bucket
+ * re-arms when the deficit is back under TCM_AQM_REARM eighths. */
+#define TCM_AQM_LEVEL 7
+#define TCM_AQM_REARM 4
 
-/* Returned by tc_flow_meter_packet with the colour: send the early signal on this packet. */
-#define TC_METER_SIGNAL 0x100
+/* Returned by tcm_flow_meter_packet with the colour: send the early signal on this packet. */
+#define TCM_METER_SIGNAL 0x100
 
 /* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
  * this packet carries the signal. */
-static __always_inline int tc_aqm_step(const struct tc_policy *pol, struct tc_flow *f,
-                                       __u32 color) {
-    const struct tc_meter_config *m = &pol->meter;
+static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
+    const struct tcm_meter_config *m = &pol->meter;
     __u64 size, tokens;
 
-    if (m->algo == TC_ALGO_TRTCM) {
+    if (m->algo == TCM_ALGO_TRTCM) {
         size = m->e_size;
         tokens = f->meter.e_tokens;
     } else {
@@ -63,24 +62,24 @@ static __always_inline int tc_aqm_step(const struct tc_policy *pol, struct tc_fl
     }
     __u64 deficit = size > tokens ? size - tokens : 0;
     __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 7 * eighth */
-    if (f->flags & TC_FLOW_AQM_SIGNALLED) {
-        if (deficit < TC_AQM_REARM * eighth)
-            f->flags &= ~TC_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
+    if (f->flags & TCM_FLOW_AQM_SIGNALLED) {
+        if (deficit < TCM_AQM_REARM * eighth)
+            f->flags &= ~TCM_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
         return 0;
     }
     /* Armed: the first packet past the level that would pass carries the signal. */
-    if (deficit < TC_AQM_LEVEL * eighth || color == TC_RED ||
-        pol->action[color].kind == TC_ACT_KIND_DROP)
+    if (deficit < TCM_AQM_LEVEL * eighth || color == TCM_RED ||
+        pol->action[color].kind == TCM_ACT_KIND_DROP)
         return 0;
-    f->flags |= TC_FLOW_AQM_SIGNALLED;
+    f->flags |= TCM_FLOW_AQM_SIGNALLED;
     return 1;
 }
 
 /* Sets CE on an ECN-capable packet (ECT(0) or ECT(1)); the IPv4 header checksum is patched
  * (RFC 1624), IPv6 has none. Returns 0 if marked, -1 if the packet is not ECN-capable. */
-static __always_inline int tc_set_ce(void *data, void *data_end, const struct tc_pkt *p) {
-    if (p->key.flags & TC_KEY_F_IPV6) {
-        __be32 *word = TC_HDR(data, data_end, p->l3_off & 0xff, 4);
+static __always_inline int act_set_ce(void *data, void *data_end, const struct tcm_pkt *p) {
+    if (p->key.flags & TCM_KEY_F_IPV6) {
+        __be32 *word = TCM_HDR(data, data_end, p->l3_off & 0xff, 4);
         if (!word)
             return -1;
         __u32 host = bpf_ntohl(*word);
@@ -89,7 +88,7 @@ static __always_inline int tc_set_ce(void *data, void *data_end, const struct tc
         *word = bpf_htonl(host | (3u << 20));
         return 0;
     }
-    struct iphdr *ip = TC_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
+    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip || (ip->tos & 3) == 0)
         return -1;
     __u16 *first = (__u16 *)ip;
@@ -99,7 +98,7 @@ static __always_inline int tc_set_ce(void *data, void *data_end, const struct tc
     __u32 sum = (__u16)~ip->check;
     sum += (__u16)~old;
     sum += new;
-    ip->check = ~tc_csum_fold(sum);
+    ip->check = ~act_csum_fold(sum);
     return 0;
 }
 

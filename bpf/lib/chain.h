@@ -9,11 +9,11 @@
  * to parent. Every CPU takes them in that order (a policy's distance from the top of its tree
  * is fixed within a policy set), so two chains that share a parent never wait on each other in
  * a cycle. Should a lock stay taken (a holder stalled, or a policy set changed under a
- * packet in flight), the bounded spin of tc_flow_lock gives up and the packet is red, as for
+ * packet in flight), the bounded spin of flow_lock gives up and the packet is red, as for
  * one level: the locks already held are released and nothing is admitted unmetered.
  *
- * Verification: the colour decisions happen in tc_level_mark, and the flow key in
- * tc_flow_key_of, global functions the verifier checks once each; the levels, written out
+ * Verification: the colour decisions happen in chain_level_mark, and the flow key in
+ * flow_key_of, global functions the verifier checks once each; the levels, written out
  * one by one, then only carry pointers and scalars, which keeps Linux 6.1's verifier far from
  * its limits. */
 #ifndef TRICOLOR_CHAIN_H
@@ -22,8 +22,8 @@
 #include "flow.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
- * as its own `length` and `overhead` say (tc_level_len, SPEC §3). */
-struct tc_chain_in {
+ * as its own `length` and `overhead` say (chain_level_len, SPEC §3). */
+struct tcm_chain_in {
     __u32 l3_total; /* IP bytes of the whole (possibly GSO) packet */
     __u32 segs;     /* segments it will be */
     __u32 hdr_len;  /* IP + L4 headers, repeated by every segment */
@@ -32,34 +32,35 @@ struct tc_chain_in {
     __u32 pad;
 };
 
-#define TC_LEVEL_AWARE 0x100u /* tc_level_mark mode: colour-aware whatever the policy says */
-#define TC_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
+#define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
+#define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
 
 /* Colours one packet at one level on @st, a copy of the level's state, and returns the colour.
- * @mode: the incoming colour, ORed with TC_LEVEL_*. */
-__attribute__((noinline)) int tc_level_mark(const struct tc_policy *pol, struct tc_meter_state *st,
-                                            __u64 now, __u32 len, __u32 mode) {
+ * @mode: the incoming colour, ORed with TCM_LEVEL_*. */
+__attribute__((noinline)) int chain_level_mark(const struct tcm_policy *pol,
+                                               struct tcm_meter_state *st, __u64 now, __u32 len,
+                                               __u32 mode) {
     if (!pol || !st)
-        return TC_RED;
-    if (mode & TC_LEVEL_FRESH)
-        tc_meter_start(&pol->meter, st, now);
-    if (mode & TC_LEVEL_AWARE)
-        return tc_meter_mark_aware(&pol->meter, st, now, len, mode & 0xff);
-    return tc_meter_mark(&pol->meter, st, now, len, mode & 0xff);
+        return TCM_RED;
+    if (mode & TCM_LEVEL_FRESH)
+        meter_start(&pol->meter, st, now);
+    if (mode & TCM_LEVEL_AWARE)
+        return meter_mark_aware(&pol->meter, st, now, len, mode & 0xff);
+    return meter_mark(&pol->meter, st, now, len, mode & 0xff);
 }
 
-static __always_inline __u32 tc_level_len(const struct tc_policy *pol,
-                                          const struct tc_chain_in *in) {
+static __always_inline __u32 chain_level_len(const struct tcm_policy *pol,
+                                             const struct tcm_chain_in *in) {
     __u32 len = in->l3_total + (in->segs - 1) * in->hdr_len;
-    if (pol->length_mode == TC_LEN_L2)
+    if (pol->length_mode == TCM_LEN_L2)
         len += in->segs * in->l2_len;
     return len + in->segs * pol->overhead;
 }
 
-static __always_inline void tc_chain_count(const struct tc_policy *pol, __u32 color, __u32 segs,
-                                           __u32 len) {
+static __always_inline void chain_count(const struct tcm_policy *pol, __u32 color, __u32 segs,
+                                        __u32 len) {
     __u32 id = pol->policy_id;
-    struct tc_counters *c = bpf_map_lookup_elem(&tc_policy_stats, &id);
+    struct tcm_counters *c = bpf_map_lookup_elem(&tcm_policy_stats, &id);
     if (c) {
         c->packets[color] += segs;
         c->bytes[color] += len;
@@ -67,17 +68,17 @@ static __always_inline void tc_chain_count(const struct tc_policy *pol, __u32 co
 }
 
 /* Level @i (> 0): the parent of level i-1, if it has one, and its bucket. Returns 1 if found. */
-static __always_inline int tc_chain_parent(const struct tc_policy **lp, struct tc_flow **lf, int i,
-                                           const struct tc_class_key *key,
-                                           struct tc_global_counters *g) {
-    const struct tc_policy *below = lp[i - 1];
+static __always_inline int chain_parent(const struct tcm_policy **lp, struct tcm_flow **lf, int i,
+                                        const struct tcm_class_key *key,
+                                        struct tcm_global_counters *g) {
+    const struct tcm_policy *below = lp[i - 1];
     if (!below || below->parent == 0)
         return 0;
     __u32 idx = below->parent - 1;
-    const struct tc_policy *lvl = bpf_map_lookup_elem(&tc_policy_cfg, &idx);
+    const struct tcm_policy *lvl = bpf_map_lookup_elem(&tcm_policy_cfg, &idx);
     if (!lvl)
         return 0;
-    struct tc_flow *f = tc_flow_find(lvl, key, g);
+    struct tcm_flow *f = flow_find(lvl, key, g);
     if (!f)
         return 0;
     lp[i] = lvl;
@@ -85,28 +86,28 @@ static __always_inline int tc_chain_parent(const struct tc_policy **lp, struct t
     return 1;
 }
 
-static __always_inline void tc_chain_unlock(struct tc_flow *f) {
+static __always_inline void chain_unlock(struct tcm_flow *f) {
     if (f)
-        tc_flow_unlock(f);
+        flow_unlock(f);
 }
 
 /* Takes the locks of levels 0..n-1, child to parent; on a timeout releases what it holds. */
-static __always_inline int tc_chain_lock(struct tc_flow **lf, __u32 n) {
-    if (!lf[0] || !tc_flow_lock(lf[0]))
+static __always_inline int chain_lock(struct tcm_flow **lf, __u32 n) {
+    if (!lf[0] || !flow_lock(lf[0]))
         return 0;
-    if (n > 1 && (!lf[1] || !tc_flow_lock(lf[1]))) {
-        tc_chain_unlock(lf[0]);
-        return 0;
-    }
-    if (n > 2 && (!lf[2] || !tc_flow_lock(lf[2]))) {
-        tc_chain_unlock(lf[1]);
-        tc_chain_unlock(lf[0]);
+    if (n > 1 && (!lf[1] || !flow_lock(lf[1]))) {
+        chain_unlock(lf[0]);
         return 0;
     }
-    if (n > 3 && (!lf[3] || !tc_flow_lock(lf[3]))) {
-        tc_chain_unlock(lf[2]);
-        tc_chain_unlock(lf[1]);
-        tc_chain_unlock(lf[0]);
+    if (n > 2 && (!lf[2] || !flow_lock(lf[2]))) {
+        chain_unlock(lf[1]);
+        chain_unlock(lf[0]);
+        return 0;
+    }
+    if (n > 3 && (!lf[3] || !flow_lock(lf[3]))) {
+        chain_unlock(lf[2]);
+        chain_unlock(lf[1]);
+        chain_unlock(lf[0]);
         return 0;
     }
     return 1;
@@ -114,63 +115,63 @@ static __always_inline int tc_chain_lock(struct tc_flow **lf, __u32 n) {
 
 /* Level @i's decision, on @st: a scratch copy of its state (the first pass) or the state
  * itself (the commit, or a chain of one). @color is the colour from below. */
-static __always_inline __u32 tc_chain_mark(const struct tc_policy *lvl, struct tc_flow *f,
-                                           struct tc_meter_state *st, __u64 now,
-                                           const struct tc_chain_in *in, __u32 color, int i) {
+static __always_inline __u32 chain_mark(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                        struct tcm_meter_state *st, __u64 now,
+                                        const struct tcm_chain_in *in, __u32 color, int i) {
     if (!lvl || !f)
-        return TC_RED;
-    __u32 mode =
-        color | (i > 0 ? TC_LEVEL_AWARE : 0) | (f->flags & TC_FLOW_F_STARTED ? 0 : TC_LEVEL_FRESH);
+        return TCM_RED;
+    __u32 mode = color | (i > 0 ? TCM_LEVEL_AWARE : 0) |
+                 (f->flags & TCM_FLOW_F_STARTED ? 0 : TCM_LEVEL_FRESH);
     if (st != &f->meter)
         *st = f->meter;
-    return tc_color_index(tc_level_mark(lvl, st, now, tc_level_len(lvl, in), mode));
+    return meter_color_index(chain_level_mark(lvl, st, now, chain_level_len(lvl, in), mode));
 }
 
 /* The second pass: level @i decides again on its state itself, taking its tokens. */
-static __always_inline void tc_chain_take(const struct tc_policy *lvl, struct tc_flow *f, __u64 now,
-                                          const struct tc_chain_in *in, __u32 color, int i) {
+static __always_inline void chain_take(const struct tcm_policy *lvl, struct tcm_flow *f, __u64 now,
+                                       const struct tcm_chain_in *in, __u32 color, int i) {
     if (lvl && f)
-        tc_chain_mark(lvl, f, &f->meter, now, in, color, i);
+        chain_mark(lvl, f, &f->meter, now, in, color, i);
 }
 
 /* Level @i of a packet that ends red: no bucket changes, but a flow still starts at its first
  * packet, so that under `start: empty` a flow whose first packets are red begins to earn
  * tokens (it would otherwise stay empty, and red, for ever). */
-static __always_inline void tc_chain_start(const struct tc_policy *lvl, struct tc_flow *f,
-                                           __u64 now) {
-    if (lvl && f && !(f->flags & TC_FLOW_F_STARTED))
-        tc_meter_start(&lvl->meter, &f->meter, now);
+static __always_inline void chain_start(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                        __u64 now) {
+    if (lvl && f && !(f->flags & TCM_FLOW_F_STARTED))
+        meter_start(&lvl->meter, &f->meter, now);
 }
 
 /* A fleet level (SPEC §10): the grants user space made since the last packet go into C before
  * the level decides. Started here, so that the start (C empty) cannot undo the fold. */
-static __always_inline void tc_chain_fleet(const struct tc_policy *lvl, struct tc_flow *f,
-                                           __u64 now) {
-    if (!lvl || !f || !(lvl->meter.flags & TC_METER_F_FLEET))
+static __always_inline void chain_fleet(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                        __u64 now) {
+    if (!lvl || !f || !(lvl->meter.flags & TCM_METER_F_FLEET))
         return;
-    if (!(f->flags & TC_FLOW_F_STARTED)) {
-        tc_meter_start(&lvl->meter, &f->meter, now);
-        f->flags |= TC_FLOW_F_STARTED;
+    if (!(f->flags & TCM_FLOW_F_STARTED)) {
+        meter_start(&lvl->meter, &f->meter, now);
+        f->flags |= TCM_FLOW_F_STARTED;
     }
-    tc_fleet_fold(lvl, f, now);
+    fleet_fold(lvl, f, now);
 }
 
 /* Counts the packet at level @i by its final colour and releases the level's lock. */
-static __always_inline void tc_chain_done(const struct tc_policy *lvl, struct tc_flow *f,
-                                          const struct tc_chain_in *in, __u32 color) {
+static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                       const struct tcm_chain_in *in, __u32 color) {
     if (!lvl || !f)
         return;
-    __u32 len = tc_level_len(lvl, in);
-    f->flags |= TC_FLOW_F_STARTED;
+    __u32 len = chain_level_len(lvl, in);
+    f->flags |= TCM_FLOW_F_STARTED;
     f->counters.packets[color]++;
     f->counters.bytes[color] += len;
-    tc_flow_unlock(f);
-    tc_chain_count(lvl, color, in->segs, len);
+    flow_unlock(f);
+    chain_count(lvl, color, in->segs, len);
 }
 
 /* Meters the packet through @pol and its parents and counts it at every level by its final
- * colour. Returns enum tc_color, with TC_METER_SIGNAL set if --aqm picked the packet for its
- * early signal (aqm.h), or TC_NR_COLORS when the matched policy's bucket could not be
+ * colour. Returns enum tcm_color, with TCM_METER_SIGNAL set if --aqm picked the packet for its
+ * early signal (aqm.h), or TCM_NR_COLORS when the matched policy's bucket could not be
  * found (a failed map lookup: the packet is not metered).
  *
  * A global function, not inlined: the verifier checks it once, on its own, instead of once for
@@ -178,43 +179,43 @@ static __always_inline void tc_chain_done(const struct tc_policy *lvl, struct tc
  * the flow key's (mode, family, four prefix words) and the meter's took Linux 6.1's verifier
  * past its million-instruction limit; 6.18 prunes better and never noticed. The levels are
  * written out rather than looped over: four at most, and each step is a few calls. */
-__attribute__((noinline)) int tc_chain_meter_packet(const struct tc_policy *pol,
-                                                    const struct tc_class_key *key,
-                                                    const struct tc_chain_in *in) {
-    const struct tc_policy *lp[TC_MAX_LEVELS] = {};
-    struct tc_flow *lf[TC_MAX_LEVELS] = {};
+__attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
+                                                 const struct tcm_class_key *key,
+                                                 const struct tcm_chain_in *in) {
+    const struct tcm_policy *lp[TCM_MAX_LEVELS] = {};
+    struct tcm_flow *lf[TCM_MAX_LEVELS] = {};
     __u32 zero = 0, n = 1, color;
 
     if (!pol || !key || !in)
-        return TC_NR_COLORS;
-    struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
-    struct tc_flow *f0 = tc_flow_find(pol, key, g);
+        return TCM_NR_COLORS;
+    struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
+    struct tcm_flow *f0 = flow_find(pol, key, g);
     if (!f0)
-        return TC_NR_COLORS;
+        return TCM_NR_COLORS;
     lp[0] = pol;
     lf[0] = f0;
     /* A parent is another slot of the same policy set. A chain deeper than the data path
-     * meters (apply refuses one) stops at TC_MAX_LEVELS. */
-    if (tc_chain_parent(lp, lf, 1, key, g)) {
+     * meters (apply refuses one) stops at TCM_MAX_LEVELS. */
+    if (chain_parent(lp, lf, 1, key, g)) {
         n = 2;
-        if (tc_chain_parent(lp, lf, 2, key, g)) {
+        if (chain_parent(lp, lf, 2, key, g)) {
             n = 3;
-            if (tc_chain_parent(lp, lf, 3, key, g))
+            if (chain_parent(lp, lf, 3, key, g))
                 n = 4;
         }
     }
 
-    if (!tc_chain_lock(lf, n)) {
+    if (!chain_lock(lf, n)) {
         if (g)
             g->lock_timeouts++;
-        tc_chain_count(pol, TC_RED, in->segs, tc_level_len(pol, in));
+        chain_count(pol, TCM_RED, in->segs, chain_level_len(pol, in));
         if (n > 1 && lp[1])
-            tc_chain_count(lp[1], TC_RED, in->segs, tc_level_len(lp[1], in));
+            chain_count(lp[1], TCM_RED, in->segs, chain_level_len(lp[1], in));
         if (n > 2 && lp[2])
-            tc_chain_count(lp[2], TC_RED, in->segs, tc_level_len(lp[2], in));
+            chain_count(lp[2], TCM_RED, in->segs, chain_level_len(lp[2], in));
         if (n > 3 && lp[3])
-            tc_chain_count(lp[3], TC_RED, in->segs, tc_level_len(lp[3], in));
-        return TC_RED; /* never admit what the meters could not check */
+            chain_count(lp[3], TCM_RED, in->segs, chain_level_len(lp[3], in));
+        return TCM_RED; /* never admit what the meters could not check */
     }
 
     /* One instant for every level. A chain of one decides on its state directly (a red
@@ -223,61 +224,61 @@ __attribute__((noinline)) int tc_chain_meter_packet(const struct tc_policy *pol,
      * does it decide again on the states themselves, which gives the same colours (same state,
      * time and input) and takes the tokens. Deciding twice costs less than 4 saved states
      * would cost stack: a chain's frames must fit 512 bytes with the entry point's. */
-    __u64 now = tc_now_ns();
-    tc_chain_fleet(lp[0], lf[0], now);
+    __u64 now = clock_now_ns();
+    chain_fleet(lp[0], lf[0], now);
     if (n > 1)
-        tc_chain_fleet(lp[1], lf[1], now);
+        chain_fleet(lp[1], lf[1], now);
     if (n > 2)
-        tc_chain_fleet(lp[2], lf[2], now);
+        chain_fleet(lp[2], lf[2], now);
     if (n > 3)
-        tc_chain_fleet(lp[3], lf[3], now);
-    __u32 c0 = in->in_color > TC_RED ? TC_GREEN : in->in_color;
+        chain_fleet(lp[3], lf[3], now);
+    __u32 c0 = in->in_color > TCM_RED ? TCM_GREEN : in->in_color;
     if (n == 1) {
-        /* Inline rather than through tc_level_mark: the common case, one call less. */
-        if (!(f0->flags & TC_FLOW_F_STARTED))
-            tc_meter_start(&pol->meter, &f0->meter, now);
-        color =
-            tc_color_index(tc_meter_mark(&pol->meter, &f0->meter, now, tc_level_len(pol, in), c0));
+        /* Inline rather than through chain_level_mark: the common case, one call less. */
+        if (!(f0->flags & TCM_FLOW_F_STARTED))
+            meter_start(&pol->meter, &f0->meter, now);
+        color = meter_color_index(
+            meter_mark(&pol->meter, &f0->meter, now, chain_level_len(pol, in), c0));
     } else {
-        struct tc_meter_state st;
-        __u32 c1, c2 = TC_RED, c3 = TC_RED; /* the incoming colour of each level */
-        c1 = tc_chain_mark(lp[0], lf[0], &st, now, in, c0, 0);
-        color = tc_chain_mark(lp[1], lf[1], &st, now, in, c1, 1);
+        struct tcm_meter_state st;
+        __u32 c1, c2 = TCM_RED, c3 = TCM_RED; /* the incoming colour of each level */
+        c1 = chain_mark(lp[0], lf[0], &st, now, in, c0, 0);
+        color = chain_mark(lp[1], lf[1], &st, now, in, c1, 1);
         if (n > 2) {
             c2 = color;
-            color = tc_chain_mark(lp[2], lf[2], &st, now, in, c2, 2);
+            color = chain_mark(lp[2], lf[2], &st, now, in, c2, 2);
         }
         if (n > 3) {
             c3 = color;
-            color = tc_chain_mark(lp[3], lf[3], &st, now, in, c3, 3);
+            color = chain_mark(lp[3], lf[3], &st, now, in, c3, 3);
         }
-        if (color != TC_RED) {
-            tc_chain_take(lp[0], lf[0], now, in, c0, 0);
-            tc_chain_take(lp[1], lf[1], now, in, c1, 1);
+        if (color != TCM_RED) {
+            chain_take(lp[0], lf[0], now, in, c0, 0);
+            chain_take(lp[1], lf[1], now, in, c1, 1);
             if (n > 2)
-                tc_chain_take(lp[2], lf[2], now, in, c2, 2);
+                chain_take(lp[2], lf[2], now, in, c2, 2);
             if (n > 3)
-                tc_chain_take(lp[3], lf[3], now, in, c3, 3);
+                chain_take(lp[3], lf[3], now, in, c3, 3);
         } else {
-            tc_chain_start(lp[0], lf[0], now);
-            tc_chain_start(lp[1], lf[1], now);
+            chain_start(lp[0], lf[0], now);
+            chain_start(lp[1], lf[1], now);
             if (n > 2)
-                tc_chain_start(lp[2], lf[2], now);
+                chain_start(lp[2], lf[2], now);
             if (n > 3)
-                tc_chain_start(lp[3], lf[3], now);
+                chain_start(lp[3], lf[3], now);
         }
     }
 
-    color = tc_color_index(color);
+    color = meter_color_index(color);
     /* --aqm looks at the matched policy's own bucket (aqm.h), under its lock. */
-    __u32 signal = pol->aqm && tc_aqm_step(pol, f0, color) ? TC_METER_SIGNAL : 0;
-    tc_chain_done(lp[0], lf[0], in, color);
+    __u32 signal = pol->aqm && aqm_step(pol, f0, color) ? TCM_METER_SIGNAL : 0;
+    chain_done(lp[0], lf[0], in, color);
     if (n > 1)
-        tc_chain_done(lp[1], lf[1], in, color);
+        chain_done(lp[1], lf[1], in, color);
     if (n > 2)
-        tc_chain_done(lp[2], lf[2], in, color);
+        chain_done(lp[2], lf[2], in, color);
     if (n > 3)
-        tc_chain_done(lp[3], lf[3], in, color);
+        chain_done(lp[3], lf[3], in, color);
     return color | signal;
 }
 

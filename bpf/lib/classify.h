@@ -8,22 +8,22 @@
 #include "maps.h"
 #include "parse.h"
 
-struct tc_probe_ctx {
-    const struct tc_class_key *key;
+struct tcm_probe_ctx {
+    const struct tcm_class_key *key;
     __u32 set;
     __u32 n_masks;
     __u32 best_rank;
     __u32 best_slot;
 };
 
-static __always_inline long tc_probe_mask(__u32 i, void *arg) {
-    struct tc_probe_ctx *ctx = arg;
-    struct tc_rule_key rk;
+static __always_inline long classify_probe_mask(__u32 i, void *arg) {
+    struct tcm_probe_ctx *ctx = arg;
+    struct tcm_rule_key rk;
 
     if (i >= ctx->n_masks)
         return 1;
-    __u32 idx = (ctx->set & 1) * TC_MAX_MASKS + (i & (TC_MAX_MASKS - 1));
-    struct tc_mask *m = bpf_map_lookup_elem(&tc_masks, &idx);
+    __u32 idx = (ctx->set & 1) * TCM_MAX_MASKS + (i & (TCM_MAX_MASKS - 1));
+    struct tcm_mask *m = bpf_map_lookup_elem(&tcm_masks, &idx);
     if (!m || m->min_rank > ctx->best_rank)
         return 1; /* shapes are sorted: nothing later can win */
     const __u32 *words = (const __u32 *)ctx->key;
@@ -31,9 +31,9 @@ static __always_inline long tc_probe_mask(__u32 i, void *arg) {
     __u32 *kw = (__u32 *)&rk.key;
     rk.set_mask = (ctx->set & 1) << 16 | i;
 #pragma unroll
-    for (int w = 0; w < TC_CLASS_KEY_WORDS; w++)
+    for (int w = 0; w < TCM_CLASS_KEY_WORDS; w++)
         kw[w] = words[w] & mw[w];
-    struct tc_rule *r = bpf_map_lookup_elem(&tc_rules, &rk);
+    struct tcm_rule *r = bpf_map_lookup_elem(&tcm_rules, &rk);
     if (r && r->rank < ctx->best_rank) {
         ctx->best_rank = r->rank;
         ctx->best_slot = r->slot;
@@ -41,40 +41,41 @@ static __always_inline long tc_probe_mask(__u32 i, void *arg) {
     return 0;
 }
 
-static long tc_probe_next_mask(__u32 i, void *arg) {
-    return tc_probe_mask(i + 1, arg);
+static long classify_probe_next_mask(__u32 i, void *arg) {
+    return classify_probe_mask(i + 1, arg);
 }
 
-/* The index in tc_policy_cfg of the policy @key falls under in @set, or -1.
+/* The index in tcm_policy_cfg of the policy @key falls under in @set, or -1.
  * A global function, verified once on its own rather than once for every parser path that
- * reaches it (see tc_chain_meter_packet). It costs a call (~10 ns); inlined, it loaded on
+ * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, it loaded on
  * Linux 6.1 only until the pipeline grew the --aqm signal and hierarchies. */
-__attribute__((noinline)) int tc_classify_index(const struct tc_class_key *key, __u32 set) {
+__attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 set) {
     set &= 1;
     if (!key)
         return -1;
-    struct tc_set_info *info = bpf_map_lookup_elem(&tc_sets, &set);
+    struct tcm_set_info *info = bpf_map_lookup_elem(&tcm_sets, &set);
     if (!info)
         return -1;
-    struct tc_probe_ctx ctx = {
+    struct tcm_probe_ctx ctx = {
         .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
     /* The first shape inline: most policy sets have one or two, and a bpf_loop call costs more
      * than a probe. */
-    if (ctx.n_masks == 0 || tc_probe_mask(0, &ctx) == 0)
+    if (ctx.n_masks == 0 || classify_probe_mask(0, &ctx) == 0)
         if (ctx.n_masks > 1)
-            bpf_loop(TC_MAX_MASKS - 1, tc_probe_next_mask, &ctx, 0);
+            bpf_loop(TCM_MAX_MASKS - 1, classify_probe_next_mask, &ctx, 0);
     if (ctx.best_rank == ~0u)
         return -1;
-    return set * TC_MAX_POLICIES + (ctx.best_slot & (TC_MAX_POLICIES - 1));
+    return set * TCM_MAX_POLICIES + (ctx.best_slot & (TCM_MAX_POLICIES - 1));
 }
 
 /* The config of the policy @key falls under in @set, or NULL. */
-static __always_inline struct tc_policy *tc_classify(const struct tc_class_key *key, __u32 set) {
-    int idx = tc_classify_index(key, set);
+static __always_inline struct tcm_policy *classify_packet(const struct tcm_class_key *key,
+                                                          __u32 set) {
+    int idx = classify_index(key, set);
     if (idx < 0)
         return NULL;
     __u32 i = idx;
-    return bpf_map_lookup_elem(&tc_policy_cfg, &i);
+    return bpf_map_lookup_elem(&tcm_policy_cfg, &i);
 }
 
 #endif /* TRICOLOR_CLASSIFY_H */

@@ -1,6 +1,6 @@
 /* clock.h: where the data path reads the time. Production reads bpf_ktime_get_ns(); a program
- * loaded with tc_test_clock set reads tc_test_clock_ns instead, which the replay and the tests
- * write before each BPF_PROG_TEST_RUN. tc_test_clock is const volatile: libbpf freezes it in
+ * loaded with tcm_test_clock set reads tcm_test_clock_ns instead, which the replay and the tests
+ * write before each BPF_PROG_TEST_RUN. tcm_test_clock is const volatile: libbpf freezes it in
  * .rodata at load time, so the verifier prunes the branch it never takes and production
  * programs pay nothing for the switch. */
 #ifndef TRICOLOR_CLOCK_H
@@ -9,12 +9,12 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
-const volatile __u8 tc_test_clock = 0;
-__u64 tc_test_clock_ns = 0;
+const volatile __u8 tcm_test_clock = 0;
+__u64 tcm_test_clock_ns = 0;
 
-static __always_inline __u64 tc_now_ns(void) {
-    if (tc_test_clock)
-        return tc_test_clock_ns;
+static __always_inline __u64 clock_now_ns(void) {
+    if (tcm_test_clock)
+        return tcm_test_clock_ns;
     return bpf_ktime_get_ns();
 }
 

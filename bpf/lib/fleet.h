@@ -9,29 +9,29 @@
 #include "meter.h"
 
 /* One load of a field user space may store to at any time. */
-#define TC_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
+#define TCM_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
 
-static __always_inline void tc_fleet_fold(const struct tc_policy *pol, struct tc_flow *f,
-                                          __u64 now) {
+static __always_inline void fleet_fold(const struct tcm_policy *pol, struct tcm_flow *f,
+                                       __u64 now) {
     __u32 id = pol->policy_id;
-    struct tc_fleet_grant *g = bpf_map_lookup_elem(&tc_fleet, &id);
-    const struct tc_meter_config *cfg = &pol->meter;
+    struct tcm_fleet_grant *g = bpf_map_lookup_elem(&tcm_fleet, &id);
+    const struct tcm_meter_config *cfg = &pol->meter;
 
     if (!g)
         return;
     /* Read the user-space fields once each: a revoke is stored upto-then-seq, read seq-first. */
-    __u64 seq = TC_READ_ONCE(g->revoke_seq);
+    __u64 seq = TCM_READ_ONCE(g->revoke_seq);
     if (seq != g->revoke_seen) {
-        __u64 upto = TC_READ_ONCE(g->revoke_upto);
+        __u64 upto = TCM_READ_ONCE(g->revoke_upto);
         f->meter.c_tokens = 0;
         if (upto > g->drained)
             g->drained = upto;
         g->revoke_seen = seq;
     }
-    __u64 granted = TC_READ_ONCE(g->granted);
+    __u64 granted = TCM_READ_ONCE(g->granted);
     /* The lease ran out (user space renews it before each grant it adds): nothing held or
      * granted so far may be spent. */
-    __u64 until = TC_READ_ONCE(g->lease_until_ns);
+    __u64 until = TCM_READ_ONCE(g->lease_until_ns);
     if (until && now > until) {
         f->meter.c_tokens = 0;
         if (granted > g->drained)
@@ -44,11 +44,11 @@ static __always_inline void tc_fleet_fold(const struct tc_policy *pol, struct tc
     g->drained = granted;
     if (f->meter.c_tokens > cfg->c_size)
         f->meter.c_tokens = cfg->c_size;
-    __u64 over = tc_bucket_add(&f->meter.c_tokens, cfg->c_size, add);
-    if (over && cfg->algo == TC_ALGO_SRTCM) {
+    __u64 over = meter_bucket_add(&f->meter.c_tokens, cfg->c_size, add);
+    if (over && cfg->algo == TCM_ALGO_SRTCM) {
         if (f->meter.e_tokens > cfg->e_size)
             f->meter.e_tokens = cfg->e_size;
-        over = tc_bucket_add(&f->meter.e_tokens, cfg->e_size, over);
+        over = meter_bucket_add(&f->meter.e_tokens, cfg->e_size, over);
     }
     g->spilled += over;
 }

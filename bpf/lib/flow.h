@@ -14,7 +14,7 @@
 #include "aqm.h"
 #include "fleet.h"
 
-static __always_inline void tc_mask_prefix(__u32 *addr, __u32 plen) {
+static __always_inline void flow_mask_prefix(__u32 *addr, __u32 plen) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         __u32 bits = plen > 32 * i ? plen - 32 * i : 0;
@@ -24,25 +24,25 @@ static __always_inline void tc_mask_prefix(__u32 *addr, __u32 plen) {
 }
 
 /* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet.
- * A global function: a chain meters up to TC_MAX_LEVELS keys, and the verifier then checks the
+ * A global function: a chain meters up to TCM_MAX_LEVELS keys, and the verifier then checks the
  * (mode, family, four prefix words) paths once rather than once per level and per path. */
-__attribute__((noinline)) int tc_flow_key_of(const struct tc_policy *pol,
-                                             const struct tc_class_key *key,
-                                             struct tc_flow_key *fk) {
+__attribute__((noinline)) int flow_key_of(const struct tcm_policy *pol,
+                                          const struct tcm_class_key *key,
+                                          struct tcm_flow_key *fk) {
     if (!pol || !key || !fk)
         return -1;
-    __u32 v6 = key->flags & TC_KEY_F_IPV6;
+    __u32 v6 = key->flags & TCM_KEY_F_IPV6;
     fk->policy_id = pol->policy_id;
     switch (pol->per) {
-    case TC_PER_SRC:
+    case TCM_PER_SRC:
         __builtin_memcpy(fk->src, key->src, 16);
-        tc_mask_prefix(fk->src, v6 ? pol->prefix6 : 96 + pol->prefix4);
+        flow_mask_prefix(fk->src, v6 ? pol->prefix6 : 96 + pol->prefix4);
         break;
-    case TC_PER_DST:
+    case TCM_PER_DST:
         __builtin_memcpy(fk->dst, key->dst, 16);
-        tc_mask_prefix(fk->dst, v6 ? pol->prefix6 : 96 + pol->prefix4);
+        flow_mask_prefix(fk->dst, v6 ? pol->prefix6 : 96 + pol->prefix4);
         break;
-    case TC_PER_5TUPLE:
+    case TCM_PER_5TUPLE:
         __builtin_memcpy(fk->src, key->src, 16);
         __builtin_memcpy(fk->dst, key->dst, 16);
         fk->proto = key->proto;
@@ -53,55 +53,55 @@ __attribute__((noinline)) int tc_flow_key_of(const struct tc_policy *pol,
     return 0;
 }
 
-/* A new flow's value, all zero, in .rodata: up to TC_MAX_LEVELS inlined copies of
- * tc_flow_find would otherwise each want 80 bytes of a stack a chain already strains. */
-const volatile struct tc_flow tc_flow_fresh = {};
+/* A new flow's value, all zero, in .rodata: up to TCM_MAX_LEVELS inlined copies of
+ * flow_find would otherwise each want 80 bytes of a stack a chain already strains. */
+const volatile struct tcm_flow tcm_flow_fresh = {};
 
 /* The bucket pair the packet is metered in; NULL only if a map lookup failed. */
-static __always_inline struct tc_flow *tc_flow_find(const struct tc_policy *pol,
-                                                    const struct tc_class_key *key,
-                                                    struct tc_global_counters *g) {
+static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
+                                                  const struct tcm_class_key *key,
+                                                  struct tcm_global_counters *g) {
     __u32 id = pol->policy_id;
-    struct tc_flow_key fk;
-    struct tc_flow *f;
+    struct tcm_flow_key fk;
+    struct tcm_flow *f;
 
-    if (pol->per == TC_PER_AGGREGATE)
-        return bpf_map_lookup_elem(&tc_policy_state, &id);
+    if (pol->per == TCM_PER_AGGREGATE)
+        return bpf_map_lookup_elem(&tcm_policy_state, &id);
     __builtin_memset(&fk, 0, sizeof(fk));
-    if (tc_flow_key_of(pol, key, &fk) < 0)
+    if (flow_key_of(pol, key, &fk) < 0)
         return NULL;
-    f = bpf_map_lookup_elem(&tc_flows, &fk);
+    f = bpf_map_lookup_elem(&tcm_flows, &fk);
     if (f)
         return f;
     /* Not started: buckets fill at its first packet, under the lock. */
-    long err = bpf_map_update_elem(&tc_flows, &fk, (const void *)&tc_flow_fresh, BPF_NOEXIST);
+    long err = bpf_map_update_elem(&tcm_flows, &fk, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
     if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
-        f = bpf_map_lookup_elem(&tc_flows, &fk);
+        f = bpf_map_lookup_elem(&tcm_flows, &fk);
         if (f)
             return f;
     }
     if (g)
         g->table_full++;
-    return bpf_map_lookup_elem(&tc_policy_state, &id);
+    return bpf_map_lookup_elem(&tcm_policy_state, &id);
 }
 
 /* A colour as an array index the verifier can prove in bounds. The barrier hides the value from
- * clang, which otherwise proves the check redundant (tc_meter_mark returns 0..2) and drops it,
+ * clang, which otherwise proves the check redundant (meter_mark returns 0..2) and drops it,
  * or tests one register and indexes with a copy: Linux 6.1's verifier does not carry a bound
  * from a 32-bit copy back to its source and refused the program ("invalid access to map value,
  * off=80"). The check costs one compare. */
-static __always_inline __u32 tc_color_index(__u32 color) {
+static __always_inline __u32 meter_color_index(__u32 color) {
     asm volatile("" : "+r"(color));
-    return color < TC_NR_COLORS ? color : TC_RED;
+    return color < TCM_NR_COLORS ? color : TCM_RED;
 }
 
-struct tc_lock_ctx {
-    struct tc_flow *flow;
+struct tcm_lock_ctx {
+    struct tcm_flow *flow;
     int held;
 };
 
-static long tc_lock_try(__u32 index, void *arg) {
-    struct tc_lock_ctx *ctx = arg;
+static long flow_lock_try(__u32 index, void *arg) {
+    struct tcm_lock_ctx *ctx = arg;
 
     if (__sync_val_compare_and_swap(&ctx->flow->lock, 0, 1) == 0) {
         ctx->held = 1;
@@ -112,15 +112,15 @@ static long tc_lock_try(__u32 index, void *arg) {
 
 /* One inline attempt, the uncontended case; bpf_loop spins for the rest, because a plain bounded
  * loop is walked by the verifier once per iteration on every path. */
-static __always_inline int tc_flow_lock(struct tc_flow *f) {
+static __always_inline int flow_lock(struct tcm_flow *f) {
     if (__sync_val_compare_and_swap(&f->lock, 0, 1) == 0)
         return 1;
-    struct tc_lock_ctx ctx = {.flow = f, .held = 0};
-    bpf_loop(TC_LOCK_SPINS, tc_lock_try, &ctx, 0);
+    struct tcm_lock_ctx ctx = {.flow = f, .held = 0};
+    bpf_loop(TCM_LOCK_SPINS, flow_lock_try, &ctx, 0);
     return ctx.held;
 }
 
-static __always_inline void tc_flow_unlock(struct tc_flow *f) {
+static __always_inline void flow_unlock(struct tcm_flow *f) {
     __sync_lock_test_and_set(&f->lock, 0);
 }
 

@@ -12,48 +12,48 @@
  * and deleted after it stops being active, never updated in place, so prealloc is safe. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, TC_MAX_RULES);
-    __type(key, struct tc_rule_key);
-    __type(value, struct tc_rule);
-} tc_rules SEC(".maps");
+    __uint(max_entries, TCM_MAX_RULES);
+    __type(key, struct tcm_rule_key);
+    __type(value, struct tcm_rule);
+} tcm_rules SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_NR_SETS *TC_MAX_MASKS);
+    __uint(max_entries, TCM_NR_SETS *TCM_MAX_MASKS);
     __type(key, __u32);
-    __type(value, struct tc_mask);
-} tc_masks SEC(".maps");
+    __type(value, struct tcm_mask);
+} tcm_masks SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_NR_SETS);
+    __uint(max_entries, TCM_NR_SETS);
     __type(key, __u32);
-    __type(value, struct tc_set_info);
-} tc_sets SEC(".maps");
+    __type(value, struct tcm_set_info);
+} tcm_sets SEC(".maps");
 
-/* Policy configs by set and slot: index set * TC_MAX_POLICIES + slot. */
+/* Policy configs by set and slot: index set * TCM_MAX_POLICIES + slot. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_NR_SETS *TC_MAX_POLICIES);
+    __uint(max_entries, TCM_NR_SETS *TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_policy);
-} tc_policy_cfg SEC(".maps");
+    __type(value, struct tcm_policy);
+} tcm_policy_cfg SEC(".maps");
 
 /* By policy id: the aggregate bucket (and the fallback when the flow table is full). */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_flow);
-} tc_policy_state SEC(".maps");
+    __type(value, struct tcm_flow);
+} tcm_policy_state SEC(".maps");
 
 /* By policy id, per CPU: packets and bytes per colour. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_counters);
-} tc_policy_stats SEC(".maps");
+    __type(value, struct tcm_counters);
+} tcm_policy_stats SEC(".maps");
 
 /* Per-key buckets. Exact, not LRU: evicting a busy flow would hand it a fresh burst. The
  * capacity is set at load time (bpf_map__set_max_entries). Not preallocated: the daemon deletes
@@ -62,33 +62,33 @@ struct {
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
-    __uint(max_entries, TC_DEFAULT_FLOWS);
-    __type(key, struct tc_flow_key);
-    __type(value, struct tc_flow);
-} tc_flows SEC(".maps");
+    __uint(max_entries, TCM_DEFAULT_FLOWS);
+    __type(key, struct tcm_flow_key);
+    __type(value, struct tcm_flow);
+} tcm_flows SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, struct tc_global_counters);
-} tc_global_stats SEC(".maps");
+    __type(value, struct tcm_global_counters);
+} tcm_global_stats SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(map_flags, BPF_F_MMAPABLE);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, struct tc_runtime);
-} tc_runtime SEC(".maps");
+    __type(value, struct tcm_runtime);
+} tcm_runtime SEC(".maps");
 
-/* By policy id: grants of fleet policies (struct tc_fleet_grant), mmapped by the daemon. */
+/* By policy id: grants of fleet policies (struct tcm_fleet_grant), mmapped by the daemon. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(map_flags, BPF_F_MMAPABLE);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_fleet_grant);
-} tc_fleet SEC(".maps");
+    __type(value, struct tcm_fleet_grant);
+} tcm_fleet SEC(".maps");
 
 #endif /* TRICOLOR_MAPS_H */

@@ -22,13 +22,13 @@
 #include "tricolor_abi.h"
 
 #ifdef __bpf__
-#define TC_METER_INLINE static __always_inline
+#define TCM_METER_INLINE static __always_inline
 #else
-#define TC_METER_INLINE static inline
+#define TCM_METER_INLINE static inline
 #endif
 
 /* Adds @add tokens to a bucket of capacity @size; returns the part that did not fit. */
-TC_METER_INLINE __u64 tc_bucket_add(__u64 *tokens, __u64 size, __u64 add) {
+TCM_METER_INLINE __u64 meter_bucket_add(__u64 *tokens, __u64 size, __u64 add) {
     __u64 room = size - *tokens;
 
     if (add <= room) {
@@ -40,19 +40,19 @@ TC_METER_INLINE __u64 tc_bucket_add(__u64 *tokens, __u64 size, __u64 add) {
 }
 
 /* One independently refilled bucket (trtcm C and P, rfc4115 C and E). */
-TC_METER_INLINE void tc_bucket_refill(__u64 *tokens, __u64 size, __u64 rate, __u64 fill_ns,
-                                      __u64 dt) {
+TCM_METER_INLINE void meter_bucket_refill(__u64 *tokens, __u64 size, __u64 rate, __u64 fill_ns,
+                                          __u64 dt) {
     if (rate == 0)
         return;
     if (dt >= fill_ns)
         *tokens = size;
     else
-        tc_bucket_add(tokens, size, dt * rate); /* dt < fill_ns => dt*rate < size */
+        meter_bucket_add(tokens, size, dt * rate); /* dt < fill_ns => dt*rate < size */
 }
 
 /* Brings both buckets forward to @now_ns. */
-TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct tc_meter_state *st,
-                                     __u64 now_ns) {
+TCM_METER_INLINE void meter_refill(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                   __u64 now_ns) {
     __u64 dt;
 
     if (now_ns <= st->last_ns)
@@ -60,18 +60,18 @@ TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct t
     dt = now_ns - st->last_ns;
     st->last_ns = now_ns;
 
-    if (cfg->algo == TC_ALGO_SRTCM) {
+    if (cfg->algo == TCM_ALGO_SRTCM) {
         /* One token stream at CIR: C first, what overflows C into E. */
         if (dt >= cfg->c_fill_ns) {
             st->c_tokens = cfg->c_size;
             st->e_tokens = cfg->e_size;
             return;
         }
-        tc_bucket_add(&st->e_tokens, cfg->e_size,
-                      tc_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
+        meter_bucket_add(&st->e_tokens, cfg->e_size,
+                         meter_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
         return;
     }
-    if (cfg->flags & TC_METER_F_COUPLED) {
+    if (cfg->flags & TCM_METER_F_COUPLED) {
         /* rfc4115 with CF=1 (MEF 10.3): C at CIR, what overflows C into E, and E at EIR as well.
          * Both streams only add, so capping E once at the end is the continuous model's cap.
          * e_fill_ns is the smaller of EBS/EIR and (CBS+EBS)/CIR: a gap that long fills E, by
@@ -80,46 +80,46 @@ TC_METER_INLINE void tc_meter_refill(const struct tc_meter_config *cfg, struct t
          * against the room left. */
         if (dt >= cfg->e_fill_ns) {
             st->e_tokens = cfg->e_size;
-            tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
+            meter_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
             return;
         }
-        tc_bucket_add(&st->e_tokens, cfg->e_size,
-                      tc_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
+        meter_bucket_add(&st->e_tokens, cfg->e_size,
+                         meter_bucket_add(&st->c_tokens, cfg->c_size, dt * cfg->c_rate));
         if (cfg->e_rate)
-            tc_bucket_add(&st->e_tokens, cfg->e_size, dt * cfg->e_rate);
+            meter_bucket_add(&st->e_tokens, cfg->e_size, dt * cfg->e_rate);
         return;
     }
-    tc_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
-    tc_bucket_refill(&st->e_tokens, cfg->e_size, cfg->e_rate, cfg->e_fill_ns, dt);
+    meter_bucket_refill(&st->c_tokens, cfg->c_size, cfg->c_rate, cfg->c_fill_ns, dt);
+    meter_bucket_refill(&st->e_tokens, cfg->e_size, cfg->e_rate, cfg->e_fill_ns, dt);
 }
 
 /* Tokens a packet of @len metered bytes costs. */
-TC_METER_INLINE __u64 tc_meter_cost(const struct tc_meter_config *cfg, __u32 len) {
-    if (cfg->flags & TC_METER_F_PACKET_MODE)
+TCM_METER_INLINE __u64 meter_cost(const struct tcm_meter_config *cfg, __u32 len) {
+    if (cfg->flags & TCM_METER_F_PACKET_MODE)
         return cfg->unit_tokens;
-    if (len > TC_METER_MAX_LEN)
-        len = TC_METER_MAX_LEN; /* still larger than any bucket, and len*8e9 fits */
+    if (len > TCM_METER_MAX_LEN)
+        len = TCM_METER_MAX_LEN; /* still larger than any bucket, and len*8e9 fits */
     return (__u64)len * cfg->unit_tokens;
 }
 
 /* Buckets are full when a flow's first packet arrives (SPEC §1), or empty under `start: empty`
  * (SPEC §9): then a new flow earns its burst at its rates like any other. */
-TC_METER_INLINE void tc_meter_start(const struct tc_meter_config *cfg, struct tc_meter_state *st,
-                                    __u64 now_ns) {
-    int empty = (cfg->flags & TC_METER_F_START_EMPTY) != 0;
+TCM_METER_INLINE void meter_start(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                  __u64 now_ns) {
+    int empty = (cfg->flags & TCM_METER_F_START_EMPTY) != 0;
 
     st->last_ns = now_ns;
     /* A fleet's C holds only what the fleet granted (SPEC §10). */
-    st->c_tokens = empty || (cfg->flags & TC_METER_F_FLEET) ? 0 : cfg->c_size;
+    st->c_tokens = empty || (cfg->flags & TCM_METER_F_FLEET) ? 0 : cfg->c_size;
     st->e_tokens = empty ? 0 : cfg->e_size;
 }
 
 /* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color,
  * always colour-aware (a parent in a hierarchy meters the colour from below whatever its own
- * mode, SPEC §9), and takes its tokens. Returns enum tc_color. */
-TC_METER_INLINE __u32 tc_meter_mark_aware(const struct tc_meter_config *cfg,
-                                          struct tc_meter_state *st, __u64 now_ns, __u32 len,
-                                          __u32 in_color) {
+ * mode, SPEC §9), and takes its tokens. Returns enum tcm_color. */
+TCM_METER_INLINE __u32 meter_mark_aware(const struct tcm_meter_config *cfg,
+                                        struct tcm_meter_state *st, __u64 now_ns, __u32 len,
+                                        __u32 in_color) {
     __u64 cost;
 
     /* A policy update may have shrunk the buckets: tokens are kept, capped to the new sizes. */
@@ -127,60 +127,60 @@ TC_METER_INLINE __u32 tc_meter_mark_aware(const struct tc_meter_config *cfg,
         st->c_tokens = cfg->c_size;
     if (st->e_tokens > cfg->e_size)
         st->e_tokens = cfg->e_size;
-    tc_meter_refill(cfg, st, now_ns);
-    cost = tc_meter_cost(cfg, len);
-    if (in_color > TC_RED)
-        in_color = TC_GREEN;
+    meter_refill(cfg, st, now_ns);
+    cost = meter_cost(cfg, len);
+    if (in_color > TCM_RED)
+        in_color = TCM_GREEN;
 
-    if (cfg->algo == TC_ALGO_TRTCM) {
+    if (cfg->algo == TCM_ALGO_TRTCM) {
         /* e is the peak bucket P. */
-        if (in_color == TC_RED || st->e_tokens < cost)
-            return TC_RED;
-        if (in_color == TC_YELLOW || st->c_tokens < cost) {
+        if (in_color == TCM_RED || st->e_tokens < cost)
+            return TCM_RED;
+        if (in_color == TCM_YELLOW || st->c_tokens < cost) {
             st->e_tokens -= cost;
-            return TC_YELLOW;
+            return TCM_YELLOW;
         }
         st->e_tokens -= cost;
         st->c_tokens -= cost;
-        return TC_GREEN;
+        return TCM_GREEN;
     }
 
     /* srtcm and rfc4115 mark alike; they differ only in how E refills. */
-    if (in_color == TC_GREEN && st->c_tokens >= cost) {
+    if (in_color == TCM_GREEN && st->c_tokens >= cost) {
         st->c_tokens -= cost;
-        return TC_GREEN;
+        return TCM_GREEN;
     }
-    if (in_color != TC_RED && st->e_tokens >= cost) {
+    if (in_color != TCM_RED && st->e_tokens >= cost) {
         st->e_tokens -= cost;
-        return TC_YELLOW;
+        return TCM_YELLOW;
     }
-    return TC_RED;
+    return TCM_RED;
 }
 
-/* As tc_meter_mark_aware, with @in_color ignored unless the meter is colour-aware.
+/* As meter_mark_aware, with @in_color ignored unless the meter is colour-aware.
  * Colour-blind marking is colour-aware marking of a green packet, for all three algorithms. */
-TC_METER_INLINE __u32 tc_meter_mark(const struct tc_meter_config *cfg, struct tc_meter_state *st,
-                                    __u64 now_ns, __u32 len, __u32 in_color) {
-    if (!(cfg->flags & TC_METER_F_COLOR_AWARE))
-        in_color = TC_GREEN;
-    return tc_meter_mark_aware(cfg, st, now_ns, len, in_color);
+TCM_METER_INLINE __u32 meter_mark(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                  __u64 now_ns, __u32 len, __u32 in_color) {
+    if (!(cfg->flags & TCM_METER_F_COLOR_AWARE))
+        in_color = TCM_GREEN;
+    return meter_mark_aware(cfg, st, now_ns, len, in_color);
 }
 
 #ifndef __bpf__
 /* Configuration time only (it divides): fills @cfg from parameters already validated against
  * the limits in tricolor_abi.h. Rates are in bit/s (packet/s), sizes in bytes (packets).
  * @second_rate/@second_size are EIR/EBS (rfc4115), PIR/PBS (trtcm), or 0/EBS (srtcm). */
-TC_METER_INLINE __u64 tc_fill_ns(__u64 size_tokens, __u64 rate) {
+TCM_METER_INLINE __u64 meter_fill_ns(__u64 size_tokens, __u64 rate) {
     /* Smallest dt with dt*rate >= size: any gap this long fills the bucket from empty. */
     if (rate == 0)
         return ~0ull;
     return size_tokens / rate + (size_tokens % rate != 0);
 }
 
-TC_METER_INLINE void tc_meter_config_init(struct tc_meter_config *cfg, __u32 algo, __u32 flags,
-                                          __u64 cir, __u64 cbs, __u64 second_rate,
-                                          __u64 second_size) {
-    __u64 unit = (flags & TC_METER_F_PACKET_MODE) ? TC_TOKENS_PER_PACKET : TC_TOKENS_PER_BYTE;
+TCM_METER_INLINE void meter_config_init(struct tcm_meter_config *cfg, __u32 algo, __u32 flags,
+                                        __u64 cir, __u64 cbs, __u64 second_rate,
+                                        __u64 second_size) {
+    __u64 unit = (flags & TCM_METER_F_PACKET_MODE) ? TCM_TOKENS_PER_PACKET : TCM_TOKENS_PER_BYTE;
 
     cfg->algo = algo;
     cfg->flags = flags;
@@ -188,17 +188,17 @@ TC_METER_INLINE void tc_meter_config_init(struct tc_meter_config *cfg, __u32 alg
     cfg->c_rate = cir;
     cfg->c_size = cbs * unit;
     cfg->e_size = second_size * unit;
-    if (algo == TC_ALGO_SRTCM) {
+    if (algo == TCM_ALGO_SRTCM) {
         cfg->e_rate = 0;
-        cfg->c_fill_ns = tc_fill_ns(cfg->c_size + cfg->e_size, cir);
+        cfg->c_fill_ns = meter_fill_ns(cfg->c_size + cfg->e_size, cir);
         cfg->e_fill_ns = ~0ull;
     } else {
         cfg->e_rate = second_rate;
-        cfg->c_fill_ns = tc_fill_ns(cfg->c_size, cir);
-        cfg->e_fill_ns = tc_fill_ns(cfg->e_size, second_rate);
-        if (flags & TC_METER_F_COUPLED) {
+        cfg->c_fill_ns = meter_fill_ns(cfg->c_size, cir);
+        cfg->e_fill_ns = meter_fill_ns(cfg->e_size, second_rate);
+        if (flags & TCM_METER_F_COUPLED) {
             /* E is full once EIR alone fills it, or once CIR has filled C and then E. */
-            __u64 both = tc_fill_ns(cfg->c_size + cfg->e_size, cir);
+            __u64 both = meter_fill_ns(cfg->c_size + cfg->e_size, cir);
             if (both < cfg->e_fill_ns)
                 cfg->e_fill_ns = both;
         }

@@ -17,19 +17,19 @@
 
 #include "tricolor_abi.h"
 
-enum tc_parse_result {
-    TC_PARSE_OK = 0,
-    TC_PARSE_NON_IP = 1,
-    TC_PARSE_MALFORMED = 2,
+enum tcm_parse_result {
+    TCM_PARSE_OK = 0,
+    TCM_PARSE_NON_IP = 1,
+    TCM_PARSE_MALFORMED = 2,
 };
 
 #ifndef IPPROTO_MH
 #define IPPROTO_MH 135
 #endif
-#define TC_IPV6_MAX_EXT 6 /* extension headers walked before giving up (malformed) */
+#define TCM_IPV6_MAX_EXT 6 /* extension headers walked before giving up (malformed) */
 
-struct tc_pkt {
-    struct tc_class_key key;
+struct tcm_pkt {
+    struct tcm_class_key key;
     __u32 l3_off;    /* IP header, from the start of the frame */
     __u32 l3_len;    /* IP packet length its header states */
     __u32 l3l4_hlen; /* IP + L4 headers: what each GSO segment repeats */
@@ -37,28 +37,28 @@ struct tc_pkt {
 };
 
 /* A pointer to @len bytes at @off of the packet, or NULL if they are not all there. */
-#define TC_HDR(data, data_end, off, len)                                                           \
+#define TCM_HDR(data, data_end, off, len)                                                          \
     ((void *)((__u8 *)(data) + (off) + (len)) > (data_end) ? NULL                                  \
                                                            : (void *)((__u8 *)(data) + (off)))
 
-struct tc_vlan_hdr {
+struct tcm_vlan_hdr {
     __be16 tci;
     __be16 proto;
 };
 
-struct tc_ipv6_opt_hdr {
+struct tcm_ipv6_opt_hdr {
     __u8 nexthdr;
     __u8 hdrlen;
 };
 
-struct tc_ipv6_frag_hdr {
+struct tcm_ipv6_frag_hdr {
     __u8 nexthdr;
     __u8 reserved;
     __be16 frag_off; /* offset << 3 | res | M */
     __be32 id;
 };
 
-static __always_inline void tc_map_ipv4(__u32 *dst, __be32 addr) {
+static __always_inline void parse_map_ipv4(__u32 *dst, __be32 addr) {
     dst[0] = 0;
     dst[1] = 0;
     dst[2] = bpf_htonl(0x0000ffff);
@@ -66,36 +66,36 @@ static __always_inline void tc_map_ipv4(__u32 *dst, __be32 addr) {
 }
 
 /* L4: ports for the protocols that have them. @avail is what the IP length leaves. */
-static __always_inline int tc_parse_l4(void *data, void *data_end, struct tc_pkt *p, __u32 off,
-                                       __u32 avail) {
+static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *p, __u32 off,
+                                    __u32 avail) {
     __u32 hlen;
 
     switch (p->key.proto) {
     case IPPROTO_TCP: {
-        struct tcphdr *th = TC_HDR(data, data_end, off, sizeof(*th));
+        struct tcphdr *th = TCM_HDR(data, data_end, off, sizeof(*th));
         if (!th || avail < sizeof(*th))
-            return TC_PARSE_MALFORMED;
+            return TCM_PARSE_MALFORMED;
         hlen = th->doff * 4;
-        if (hlen < sizeof(*th) || hlen > avail || !TC_HDR(data, data_end, off, hlen))
-            return TC_PARSE_MALFORMED;
+        if (hlen < sizeof(*th) || hlen > avail || !TCM_HDR(data, data_end, off, hlen))
+            return TCM_PARSE_MALFORMED;
         p->key.sport = bpf_ntohs(th->source);
         p->key.dport = bpf_ntohs(th->dest);
         break;
     }
     case IPPROTO_UDP:
     case IPPROTO_UDPLITE: {
-        struct udphdr *uh = TC_HDR(data, data_end, off, sizeof(*uh));
+        struct udphdr *uh = TCM_HDR(data, data_end, off, sizeof(*uh));
         if (!uh || avail < sizeof(*uh))
-            return TC_PARSE_MALFORMED;
+            return TCM_PARSE_MALFORMED;
         hlen = sizeof(*uh);
         p->key.sport = bpf_ntohs(uh->source);
         p->key.dport = bpf_ntohs(uh->dest);
         break;
     }
     case IPPROTO_SCTP: {
-        __be16 *ports = TC_HDR(data, data_end, off, 12); /* common header: ports, tag, csum */
+        __be16 *ports = TCM_HDR(data, data_end, off, 12); /* common header: ports, tag, csum */
         if (!ports || avail < 12)
-            return TC_PARSE_MALFORMED;
+            return TCM_PARSE_MALFORMED;
         hlen = 12;
         p->key.sport = bpf_ntohs(ports[0]);
         p->key.dport = bpf_ntohs(ports[1]);
@@ -103,58 +103,58 @@ static __always_inline int tc_parse_l4(void *data, void *data_end, struct tc_pkt
     }
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
-        if (!TC_HDR(data, data_end, off, 8) || avail < 8)
-            return TC_PARSE_MALFORMED;
+        if (!TCM_HDR(data, data_end, off, 8) || avail < 8)
+            return TCM_PARSE_MALFORMED;
         p->l3l4_hlen += 8;
         p->l4_off = off;
-        return TC_PARSE_OK;
+        return TCM_PARSE_OK;
     default:
-        return TC_PARSE_OK; /* no ports to read, nothing to check */
+        return TCM_PARSE_OK; /* no ports to read, nothing to check */
     }
-    p->key.flags |= TC_KEY_F_PORTS;
+    p->key.flags |= TCM_KEY_F_PORTS;
     p->l3l4_hlen += hlen;
     p->l4_off = off;
-    return TC_PARSE_OK;
+    return TCM_PARSE_OK;
 }
 
-static __always_inline int tc_parse_ipv4(void *data, void *data_end, struct tc_pkt *p,
-                                         __u32 frame_len) {
-    struct iphdr *ip = TC_HDR(data, data_end, p->l3_off, sizeof(*ip));
+static __always_inline int parse_ipv4(void *data, void *data_end, struct tcm_pkt *p,
+                                      __u32 frame_len) {
+    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off, sizeof(*ip));
     __u32 ihl, tot_len;
     __u16 frag;
 
     if (!ip || ip->version != 4)
-        return TC_PARSE_MALFORMED;
+        return TCM_PARSE_MALFORMED;
     ihl = ip->ihl * 4;
     tot_len = bpf_ntohs(ip->tot_len);
     if (ihl < sizeof(*ip) || tot_len < ihl || tot_len > frame_len - p->l3_off ||
-        !TC_HDR(data, data_end, p->l3_off, ihl))
-        return TC_PARSE_MALFORMED;
+        !TCM_HDR(data, data_end, p->l3_off, ihl))
+        return TCM_PARSE_MALFORMED;
     p->l3_len = tot_len;
     p->l3l4_hlen = ihl;
     p->key.dscp = ip->tos >> 2;
     p->key.proto = ip->protocol;
-    tc_map_ipv4(p->key.src, ip->saddr);
-    tc_map_ipv4(p->key.dst, ip->daddr);
+    parse_map_ipv4(p->key.src, ip->saddr);
+    parse_map_ipv4(p->key.dst, ip->daddr);
 
     frag = bpf_ntohs(ip->frag_off);
     if (frag & 0x1fff)
-        return TC_PARSE_OK; /* a later fragment: no L4 header */
-    return tc_parse_l4(data, data_end, p, p->l3_off + ihl, tot_len - ihl);
+        return TCM_PARSE_OK; /* a later fragment: no L4 header */
+    return parse_l4(data, data_end, p, p->l3_off + ihl, tot_len - ihl);
 }
 
-static __always_inline int tc_parse_ipv6(void *data, void *data_end, struct tc_pkt *p,
-                                         __u32 frame_len) {
-    struct ipv6hdr *ip6 = TC_HDR(data, data_end, p->l3_off, sizeof(*ip6));
+static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt *p,
+                                      __u32 frame_len) {
+    struct ipv6hdr *ip6 = TCM_HDR(data, data_end, p->l3_off, sizeof(*ip6));
     __u32 off, end;
     __u8 next;
 
     if (!ip6 || ip6->version != 6)
-        return TC_PARSE_MALFORMED;
+        return TCM_PARSE_MALFORMED;
     p->l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
     if (p->l3_len > frame_len - p->l3_off)
-        return TC_PARSE_MALFORMED;
-    p->key.flags |= TC_KEY_F_IPV6;
+        return TCM_PARSE_MALFORMED;
+    p->key.flags |= TCM_KEY_F_IPV6;
     p->key.dscp = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
     __builtin_memcpy(p->key.src, &ip6->saddr, 16);
     __builtin_memcpy(p->key.dst, &ip6->daddr, 16);
@@ -163,72 +163,73 @@ static __always_inline int tc_parse_ipv6(void *data, void *data_end, struct tc_p
     end = p->l3_off + p->l3_len;
     next = ip6->nexthdr;
 #pragma unroll
-    for (int i = 0; i < TC_IPV6_MAX_EXT; i++) {
+    for (int i = 0; i < TCM_IPV6_MAX_EXT; i++) {
         switch (next) {
         case IPPROTO_HOPOPTS:
         case IPPROTO_ROUTING:
         case IPPROTO_DSTOPTS:
         case IPPROTO_MH: {
-            struct tc_ipv6_opt_hdr *h = TC_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_opt_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
             if (!h)
-                return TC_PARSE_MALFORMED;
+                return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
             off += (h->hdrlen + 1) * 8;
             break;
         }
         case IPPROTO_AH: {
-            struct tc_ipv6_opt_hdr *h = TC_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_opt_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
             if (!h)
-                return TC_PARSE_MALFORMED;
+                return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
             off += (h->hdrlen + 2) * 4;
             break;
         }
         case IPPROTO_FRAGMENT: {
-            struct tc_ipv6_frag_hdr *h = TC_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_frag_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
             if (!h)
-                return TC_PARSE_MALFORMED;
+                return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
             off += sizeof(*h);
             if (off > end)
-                return TC_PARSE_MALFORMED;
+                return TCM_PARSE_MALFORMED;
             if (bpf_ntohs(h->frag_off) & 0xfff8) {
                 p->key.proto = next; /* a later fragment: no L4 header */
                 p->l3l4_hlen = off - p->l3_off;
-                return TC_PARSE_OK;
+                return TCM_PARSE_OK;
             }
             break;
         }
         default:
             if (off > end)
-                return TC_PARSE_MALFORMED;
+                return TCM_PARSE_MALFORMED;
             p->key.proto = next;
             p->l3l4_hlen = off - p->l3_off;
-            return tc_parse_l4(data, data_end, p, off, end - off);
+            return parse_l4(data, data_end, p, off, end - off);
         }
         if (off > end)
-            return TC_PARSE_MALFORMED;
+            return TCM_PARSE_MALFORMED;
     }
-    return TC_PARSE_MALFORMED; /* more extension headers than we walk */
+    return TCM_PARSE_MALFORMED; /* more extension headers than we walk */
 }
 
 /* Fills @p from the frame [data, data_end) whose full length (with any fragments beyond the
  * linear part) is @frame_len. */
-static __always_inline int tc_parse(void *data, void *data_end, __u32 frame_len, struct tc_pkt *p) {
-    struct ethhdr *eth = TC_HDR(data, data_end, 0, sizeof(*eth));
+static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_len,
+                                        struct tcm_pkt *p) {
+    struct ethhdr *eth = TCM_HDR(data, data_end, 0, sizeof(*eth));
     __u16 proto;
     __u32 off = sizeof(*eth);
 
     if (!eth)
-        return TC_PARSE_MALFORMED;
+        return TCM_PARSE_MALFORMED;
     proto = eth->h_proto;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
             break;
-        struct tc_vlan_hdr *vh = TC_HDR(data, data_end, off, sizeof(*vh));
+        struct tcm_vlan_hdr *vh = TCM_HDR(data, data_end, off, sizeof(*vh));
         if (!vh)
-            return TC_PARSE_MALFORMED;
+            return TCM_PARSE_MALFORMED;
         if (i == 0 && !p->key.vlan)
             p->key.vlan = bpf_ntohs(vh->tci) & 0x0fff;
         proto = vh->proto;
@@ -236,10 +237,10 @@ static __always_inline int tc_parse(void *data, void *data_end, __u32 frame_len,
     }
     p->l3_off = off;
     if (proto == bpf_htons(ETH_P_IP))
-        return tc_parse_ipv4(data, data_end, p, frame_len);
+        return parse_ipv4(data, data_end, p, frame_len);
     if (proto == bpf_htons(ETH_P_IPV6))
-        return tc_parse_ipv6(data, data_end, p, frame_len);
-    return TC_PARSE_NON_IP;
+        return parse_ipv6(data, data_end, p, frame_len);
+    return TCM_PARSE_NON_IP;
 }
 
 #endif /* TRICOLOR_PARSE_H */

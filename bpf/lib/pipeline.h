@@ -14,30 +14,30 @@
 /* Benchmark only: spread each run's IPv4 source over 2^20 addresses (10.0.0.0/12) in a
  * scattered order, so one BPF_PROG_TEST_RUN with a repeat count walks a table of a million
  * flows. Frozen in .rodata at load, so production programs do not contain it. */
-const volatile __u8 tc_bench_spread_src = 0;
-__u32 tc_bench_counter = 0;
+const volatile __u8 tcm_bench_spread_src = 0;
+__u32 tcm_bench_counter = 0;
 
 /* What the entry point must do after the pipeline. */
-struct tc_verdict {
+struct tcm_verdict {
     __u32 drop;
-    __u32 kind; /* enum tc_action_kind of the colour's action */
+    __u32 kind; /* enum tcm_action_kind of the colour's action */
     __u32 value;
 };
 
-/* Testing mode only (tc_test_clock): the last packet's matched policy id + 1 (0: none) and
+/* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
  * colour, so the replay and the tests read the verdict of the real program. */
-__u32 tc_test_last_policy = 0;
-__u32 tc_test_last_color = 0;
+__u32 tcm_test_last_policy = 0;
+__u32 tcm_test_last_color = 0;
 
 /* --aqm: the early signal on a packet that would pass: CE if the policy says ecn and the packet
  * is ECN-capable, else a drop (aqm.h has the law). Counted per policy apart from the colours,
  * which stay what the meter said. */
-static __always_inline void tc_aqm_signal(void *data, void *data_end, const struct tc_pkt *p,
-                                          const struct tc_policy *pol, struct tc_verdict *v,
-                                          __u32 segs, __u32 len) {
+static __always_inline void aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
+                                       const struct tcm_policy *pol, struct tcm_verdict *v,
+                                       __u32 segs, __u32 len) {
     __u32 id = pol->policy_id;
-    struct tc_tcp_counters *t = bpf_map_lookup_elem(&tc_tcp_stats, &id);
-    if (pol->aqm == TC_AQM_ECN && tc_set_ce(data, data_end, p) == 0) {
+    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
+    if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
         if (t) {
             t->aqm_marked_packets += segs;
             t->aqm_marked_bytes += len;
@@ -52,39 +52,39 @@ static __always_inline void tc_aqm_signal(void *data, void *data_end, const stru
 }
 
 /* @l3_total: the IP bytes of the whole (possibly GSO) packet; @segs: segments it will be. */
-static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end, __u32 frame_len,
-                                                     struct tc_pkt *p, __u32 segs, __u32 l2_extra,
-                                                     __u32 gso) {
-    struct tc_verdict v = {};
+static __always_inline struct tcm_verdict pipeline_run(void *data, void *data_end, __u32 frame_len,
+                                                       struct tcm_pkt *p, __u32 segs,
+                                                       __u32 l2_extra, __u32 gso) {
+    struct tcm_verdict v = {};
     __u32 zero = 0;
-    struct tc_global_counters *g = bpf_map_lookup_elem(&tc_global_stats, &zero);
-    struct tc_runtime *rt = bpf_map_lookup_elem(&tc_runtime, &zero);
-    if (tc_test_clock)
-        tc_test_last_policy = 0;
+    struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
+    struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
+    if (tcm_test_clock)
+        tcm_test_last_policy = 0;
     if (!rt)
         return v;
-    int res = tc_parse(data, data_end, frame_len, p);
+    int res = parse_packet(data, data_end, frame_len, p);
 
-    if (res != TC_PARSE_OK) {
-        if (g && res == TC_PARSE_NON_IP) {
+    if (res != TCM_PARSE_OK) {
+        if (g && res == TCM_PARSE_NON_IP) {
             g->non_ip_packets++;
             g->non_ip_bytes += frame_len;
         } else if (g) {
             g->malformed_packets++;
             g->malformed_bytes += frame_len;
         }
-        v.drop = res == TC_PARSE_MALFORMED && rt->drop_malformed;
+        v.drop = res == TCM_PARSE_MALFORMED && rt->drop_malformed;
         return v;
     }
-    if (tc_bench_spread_src) {
+    if (tcm_bench_spread_src) {
         /* An odd multiplier permutes the residues mod 2^20: every source once per 2^20 runs. */
-        __u32 n = (tc_bench_counter++ * 2654435761u) & 0xfffff;
+        __u32 n = (tcm_bench_counter++ * 2654435761u) & 0xfffff;
         p->key.src[3] = bpf_htonl(0x0a000000 | n);
     }
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
-    struct tc_policy *pol = tc_classify(&p->key, rt->active_set & 1);
+    struct tcm_policy *pol = classify_packet(&p->key, rt->active_set & 1);
     if (!pol) {
         if (g) {
             g->unclassified_packets++;
@@ -92,32 +92,32 @@ static __always_inline struct tc_verdict tc_pipeline(void *data, void *data_end,
         }
         return v;
     }
-    struct tc_chain_in in = {
+    struct tcm_chain_in in = {
         .l3_total = l3_total,
         .segs = segs,
         .hdr_len = p->l3l4_hlen,
         .l2_len = p->l3_off + l2_extra,
-        .in_color = TC_GREEN,
+        .in_color = TCM_GREEN,
     };
-    if (pol->meter.flags & TC_METER_F_COLOR_AWARE)
-        in.in_color = tc_color_of_dscp(pol, p->key.dscp);
+    if (pol->meter.flags & TCM_METER_F_COLOR_AWARE)
+        in.in_color = act_color_of_dscp(pol, p->key.dscp);
     /* Meters the packet through the policy and its parents, and counts it at every level. */
-    int metered = tc_chain_meter_packet(pol, &p->key, &in);
-    if (metered == TC_NR_COLORS)
+    int metered = chain_meter_packet(pol, &p->key, &in);
+    if (metered == TCM_NR_COLORS)
         return v;
-    __u32 color = tc_color_index(metered & 0xff);
-    __u32 len = tc_level_len(pol, &in);
-    if (tc_test_clock) {
-        tc_test_last_policy = pol->policy_id + 1;
-        tc_test_last_color = color;
+    __u32 color = meter_color_index(metered & 0xff);
+    __u32 len = chain_level_len(pol, &in);
+    if (tcm_test_clock) {
+        tcm_test_last_policy = pol->policy_id + 1;
+        tcm_test_last_color = color;
     }
     v.kind = pol->action[color].kind;
     v.value = pol->action[color].value;
-    v.drop = v.kind == TC_ACT_KIND_DROP;
-    if (v.kind == TC_ACT_KIND_DSCP)
-        tc_set_dscp(data, data_end, p, v.value);
-    if (metered & TC_METER_SIGNAL)
-        tc_aqm_signal(data, data_end, p, pol, &v, segs, len);
+    v.drop = v.kind == TCM_ACT_KIND_DROP;
+    if (v.kind == TCM_ACT_KIND_DSCP)
+        act_set_dscp(data, data_end, p, v.value);
+    if (metered & TCM_METER_SIGNAL)
+        aqm_signal(data, data_end, p, pol, &v, segs, len);
     return v;
 }
 

@@ -8,7 +8,7 @@
  *
  *     share = rate / N     (rate: the policy's CIR as TCP payload; per 5-tuple: the whole rate)
  *
- * N counts the policy's *active* sockets: a socket joins once it has had TC_SHAPE_ACTIVE_BYTES
+ * N counts the policy's *active* sockets: a socket joins once it has had TCM_SHAPE_ACTIVE_BYTES
  * acknowledged (a bulk sender, not a control connection or an idle keep-alive), and leaves when
  * it reaches FIN_WAIT2, TIME_WAIT or CLOSE (its data all acknowledged, or gone), exactly once.
  * Until it joins, a socket is paced at rate / (N + 1), the share it would have.
@@ -42,35 +42,36 @@
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_shape_cfg);
-} tc_shape_cfg SEC(".maps");
+    __type(value, struct tcm_shape_cfg);
+} tcm_shape_cfg SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TC_MAX_POLICIES);
+    __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tc_shape_state);
-} tc_shape_state SEC(".maps");
+    __type(value, struct tcm_shape_state);
+} tcm_shape_state SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_SK_STORAGE);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __type(key, int);
-    __type(value, struct tc_sock_shape);
-} tc_sock_shape SEC(".maps");
+    __type(value, struct tcm_sock_shape);
+} tcm_sock_shape SEC(".maps");
 
 /* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
  * ifindexes of the tc egress attachments to classify sockets against. */
-__u32 tc_shape_policies = 0;
-__u32 tc_shape_n_ifaces = 0;
-__u32 tc_shape_ifaces[TC_SHAPE_MAX_IFACES] = {};
+__u32 tcm_shape_policies = 0;
+__u32 tcm_shape_n_ifaces = 0;
+__u32 tcm_shape_ifaces[TCM_SHAPE_MAX_IFACES] = {};
 
 /* The classifier key of the socket's outgoing packets, ifindex left to the caller. */
-static __always_inline int tc_sock_key(const struct bpf_sock_ops *skops, struct tc_class_key *k) {
+static __always_inline int shape_sock_key(const struct bpf_sock_ops *skops,
+                                          struct tcm_class_key *k) {
     k->proto = 6; /* IPPROTO_TCP */
-    k->flags = TC_KEY_F_PORTS;
+    k->flags = TCM_KEY_F_PORTS;
     k->sport = (__u16)skops->local_port;
     k->dport = (__u16)bpf_ntohl(skops->remote_port);
     if (skops->family == AF_INET) {
@@ -92,43 +93,44 @@ static __always_inline int tc_sock_key(const struct bpf_sock_ops *skops, struct 
     /* A dual-stack socket talking IPv4 sends IPv4 packets: keep the mapped form, as parsing
      * does, and no IPv6 flag. */
     if (!(k->src[0] == 0 && k->src[1] == 0 && k->src[2] == bpf_htonl(0x0000ffff)))
-        k->flags |= TC_KEY_F_IPV6;
+        k->flags |= TCM_KEY_F_IPV6;
     return 0;
 }
 
 /* The id of the shaping policy the socket falls under on some tc egress attachment, or -1. */
-static __always_inline int tc_sock_policy(const struct bpf_sock_ops *skops) {
-    struct tc_class_key k = {};
+static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
+    struct tcm_class_key k = {};
     __u32 zero = 0;
-    struct tc_runtime *rt = bpf_map_lookup_elem(&tc_runtime, &zero);
-    if (!rt || tc_sock_key(skops, &k) < 0)
+    struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
+    if (!rt || shape_sock_key(skops, &k) < 0)
         return -1;
-    __u32 n = tc_shape_n_ifaces;
+    __u32 n = tcm_shape_n_ifaces;
     if (n == 0)
         n = 1; /* no tc egress attachment yet: policies that name no interface still count */
-    for (__u32 i = 0; i < TC_SHAPE_MAX_IFACES && i < n; i++) {
-        k.ifindex = tc_shape_ifaces[i & (TC_SHAPE_MAX_IFACES - 1)];
-        int idx = tc_classify_index(&k, rt->active_set & 1);
+    for (__u32 i = 0; i < TCM_SHAPE_MAX_IFACES && i < n; i++) {
+        k.ifindex = tcm_shape_ifaces[i & (TCM_SHAPE_MAX_IFACES - 1)];
+        int idx = classify_index(&k, rt->active_set & 1);
         if (idx < 0)
             continue;
         __u32 slot = idx;
-        struct tc_policy *pol = bpf_map_lookup_elem(&tc_policy_cfg, &slot);
+        struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &slot);
         if (!pol)
             continue;
         __u32 id = pol->policy_id;
-        struct tc_shape_cfg *cfg = bpf_map_lookup_elem(&tc_shape_cfg, &id);
+        struct tcm_shape_cfg *cfg = bpf_map_lookup_elem(&tcm_shape_cfg, &id);
         if (cfg && cfg->rate)
-            return id & (TC_MAX_POLICIES - 1);
+            return id & (TCM_MAX_POLICIES - 1);
         return -1; /* the socket's policy does not shape: the first match decides */
     }
     return -1;
 }
 
 /* Sets the socket's pacing to its current share if the share may have changed. */
-static __always_inline void tc_sock_repace(struct bpf_sock_ops *skops, struct tc_sock_shape *ss) {
-    __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
-    struct tc_shape_cfg *cfg = bpf_map_lookup_elem(&tc_shape_cfg, &id);
-    struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops,
+                                              struct tcm_sock_shape *ss) {
+    __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
+    struct tcm_shape_cfg *cfg = bpf_map_lookup_elem(&tcm_shape_cfg, &id);
+    struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
     if (!cfg || !st)
         return;
     __u32 gen = st->gen + cfg->gen;
@@ -147,15 +149,15 @@ static __always_inline void tc_sock_repace(struct bpf_sock_ops *skops, struct tc
     bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate));
 }
 
-static __always_inline void tc_sock_start(struct bpf_sock_ops *skops) {
+static __always_inline void shape_sock_start(struct bpf_sock_ops *skops) {
     struct bpf_sock *sk = skops->sk;
     if (!sk)
         return;
-    int id = tc_sock_policy(skops);
+    int id = shape_sock_policy(skops);
     if (id < 0)
         return;
-    struct tc_sock_shape *ss =
-        bpf_sk_storage_get(&tc_sock_shape, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+    struct tcm_sock_shape *ss =
+        bpf_sk_storage_get(&tcm_sock_shape, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
     if (!ss || ss->policy_id)
         return;
     ss->policy_id = id + 1;
@@ -163,36 +165,36 @@ static __always_inline void tc_sock_start(struct bpf_sock_ops *skops) {
     ss->gen = ~0u;
     ss->rate = 0;
     bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RTT_CB_FLAG);
-    tc_sock_repace(skops, ss);
+    shape_sock_repace(skops, ss);
 }
 
 /* On an ACK: a socket that has sent enough joins the count; then its share, if it moved. */
-static __always_inline void tc_sock_ack(struct bpf_sock_ops *skops, struct tc_sock_shape *ss) {
-    if (!ss->counted && skops->bytes_acked >= TC_SHAPE_ACTIVE_BYTES) {
-        __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
-        struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss) {
+    if (!ss->counted && skops->bytes_acked >= TCM_SHAPE_ACTIVE_BYTES) {
+        __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
+        struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
         if (st) {
             ss->counted = 1;
             __sync_fetch_and_add(&st->sockets, 1);
             __sync_fetch_and_add(&st->gen, 1);
         }
     }
-    tc_sock_repace(skops, ss);
+    shape_sock_repace(skops, ss);
 }
 
-static __always_inline void tc_sock_stop(struct bpf_sock_ops *skops) {
+static __always_inline void shape_sock_stop(struct bpf_sock_ops *skops) {
     struct bpf_sock *sk = skops->sk;
     if (!sk)
         return;
-    struct tc_sock_shape *ss = bpf_sk_storage_get(&tc_sock_shape, sk, 0, 0);
+    struct tcm_sock_shape *ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
     if (!ss || !ss->policy_id || ss->counted == 2)
         return;
     __u32 was = ss->counted;
     ss->counted = 2; /* done: never joins again */
     if (was != 1)
         return;
-    __u32 id = (ss->policy_id - 1) & (TC_MAX_POLICIES - 1);
-    struct tc_shape_state *st = bpf_map_lookup_elem(&tc_shape_state, &id);
+    __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
+    struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
     if (!st)
         return;
     __sync_fetch_and_add(&st->sockets, -1);
@@ -201,28 +203,28 @@ static __always_inline void tc_sock_stop(struct bpf_sock_ops *skops) {
 
 SEC("sockops")
 int tricolor_sockops(struct bpf_sock_ops *skops) {
-    struct tc_sock_shape *ss;
+    struct tcm_sock_shape *ss;
     struct bpf_sock *sk;
 
     switch (skops->op) {
     case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
     case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-        if (tc_shape_policies)
-            tc_sock_start(skops);
+        if (tcm_shape_policies)
+            shape_sock_start(skops);
         break;
     case BPF_SOCK_OPS_RTT_CB:
         sk = skops->sk;
         if (!sk)
             break;
-        ss = bpf_sk_storage_get(&tc_sock_shape, sk, 0, 0);
+        ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
         if (ss && ss->policy_id)
-            tc_sock_ack(skops, ss);
+            shape_sock_ack(skops, ss);
         break;
     case BPF_SOCK_OPS_STATE_CB:
         /* args[1]: the new state. */
         if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
             skops->args[1] == BPF_TCP_CLOSE)
-            tc_sock_stop(skops);
+            shape_sock_stop(skops);
         break;
     }
     return 1;

@@ -41,15 +41,15 @@ double run_repeat(int prog_fd, const std::vector<uint8_t> &frame, int repeat = k
     return opts.duration;
 }
 
-Policy always_green(uint32_t id, tc_per per) {
+Policy always_green(uint32_t id, tcm_per per) {
     Policy p;
     p.id = id;
     p.name = "bench" + std::to_string(id);
     p.meter.algo = Algo::trtcm;
-    p.meter.cir = TC_METER_MAX_RATE;
-    p.meter.cbs = TC_METER_MAX_SIZE;
-    p.meter.pir = TC_METER_MAX_RATE;
-    p.meter.pbs = TC_METER_MAX_SIZE;
+    p.meter.cir = TCM_METER_MAX_RATE;
+    p.meter.cbs = TCM_METER_MAX_SIZE;
+    p.meter.pir = TCM_METER_MAX_RATE;
+    p.meter.pbs = TCM_METER_MAX_SIZE;
     p.per = per;
     p.match.dst = parse_prefix("198.18.0.0/15").value();
     return p;
@@ -59,10 +59,11 @@ Policy always_green(uint32_t id, tc_per per) {
 // 5-tuple level below (3), then per-dst between source and aggregate (4). The bottom level
 // matches the traffic; the others are only_parent.
 std::vector<Policy> chain(int levels) {
-    static const tc_per pers[4][4] = {{TC_PER_SRC},
-                                      {TC_PER_SRC, TC_PER_AGGREGATE},
-                                      {TC_PER_5TUPLE, TC_PER_SRC, TC_PER_AGGREGATE},
-                                      {TC_PER_5TUPLE, TC_PER_SRC, TC_PER_DST, TC_PER_AGGREGATE}};
+    static const tcm_per pers[4][4] = {
+        {TCM_PER_SRC},
+        {TCM_PER_SRC, TCM_PER_AGGREGATE},
+        {TCM_PER_5TUPLE, TCM_PER_SRC, TCM_PER_AGGREGATE},
+        {TCM_PER_5TUPLE, TCM_PER_SRC, TCM_PER_DST, TCM_PER_AGGREGATE}};
     std::vector<Policy> out;
     for (int i = 0; i < levels; ++i) {
         Policy p = always_green(10 + i, pers[levels - 1][i]);
@@ -92,7 +93,7 @@ void control_plane(Datapath &million) {
     const int n = 10000;
     std::vector<Policy> set;
     for (int i = 0; i < n; ++i) {
-        Policy p = always_green(i, TC_PER_AGGREGATE);
+        Policy p = always_green(i, TCM_PER_AGGREGATE);
         p.name = "p" + std::to_string(i);
         p.match.dst = Prefix{false, {198, 18, uint8_t(i >> 8), uint8_t(i & 0xff)}, 32};
         set.push_back(p);
@@ -161,7 +162,7 @@ void over_admission(const std::vector<uint8_t> &frame) {
         throw std::runtime_error(r.error());
     test::run_on_two_cpus(dp.xdp_prog_fd(), frame, 1000000);
     auto c = dp.policy_counters()[1];
-    int64_t admitted = static_cast<int64_t>(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW]);
+    int64_t admitted = static_cast<int64_t>(c.bytes[TCM_GREEN] + c.bytes[TCM_YELLOW]);
     int64_t over = admitted - 2000000;
     std::printf(
         "two CPUs, one flow, 2x10^6 packets: admitted %lld of 2000000 bytes, over-admission "
@@ -181,7 +182,7 @@ void chain_over_admission(const std::vector<uint8_t> &frame) {
     Datapath dp(o);
     dp.set_clock(1000000000);
     const uint64_t sizes[3] = {300000, 600000, 1000000}; // conn, user, link: CBS = EBS
-    const tc_per pers[3] = {TC_PER_5TUPLE, TC_PER_SRC, TC_PER_AGGREGATE};
+    const tcm_per pers[3] = {TCM_PER_5TUPLE, TCM_PER_SRC, TCM_PER_AGGREGATE};
     std::vector<Policy> set;
     for (int i = 0; i < 3; ++i) {
         Policy p;
@@ -205,12 +206,12 @@ void chain_over_admission(const std::vector<uint8_t> &frame) {
     int64_t worst = 0;
     for (int i = 0; i < 3; ++i) {
         int64_t admitted =
-            static_cast<int64_t>(c[1 + i].bytes[TC_GREEN] + c[1 + i].bytes[TC_YELLOW]);
+            static_cast<int64_t>(c[1 + i].bytes[TCM_GREEN] + c[1 + i].bytes[TCM_YELLOW]);
         worst = std::max(worst, admitted - static_cast<int64_t>(2 * sizes[0]));
     }
     std::printf("two CPUs, one 3-level chain, 2x10^6 packets: admitted %llu bytes at every level "
                 "(the child's CBS + EBS: %llu), lock timeouts %llu\n",
-                static_cast<unsigned long long>(c[1].bytes[TC_GREEN] + c[1].bytes[TC_YELLOW]),
+                static_cast<unsigned long long>(c[1].bytes[TCM_GREEN] + c[1].bytes[TCM_YELLOW]),
                 static_cast<unsigned long long>(2 * sizes[0]),
                 static_cast<unsigned long long>(dp.global_counters().lock_timeouts));
     std::printf("RESULT name=two_cpu_chain_over_admission bytes=%lld target=0\n",
@@ -235,19 +236,19 @@ int main() {
     DatapathOptions spread = o;
     spread.bench_spread_sources = true;
     Datapath million(spread);
-    if (auto r = agg.apply({always_green(1, TC_PER_AGGREGATE)}); !r)
+    if (auto r = agg.apply({always_green(1, TCM_PER_AGGREGATE)}); !r)
         throw std::runtime_error(r.error());
-    Policy with_aqm = always_green(1, TC_PER_AGGREGATE);
-    with_aqm.aqm = TC_AQM_ECN; // SPEC §8: the signal's cost on a green packet
+    Policy with_aqm = always_green(1, TCM_PER_AGGREGATE);
+    with_aqm.aqm = TCM_AQM_ECN; // SPEC §8: the signal's cost on a green packet
     if (auto r = agg_aqm.apply({with_aqm}); !r)
         throw std::runtime_error(r.error());
-    if (auto r = per_src.apply({always_green(1, TC_PER_SRC)}); !r)
+    if (auto r = per_src.apply({always_green(1, TCM_PER_SRC)}); !r)
         throw std::runtime_error(r.error());
-    if (auto r = million.apply({always_green(1, TC_PER_SRC)}); !r)
+    if (auto r = million.apply({always_green(1, TCM_PER_SRC)}); !r)
         throw std::runtime_error(r.error());
     // Hierarchies: each chain in its own data path, measured in the same rounds as per_src.
     std::vector<std::unique_ptr<Datapath>> chains;
-    for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels) {
+    for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels) {
         chains.push_back(std::make_unique<Datapath>(o));
         if (auto r = chains.back()->apply(chain(levels)); !r)
             throw std::runtime_error(r.error());
@@ -269,7 +270,7 @@ int main() {
         ns["green_aggregate_xdp_aqm_ecn"].push_back(run_repeat(agg_aqm.xdp_prog_fd(), frame));
         ns["green_per_src_1_flow"].push_back(run_repeat(per_src.xdp_prog_fd(), frame));
         ns["green_per_src_1M_flows"].push_back(run_repeat(million.xdp_prog_fd(), frame));
-        for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels)
+        for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels)
             ns[fmt::format("green_chain_{}_levels", levels)].push_back(
                 run_repeat(chains[levels - 2]->xdp_prog_fd(), frame));
     }
@@ -294,7 +295,7 @@ int main() {
     // SPEC §9's cost target: a packet through per-src under aggregate against a per-src
     // policy alone (the cost of the parent and of all-or-nothing), same run, median of each.
     double single = median(ns["green_per_src_1_flow"]);
-    for (int levels = 2; levels <= TC_MAX_LEVELS; ++levels) {
+    for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels) {
         double m = median(ns[fmt::format("green_chain_{}_levels", levels)]);
         std::printf("RESULT name=chain_%d_levels_vs_per_src ratio=%.2f%s\n", levels, m / single,
                     levels == 2 ? " target=1.4" : "");

@@ -104,7 +104,7 @@ int main() {
             if (c.algo == Algo::rfc4115)
                 p.eir = kSecondRate;
         }
-        const tc_meter_config cfg = make_meter_config(p);
+        const tcm_meter_config cfg = make_meter_config(p);
         std::vector<uint8_t> exact(kPackets), rte(kPackets);
 
         // rte_meter profiles: rates in bytes per second.
@@ -119,11 +119,11 @@ int main() {
         rte_meter_trtcm_rfc4115_profile_config(&rp, &rparams);
 
         auto run_tricolor = [&] {
-            tc_meter_state st{};
-            tc_meter_start(&cfg, &st, t.ns[0]);
+            tcm_meter_state st{};
+            meter_start(&cfg, &st, t.ns[0]);
             for (size_t i = 0; i < kPackets; ++i)
-                exact[i] = static_cast<uint8_t>(
-                    tc_meter_mark(&cfg, &st, t.ns[i], t.len[i], t.in_color[i]));
+                exact[i] =
+                    static_cast<uint8_t>(meter_mark(&cfg, &st, t.ns[i], t.len[i], t.in_color[i]));
         };
         auto run_rte = [&] {
             rte_meter_srtcm sm{};
@@ -168,8 +168,8 @@ int main() {
         for (size_t i = 0; i < kPackets; ++i) {
             if (exact[i] != rte[i])
                 ++mismatches;
-            green_excess += (rte[i] == TC_GREEN ? int64_t(t.len[i]) : 0) -
-                            (exact[i] == TC_GREEN ? int64_t(t.len[i]) : 0);
+            green_excess += (rte[i] == TCM_GREEN ? int64_t(t.len[i]) : 0) -
+                            (exact[i] == TCM_GREEN ? int64_t(t.len[i]) : 0);
         }
         double m_tc = median(tc_ns), m_rte = median(rte_ns);
         std::printf("%-22s %12.2f %10.2f %8.2f %14zu %18lld\n", c.name, m_tc, m_rte, m_rte / m_tc,

@@ -27,13 +27,13 @@ class AqmTest : public ::testing::Test {
         dp->set_clock(1000000000);
     }
     // srtcm, CIR 8000 bit/s (1000 bytes/s), CBS 8000 bytes, EBS 0: 80 packets of 100 bytes.
-    void apply(tc_aqm_mode aqm, Action red = Action{TC_ACT_KIND_DROP, 0}) {
+    void apply(tcm_aqm_mode aqm, Action red = Action{TCM_ACT_KIND_DROP, 0}) {
         Policy p;
         p.id = 3;
         p.name = "aqm";
         p.meter = test::meter_params(Algo::srtcm, 8000, 8000, 8000, 0);
         p.aqm = aqm;
-        p.actions[TC_RED] = red;
+        p.actions[TCM_RED] = red;
         auto r = dp->apply({p});
         ASSERT_TRUE(r.has_value()) << r.error();
     }
@@ -53,7 +53,7 @@ uint8_t ecn_of(const std::vector<uint8_t> &f) {
 }
 
 TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
-    apply(TC_AQM_ECN);
+    apply(TCM_AQM_ECN);
     std::vector<int> marked;
     for (int i = 1; i <= 80; ++i) {
         auto f = frame(2); // ECT(0)
@@ -82,7 +82,7 @@ TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
 }
 
 TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) {
-    apply(TC_AQM_ECN);
+    apply(TCM_AQM_ECN);
     auto drain = [&](uint8_t ecn, std::vector<int> &signalled) {
         for (int i = 1; i <= 75; ++i) {
             auto r = dp->run_xdp(frame(ecn, true));
@@ -106,7 +106,7 @@ TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) 
 }
 
 TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
-    apply(TC_AQM_DROP);
+    apply(TCM_AQM_DROP);
     auto drain = [&](int n) {
         std::vector<int> drops;
         for (int i = 1; i <= n; ++i)
@@ -135,14 +135,14 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
     o.flow_capacity = 1024;
     dp = std::make_unique<Datapath>(o);
     dp->set_clock(1000000000);
-    apply(TC_AQM_OFF);
+    apply(TCM_AQM_OFF);
     drain(75);
     dp->set_clock(t1);
     drain(80);
     dp->set_clock(t2);
     drain(45);
     auto without = dp->policy_counters()[3];
-    for (int c = 0; c < TC_NR_COLORS; ++c) {
+    for (int c = 0; c < TCM_NR_COLORS; ++c) {
         EXPECT_EQ(with.packets[c], without.packets[c]) << "colour " << c;
         EXPECT_EQ(with.bytes[c], without.bytes[c]) << "colour " << c;
     }
@@ -150,7 +150,7 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
 }
 
 TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
-    apply(TC_AQM_ECN, Action{TC_ACT_KIND_PASS, 0});
+    apply(TCM_AQM_ECN, Action{TCM_ACT_KIND_PASS, 0});
     int marks = 0;
     for (int i = 1; i <= 200; ++i) {
         auto r = dp->run_xdp(frame(2));

@@ -173,7 +173,7 @@ TEST_F(DatapathTest, InconsistentHeadersAreMalformed) {
     uint64_t before = dp->global_counters().malformed_packets;
     dp->run_xdp(Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).trailer(18).build());
     EXPECT_EQ(dp->global_counters().malformed_packets, before);
-    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 28u); // the IP packet, not the padding
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 28u); // the IP packet, not the padding
 }
 
 // ---- classification -----------------------------------------------------------------------------
@@ -360,23 +360,23 @@ TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // yellow
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // red: dropped by default
     auto c = dp->policy_counters()[1];
-    EXPECT_EQ(c.packets[TC_GREEN], 1u);
-    EXPECT_EQ(c.packets[TC_YELLOW], 1u);
-    EXPECT_EQ(c.packets[TC_RED], 1u);
-    EXPECT_EQ(c.bytes[TC_GREEN], 1000u);
-    EXPECT_EQ(c.bytes[TC_RED], 1000u);
+    EXPECT_EQ(c.packets[TCM_GREEN], 1u);
+    EXPECT_EQ(c.packets[TCM_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
+    EXPECT_EQ(c.bytes[TCM_GREEN], 1000u);
+    EXPECT_EQ(c.bytes[TCM_RED], 1000u);
     dp->set_clock(1000000000 + 1000000000); // one second: 1000 bytes back
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
-    EXPECT_EQ(dp->policy_counters()[1].packets[TC_GREEN], 2u);
+    EXPECT_EQ(dp->policy_counters()[1].packets[TCM_GREEN], 2u);
 }
 
 TEST_F(DatapathTest, L2LengthAndOverhead) {
     Policy p = policy(1, "l2", Algo::srtcm, 8000, 1000000, 0);
-    p.length = TC_LEN_L2;
+    p.length = TCM_LEN_L2;
     p.overhead = 24;
     apply({p});
     dp->run_xdp(Packet().vlan(3).ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build());
-    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 18u + 100 + 24);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 18u + 100 + 24);
 }
 
 TEST_F(DatapathTest, ColourAwareTakesDscpThroughTheMap) {
@@ -392,17 +392,17 @@ TEST_F(DatapathTest, ColourAwareTakesDscpThroughTheMap) {
     send(14); // AF13 red
     send(46); // EF: green under the AF map
     auto c = dp->policy_counters()[1];
-    EXPECT_EQ(c.packets[TC_GREEN], 2u);
-    EXPECT_EQ(c.packets[TC_YELLOW], 1u);
-    EXPECT_EQ(c.packets[TC_RED], 1u);
+    EXPECT_EQ(c.packets[TCM_GREEN], 2u);
+    EXPECT_EQ(c.packets[TCM_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
 }
 
 // ---- actions ----------------------------------------------------------------------------------
 
 TEST_F(DatapathTest, DscpRemarkKeepsEcnAndFixesTheIpv4Checksum) {
     Policy p = policy(1, "remark", Algo::srtcm, 8000, 32, 0); // exactly one 32-byte packet
-    p.actions[TC_GREEN] = parse_action("dscp:af41").value();
-    p.actions[TC_RED] = parse_action("dscp:cs1").value();
+    p.actions[TCM_GREEN] = parse_action("dscp:af41").value();
+    p.actions[TCM_RED] = parse_action("dscp:cs1").value();
     apply({p});
     for (uint8_t ecn : {0, 1, 2, 3}) {
         SCOPED_TRACE(int(ecn));
@@ -431,7 +431,7 @@ TEST_F(DatapathTest, DscpRemarkKeepsEcnAndFixesTheIpv4Checksum) {
 
 TEST_F(DatapathTest, DscpRemarkOnIpv6KeepsEcnAndFlowLabel) {
     Policy p = policy(1, "remark6", Algo::srtcm, 8000, 100000, 0);
-    p.actions[TC_GREEN] = parse_action("dscp:ef").value();
+    p.actions[TCM_GREEN] = parse_action("dscp:ef").value();
     apply({p});
     auto frame =
         Packet().vlan(9).ipv6("2001:db8::1", "2001:db8::2").dscp(10).ecn(3).udp(1, 2).build();
@@ -448,9 +448,9 @@ TEST_F(DatapathTest, DscpRemarkOnIpv6KeepsEcnAndFlowLabel) {
 
 TEST_F(DatapathTest, TcMarkPriorityAndClassid) {
     Policy p = policy(1, "tc", Algo::srtcm, 8000, 1000, 1000);
-    p.actions[TC_GREEN] = parse_action("mark:77").value();
-    p.actions[TC_YELLOW] = parse_action("classid:1:10").value();
-    p.actions[TC_RED] = parse_action("priority:5").value();
+    p.actions[TCM_GREEN] = parse_action("mark:77").value();
+    p.actions[TCM_YELLOW] = parse_action("classid:1:10").value();
+    p.actions[TCM_RED] = parse_action("priority:5").value();
     apply({p});
     auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
     auto g = dp->run_tc(frame);
@@ -461,7 +461,7 @@ TEST_F(DatapathTest, TcMarkPriorityAndClassid) {
     auto r = dp->run_tc(frame);
     EXPECT_EQ(r.retval, unsigned(TC_ACT_OK)); // red's action is priority, not drop
     EXPECT_EQ(r.skb_out.priority, 5u);
-    p.actions[TC_RED] = parse_action("drop").value();
+    p.actions[TCM_RED] = parse_action("drop").value();
     apply({p});
     EXPECT_EQ(dp->run_tc(frame).retval, unsigned(TC_ACT_SHOT));
 }
@@ -478,8 +478,8 @@ TEST_F(DatapathTest, TcGsoPacketIsChargedPerSegmentWithHeaders) {
     auto r = dp->run_tc(frame, &in);
     EXPECT_EQ(r.retval, unsigned(TC_ACT_OK));
     auto c = dp->policy_counters()[1];
-    EXPECT_EQ(c.packets[TC_GREEN], 3u);                  // counted as the wire's packets
-    EXPECT_EQ(c.bytes[TC_GREEN], 3u * (20 + 20 + 1000)); // each segment with its headers
+    EXPECT_EQ(c.packets[TCM_GREEN], 3u);                  // counted as the wire's packets
+    EXPECT_EQ(c.bytes[TCM_GREEN], 3u * (20 + 20 + 1000)); // each segment with its headers
 }
 
 // ---- per-flow state, updates
@@ -487,7 +487,7 @@ TEST_F(DatapathTest, TcGsoPacketIsChargedPerSegmentWithHeaders) {
 
 TEST_F(DatapathTest, PerSourceKeysGiveOneFlowPerSender) {
     Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0);
-    p.per = TC_PER_SRC;
+    p.per = TCM_PER_SRC;
     apply({p});
     for (int rep = 0; rep < 2; ++rep)
         for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
@@ -496,12 +496,12 @@ TEST_F(DatapathTest, PerSourceKeysGiveOneFlowPerSender) {
     ASSERT_EQ(flows.size(), 3u);
     for (const auto &f : flows) {
         EXPECT_EQ(f.key.policy_id, 1u);
-        EXPECT_EQ(f.state.counters.packets[TC_GREEN], 1u); // 1000-byte bucket: one 600-byte packet
-        EXPECT_EQ(f.state.counters.packets[TC_RED], 1u);
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 1u); // 1000-byte bucket: one 600-byte packet
+        EXPECT_EQ(f.state.counters.packets[TCM_RED], 1u);
     }
     auto c = dp->policy_counters()[1];
-    EXPECT_EQ(c.packets[TC_GREEN], 3u);
-    EXPECT_EQ(c.packets[TC_RED], 3u);
+    EXPECT_EQ(c.packets[TCM_GREEN], 3u);
+    EXPECT_EQ(c.packets[TCM_RED], 3u);
     // An update keeps the flows; removing the policy takes them away.
     apply({p});
     EXPECT_EQ(dp->flows().size(), 3u);
@@ -519,9 +519,9 @@ TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // 1500 -> 500
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // 500 < 1000
     auto c = dp->policy_counters()[1];
-    EXPECT_EQ(c.packets[TC_GREEN], 2u); // counters kept across the update
-    EXPECT_EQ(c.packets[TC_RED], 1u);
-    EXPECT_EQ(dp->policy_state(1).meter.c_tokens, 500 * TC_TOKENS_PER_BYTE);
+    EXPECT_EQ(c.packets[TCM_GREEN], 2u); // counters kept across the update
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
+    EXPECT_EQ(dp->policy_state(1).meter.c_tokens, 500 * TCM_TOKENS_PER_BYTE);
     // A policy removed and added again is new: full buckets, zero counters.
     apply({});
     apply({p});
@@ -561,7 +561,7 @@ TEST_F(DatapathTest, TooManyShapesIsRefused) {
 
 TEST_F(DatapathTest, SixteenThousandPoliciesClassify) {
     std::vector<Policy> ps;
-    for (uint32_t i = 0; i < TC_MAX_POLICIES; ++i) {
+    for (uint32_t i = 0; i < TCM_MAX_POLICIES; ++i) {
         Policy p = policy(i, "p" + std::to_string(i));
         p.match.dst = Prefix{false, {198, 18, uint8_t(i >> 8), uint8_t(i & 0xff)}, 32};
         ps.push_back(p);
@@ -584,13 +584,13 @@ TEST_F(DatapathTest, TwoCpusOnOneFlowNeverOverAdmit) {
     test::run_on_two_cpus(dp->xdp_prog_fd(), frame, 200000);
     auto c = dp->policy_counters()[1];
     EXPECT_EQ(c.packets[0] + c.packets[1] + c.packets[2], 400000u);
-    EXPECT_LE(c.bytes[TC_GREEN], 64000u);  // never more than CBS...
-    EXPECT_LE(c.bytes[TC_YELLOW], 64000u); // ...or EBS
+    EXPECT_LE(c.bytes[TCM_GREEN], 64000u);  // never more than CBS...
+    EXPECT_LE(c.bytes[TCM_YELLOW], 64000u); // ...or EBS
     // ...and nothing short of them but what a lock timeout coloured red (each could have
     // taken 100 bytes): with no timeouts, exactly CBS and EBS.
     uint64_t timeouts = dp->global_counters().lock_timeouts;
-    EXPECT_GE(c.bytes[TC_GREEN] + c.bytes[TC_YELLOW] + 100 * timeouts, 128000u);
-    EXPECT_EQ(dp->policy_state(1).counters.bytes[TC_GREEN], c.bytes[TC_GREEN]);
+    EXPECT_GE(c.bytes[TCM_GREEN] + c.bytes[TCM_YELLOW] + 100 * timeouts, 128000u);
+    EXPECT_EQ(dp->policy_state(1).counters.bytes[TCM_GREEN], c.bytes[TCM_GREEN]);
 }
 
 } // namespace
@@ -606,7 +606,7 @@ class SmallTableTest : public DatapathTest {
 // bucket and counted; flows whose buckets are full can be reclaimed without changing a colour.
 TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlows) {
     Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0); // 1000 B/s, 1000 B buckets
-    p.per = TC_PER_SRC;
+    p.per = TCM_PER_SRC;
     apply({p});
     auto from = [](int i) {
         return Packet()
@@ -623,7 +623,7 @@ TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlow
     EXPECT_EQ(dp->run_xdp(from(6)).retval, kXdpDrop);
     EXPECT_EQ(dp->global_counters().table_full, 2u);
     EXPECT_EQ(dp->flows().size(), 4u);
-    EXPECT_EQ(dp->policy_state(1).counters.packets[TC_GREEN], 1u);
+    EXPECT_EQ(dp->policy_state(1).counters.packets[TCM_GREEN], 1u);
 
     // 0.4 s later each flow holds 400 + 400 = 800 of 1000 bytes: not idle, nothing reclaimed.
     dp->set_clock(1400000000);
@@ -640,14 +640,14 @@ TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlow
 TEST_F(DatapathTest, PerKeyModes) {
     struct Mode {
         const char *name;
-        tc_per per;
+        tcm_per per;
         uint8_t prefix4;
         size_t flows; // from the six packets below
     };
     // Sources .1 .2 in 198.18.0.0/24 and .1 in 198.18.1.0/24, each to two destinations.
-    for (const Mode &m : {Mode{"src", TC_PER_SRC, 32, 3}, Mode{"src/24", TC_PER_SRC, 24, 2},
-                          Mode{"dst", TC_PER_DST, 32, 2}, Mode{"dst/8", TC_PER_DST, 8, 1},
-                          Mode{"5tuple", TC_PER_5TUPLE, 32, 6}}) {
+    for (const Mode &m : {Mode{"src", TCM_PER_SRC, 32, 3}, Mode{"src/24", TCM_PER_SRC, 24, 2},
+                          Mode{"dst", TCM_PER_DST, 32, 2}, Mode{"dst/8", TCM_PER_DST, 8, 1},
+                          Mode{"5tuple", TCM_PER_5TUPLE, 32, 6}}) {
         SCOPED_TRACE(m.name);
         Policy p = policy(1, m.name, Algo::srtcm, 8000, 100000, 0);
         p.per = m.per;
@@ -666,7 +666,7 @@ TEST_F(DatapathTest, MultiBufferFramesAreChargedTheirFullLength) {
     auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(9000).build();
     ASSERT_GT(frame.size(), 4096u); // more than the linear part of a test-run XDP buffer
     EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
-    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 9000u);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 9000u);
     EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
 }
 
@@ -676,7 +676,7 @@ namespace {
 
 TEST_F(DatapathTest, ListsMoreFlowsThanOneBatch) {
     Policy p = policy(1, "5tuple", Algo::srtcm, 8000, 100000, 0);
-    p.per = TC_PER_5TUPLE;
+    p.per = TCM_PER_5TUPLE;
     apply({p});
     for (uint16_t port = 1; port <= 5000; ++port)
         dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(port, 2).build());
@@ -747,8 +747,8 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
         EXPECT_EQ(b.run_xdp(frame).retval, kXdpPass); // 0 left
         EXPECT_EQ(b.run_xdp(frame).retval, kXdpDrop);
         auto c = b.policy_counters()[3];
-        EXPECT_EQ(c.packets[TC_GREEN], 3u); // one counted by a, two by b
-        EXPECT_EQ(c.packets[TC_RED], 1u);
+        EXPECT_EQ(c.packets[TCM_GREEN], 3u); // one counted by a, two by b
+        EXPECT_EQ(c.packets[TCM_RED], 1u);
     }
     {
         DatapathOptions bigger = o;

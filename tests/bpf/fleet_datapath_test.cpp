@@ -16,10 +16,10 @@ using test::Packet;
 namespace {
 
 constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
-constexpr uint64_t kPkt = 128;                       // IP bytes of the test packet
-constexpr uint64_t kTok = kPkt * TC_TOKENS_PER_BYTE; // its cost in tokens
-constexpr uint64_t kCbs = 3000;                      // bytes
-constexpr uint64_t kCbsTok = kCbs * TC_TOKENS_PER_BYTE;
+constexpr uint64_t kPkt = 128;                        // IP bytes of the test packet
+constexpr uint64_t kTok = kPkt * TCM_TOKENS_PER_BYTE; // its cost in tokens
+constexpr uint64_t kCbs = 3000;                       // bytes
+constexpr uint64_t kCbsTok = kCbs * TCM_TOKENS_PER_BYTE;
 
 Policy fleet_policy(Algo algo = Algo::rfc4115, uint64_t ebs = 0) {
     Policy p;
@@ -53,7 +53,7 @@ class FleetDatapathTest : public ::testing::Test {
     // One packet; true when it was green (passed with the default actions: red drops,
     // and these policies have no yellow unless E holds tokens).
     uint32_t send() { return dp->run_xdp(pkt).retval; }
-    uint64_t green_bytes() { return dp->policy_counters()[7].bytes[TC_GREEN]; }
+    uint64_t green_bytes() { return dp->policy_counters()[7].bytes[TCM_GREEN]; }
     std::unique_ptr<Datapath> dp;
     std::vector<uint8_t> pkt =
         Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1000, 2000).payload(100).build();
@@ -110,7 +110,7 @@ TEST_F(FleetDatapathTest, SrtcmGrantsOverflowIntoE) {
     EXPECT_EQ(l.held, kCbsTok + 2 * kTok);
     send();
     EXPECT_EQ(dp->fleet_local(7).spilled, 0u); // E took the 2 packets C could not
-    EXPECT_EQ(dp->policy_state(7).meter.e_tokens, 1000 % kPkt * TC_TOKENS_PER_BYTE + 2 * kTok);
+    EXPECT_EQ(dp->policy_state(7).meter.e_tokens, 1000 % kPkt * TCM_TOKENS_PER_BYTE + 2 * kTok);
 }
 
 TEST_F(FleetDatapathTest, RevokeEmptiesTheBucketAndVoidsPendingGrants) {
@@ -162,7 +162,7 @@ TEST_F(FleetDatapathTest, RandomGrantsAndPacketsConserveTokensExactly) {
         send();
         auto l = dp->fleet_local(7);
         // Every granted token is spent green, held, or spilled: none made, none lost.
-        ASSERT_EQ(green_bytes() * TC_TOKENS_PER_BYTE + l.held + l.spilled, granted) << i;
+        ASSERT_EQ(green_bytes() * TCM_TOKENS_PER_BYTE + l.held + l.spilled, granted) << i;
         ASSERT_LE(l.held, kCbsTok);
     }
     EXPECT_GT(green_bytes(), 0u);
@@ -170,7 +170,7 @@ TEST_F(FleetDatapathTest, RandomGrantsAndPacketsConserveTokensExactly) {
 
 TEST_F(FleetDatapathTest, PerKeyFleetPoliciesAreRefused) {
     auto p = fleet_policy();
-    p.per = TC_PER_SRC;
+    p.per = TCM_PER_SRC;
     auto r = dp->apply({p});
     ASSERT_FALSE(r.has_value());
     EXPECT_NE(r.error().find("fleet"), std::string::npos);

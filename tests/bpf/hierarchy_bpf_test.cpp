@@ -26,7 +26,7 @@ using test::Packet;
 
 namespace {
 
-constexpr uint64_t kByte = TC_TOKENS_PER_BYTE;
+constexpr uint64_t kByte = TCM_TOKENS_PER_BYTE;
 
 class HierDatapathTest : public ::testing::Test {
   protected:
@@ -48,7 +48,7 @@ class HierDatapathTest : public ::testing::Test {
         return dp->last_verdict();
     }
     // The bucket of @policy_id for source @src (aggregate: the policy's own state).
-    tc_flow flow_of(uint32_t policy_id, const std::string &src = "") {
+    tcm_flow flow_of(uint32_t policy_id, const std::string &src = "") {
         for (const auto &f : dp->flows()) {
             if (f.key.policy_id != policy_id)
                 continue;
@@ -64,7 +64,7 @@ class HierDatapathTest : public ::testing::Test {
 };
 
 Policy level(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t cbs,
-             uint64_t second_rate, uint64_t second_size, tc_per per, std::string parent = "") {
+             uint64_t second_rate, uint64_t second_size, tcm_per per, std::string parent = "") {
     Policy p;
     p.id = id;
     p.name = std::move(name);
@@ -107,7 +107,7 @@ TEST_F(HierDatapathTest, BpfEqualsModelAndReferenceOnRandomChains) {
     std::mt19937_64 rng(4115);
     int rounds = test::time_scale() > 1 ? 12 : 40;
     for (int round = 0; round < rounds; ++round) {
-        auto rc = test::random_case(rng, 250, 1 + round % TC_MAX_LEVELS);
+        auto rc = test::random_case(rng, 250, 1 + round % TCM_MAX_LEVELS);
         // Fresh ids each round: apply gives ids that were not active fresh buckets.
         for (auto &p : rc.policies)
             p.id += 4 * round;
@@ -134,26 +134,26 @@ TEST_F(HierDatapathTest, BpfEqualsModelAndReferenceOnRandomChains) {
 // All or nothing: when the parent ends a packet red, the child's buckets are untouched (Linux
 // `police ... pipe` and Cisco's child-first policing would have charged the child).
 TEST_F(HierDatapathTest, AParentsRedLeavesTheChildsTokensUntouched) {
-    apply({only_parent(level(1, "link", Algo::srtcm, 8, 1500, 0, 0, TC_PER_AGGREGATE)),
-           level(2, "user", Algo::srtcm, 8, 1000, 0, 0, TC_PER_SRC, "link")});
+    apply({only_parent(level(1, "link", Algo::srtcm, 8, 1500, 0, 0, TCM_PER_AGGREGATE)),
+           level(2, "user", Algo::srtcm, 8, 1000, 0, 0, TCM_PER_SRC, "link")});
     EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green); // link keeps 500
     auto v = send("198.18.7.2", 1000);                       // user .2 green, link red
     EXPECT_EQ(v.color, Color::red);
     EXPECT_EQ(v.policy_id, 2u);
-    tc_flow child = flow_of(2, "198.18.7.2");
+    tcm_flow child = flow_of(2, "198.18.7.2");
     EXPECT_EQ(child.meter.c_tokens, 1000 * kByte) << "the child was charged for a red packet";
     EXPECT_EQ(flow_of(1).meter.c_tokens, 500 * kByte);
-    EXPECT_EQ(child.counters.packets[TC_RED], 1u); // counted by its final colour
+    EXPECT_EQ(child.counters.packets[TCM_RED], 1u); // counted by its final colour
     // What the parent can still take passes, and both levels pay for it.
     EXPECT_EQ(send("198.18.7.2", 500).color, Color::green);
     EXPECT_EQ(flow_of(2, "198.18.7.2").meter.c_tokens, 500 * kByte);
     EXPECT_EQ(flow_of(1).meter.c_tokens, 0u);
     // Counters: every level counts every packet that passed through it, by final colour.
     auto c = dp->policy_counters();
-    EXPECT_EQ(c[1].bytes[TC_GREEN], 1500u);
-    EXPECT_EQ(c[1].bytes[TC_RED], 1000u);
-    EXPECT_EQ(c[2].bytes[TC_GREEN], 1500u);
-    EXPECT_EQ(c[2].bytes[TC_RED], 1000u);
+    EXPECT_EQ(c[1].bytes[TCM_GREEN], 1500u);
+    EXPECT_EQ(c[1].bytes[TCM_RED], 1000u);
+    EXPECT_EQ(c[2].bytes[TCM_GREEN], 1500u);
+    EXPECT_EQ(c[2].bytes[TCM_RED], 1000u);
 }
 
 // Every pair of algorithms, child colour-blind and colour-aware: the parent meters the colour
@@ -165,14 +165,14 @@ TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
             for (bool aware : {false, true}) {
                 SCOPED_TRACE(fmt::format("{} under {}, {}", to_string(child), to_string(parent),
                                          aware ? "aware" : "blind"));
-                auto mk = [&](uint32_t i, const char *name, Algo a, uint64_t rate, tc_per per,
+                auto mk = [&](uint32_t i, const char *name, Algo a, uint64_t rate, tcm_per per,
                               std::string par) {
                     uint64_t second = a == Algo::trtcm ? rate * 2 : rate;
                     return level(i, name, a, rate, 3000, second, 3000, per, std::move(par));
                 };
                 std::vector<Policy> set = {
-                    only_parent(mk(id, "p", parent, 400000, TC_PER_AGGREGATE, "")),
-                    mk(id + 1, "c", child, 160000, TC_PER_SRC, "p")};
+                    only_parent(mk(id, "p", parent, 400000, TCM_PER_AGGREGATE, "")),
+                    mk(id + 1, "c", child, 160000, TCM_PER_SRC, "p")};
                 set[1].meter.color_aware = aware;
                 set[1].match.proto = 17;
                 id += 2;
@@ -228,17 +228,17 @@ TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
 
 // A live change of a parent keeps every level's tokens and counters.
 TEST_F(HierDatapathTest, LiveUpdateOfAParentKeepsEveryLevel) {
-    auto link = only_parent(level(1, "link", Algo::srtcm, 8, 5000, 0, 0, TC_PER_AGGREGATE));
-    auto user = level(2, "user", Algo::srtcm, 8, 3000, 0, 0, TC_PER_SRC, "link");
+    auto link = only_parent(level(1, "link", Algo::srtcm, 8, 5000, 0, 0, TCM_PER_AGGREGATE));
+    auto user = level(2, "user", Algo::srtcm, 8, 3000, 0, 0, TCM_PER_SRC, "link");
     apply({link, user});
     EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green);
     link.meter.cir = 16; // a new rate; the same sizes
     ASSERT_TRUE(dp->upsert(link));
     EXPECT_EQ(flow_of(1).meter.c_tokens, 4000 * kByte);
     EXPECT_EQ(flow_of(2, "198.18.7.1").meter.c_tokens, 2000 * kByte);
-    EXPECT_EQ(dp->policy_counters()[1].bytes[TC_GREEN], 1000u);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 1000u);
     EXPECT_EQ(send("198.18.7.1", 1000).color, Color::green);
-    EXPECT_EQ(dp->policy_counters()[2].bytes[TC_GREEN], 2000u);
+    EXPECT_EQ(dp->policy_counters()[2].bytes[TCM_GREEN], 2000u);
     // Deleting the parent under its child is refused, naming both; nothing changes.
     auto r = dp->remove(1);
     ASSERT_FALSE(r);
@@ -251,9 +251,9 @@ TEST_F(HierDatapathTest, LiveUpdateOfAParentKeepsEveryLevel) {
 TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {
     if (std::thread::hardware_concurrency() < 2)
         GTEST_SKIP() << "needs two CPUs";
-    apply({only_parent(level(1, "link", Algo::rfc4115, 8, 25000, 8, 10000, TC_PER_AGGREGATE)),
-           only_parent(level(2, "user", Algo::trtcm, 8, 15000, 16, 30000, TC_PER_SRC, "link")),
-           level(3, "conn", Algo::srtcm, 8, 20000, 0, 20000, TC_PER_5TUPLE, "user")});
+    apply({only_parent(level(1, "link", Algo::rfc4115, 8, 25000, 8, 10000, TCM_PER_AGGREGATE)),
+           only_parent(level(2, "user", Algo::trtcm, 8, 15000, 16, 30000, TCM_PER_SRC, "link")),
+           level(3, "conn", Algo::srtcm, 8, 20000, 0, 20000, TCM_PER_5TUPLE, "user")});
     auto a = Packet().ipv4("198.18.7.1", "198.18.9.9").udp(1, 2).l3_size(100).build();
     auto b = Packet().ipv4("198.18.7.2", "198.18.9.9").udp(1, 2).l3_size(100).build();
     // CPU 0 sends from .1, CPU 1 first from .1 (one flow at every level), then from .2 (own
@@ -277,15 +277,15 @@ TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {
         t1.join();
     }
     auto c = dp->policy_counters();
-    auto passed = [](const tc_counters &x) { return x.bytes[TC_GREEN] + x.bytes[TC_YELLOW]; };
+    auto passed = [](const tcm_counters &x) { return x.bytes[TCM_GREEN] + x.bytes[TCM_YELLOW]; };
     // Conservation at every level: what passed is exactly what left its buckets.
-    tc_flow link = dp->policy_state(1);
+    tcm_flow link = dp->policy_state(1);
     EXPECT_EQ(passed(c[1]) * kByte,
               (25000 + 10000) * kByte - link.meter.c_tokens - link.meter.e_tokens);
     EXPECT_LE(passed(c[1]), 35000u);
     uint64_t users = 0, conns = 0;
     for (const auto &f : dp->flows()) {
-        uint64_t through = f.state.counters.bytes[TC_GREEN] + f.state.counters.bytes[TC_YELLOW];
+        uint64_t through = f.state.counters.bytes[TCM_GREEN] + f.state.counters.bytes[TCM_YELLOW];
         if (f.key.policy_id == 2) {
             // trtcm: every packet that passed took P.
             EXPECT_EQ(through * kByte, 30000 * kByte - f.state.meter.e_tokens);

@@ -18,7 +18,7 @@ TEST(BpfReplay, MatchesEveryVectorExactly) {
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
         auto out = test::replay_vector(
-            v, [](const tc_meter_config &c) { return std::make_unique<BpfEngine>(c); });
+            v, [](const tcm_meter_config &c) { return std::make_unique<BpfEngine>(c); });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
 }
@@ -40,12 +40,12 @@ MeterParams random_params(std::mt19937_64 &rng, const Mode &m) {
         uint64_t r = 1;
         for (int i = exp10(rng); i > 0; --i)
             r *= 10;
-        return std::min<uint64_t>(r * (1 + rng() % 9), TC_METER_MAX_RATE);
+        return std::min<uint64_t>(r * (1 + rng() % 9), TCM_METER_MAX_RATE);
     };
     p.cir = rate();
     p.cbs = m.packet_mode ? 1 + rng() % 50 : size(rng);
     if (m.algo == Algo::trtcm) {
-        p.pir = std::min<uint64_t>(p.cir * (1 + rng() % 4), TC_METER_MAX_RATE);
+        p.pir = std::min<uint64_t>(p.cir * (1 + rng() % 4), TCM_METER_MAX_RATE);
         p.pbs = m.packet_mode ? 1 + rng() % 100 : size(rng);
     } else {
         p.ebs = m.packet_mode ? rng() % 100 : size(rng) - 1;

@@ -20,7 +20,7 @@ struct RefLevel {
     Algo algo = Algo::srtcm;
     uint64_t cir = 0, cbs = 0, second_rate = 0, second_size = 0; // EIR/EBS, PIR/PBS or 0/EBS
     bool aware = false, packet_mode = false, coupling = false, start_empty = false;
-    tc_per per = TC_PER_AGGREGATE;
+    tcm_per per = TCM_PER_AGGREGATE;
     uint8_t prefix4 = 32, prefix6 = 128; // per src/N, dst/N
     uint32_t overhead = 0;
 };
@@ -167,7 +167,7 @@ class RefChain {
   private:
     std::vector<RefLevel> levels_;
     std::vector<std::map<std::string, RefBucket>> buckets_;
-    std::map<std::string, Usage> usage_[TC_MAX_LEVELS];
+    std::map<std::string, Usage> usage_[TCM_MAX_LEVELS];
 };
 
 } // namespace tricolor::test
@@ -195,7 +195,7 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
         return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
     };
     RandomCase rc;
-    size_t n = levels ? levels : pick(1, TC_MAX_LEVELS);
+    size_t n = levels ? levels : pick(1, TCM_MAX_LEVELS);
     for (size_t i = 0; i < n; ++i) {
         RefLevel l;
         Policy p;
@@ -233,9 +233,9 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
         p.meter.start_empty = l.start_empty;
         l.aware = i == 0 && pick(0, 1);
         p.meter.color_aware = l.aware;
-        l.per = static_cast<tc_per>(pick(0, 3));
+        l.per = static_cast<tcm_per>(pick(0, 3));
         p.per = l.per;
-        if ((l.per == TC_PER_SRC || l.per == TC_PER_DST) && pick(0, 2) == 0) {
+        if ((l.per == TCM_PER_SRC || l.per == TCM_PER_DST) && pick(0, 2) == 0) {
             l.prefix4 = p.prefix4 = 24; // src/24, src/64 for IPv6: one bucket for the trace's
             l.prefix6 = p.prefix6 = 64; // neighbours
         }
@@ -301,11 +301,11 @@ inline Color ref_mark(RefChain &chain, const FlowTracePacket &p) {
     auto key_of = [&](const RefLevel &l) -> std::string {
         unsigned bits = p.ipv6 ? l.prefix6 : l.prefix4;
         switch (l.per) {
-        case TC_PER_SRC:
+        case TCM_PER_SRC:
             return masked(p.src, bits);
-        case TC_PER_DST:
+        case TCM_PER_DST:
             return masked(p.dst, bits);
-        case TC_PER_5TUPLE:
+        case TCM_PER_5TUPLE:
             return masked(p.src, 128) + masked(p.dst, 128) + std::to_string(p.proto) + ":" +
                    std::to_string(p.sport) + ":" + std::to_string(p.dport);
         default:

@@ -87,7 +87,7 @@ MeterSpec spec_from_args(const std::vector<std::string> &args) {
 
 std::string
 replay_vector(const Vector &v,
-              const std::function<std::unique_ptr<ReplayEngine>(const tc_meter_config &)> &make) {
+              const std::function<std::unique_ptr<ReplayEngine>(const tcm_meter_config &)> &make) {
     auto parsed = parse_meter_spec(spec_from_args(v.args));
     if (!parsed)
         throw std::runtime_error(v.name + ": " + parsed.error());

@@ -30,7 +30,7 @@ MeterSpec spec_from_args(const std::vector<std::string> &args);
 // Replays vector @v through the engine @make builds from its meter config; the output text.
 std::string
 replay_vector(const Vector &v,
-              const std::function<std::unique_ptr<ReplayEngine>(const tc_meter_config &)> &make);
+              const std::function<std::unique_ptr<ReplayEngine>(const tcm_meter_config &)> &make);
 
 // Parameters with the second bucket each algorithm has: trtcm P (@second_rate, @second_size),
 // rfc4115 E (EIR @second_rate, EBS @second_size), srtcm E (EBS @second_size; the rate is CIR's).

@@ -160,6 +160,35 @@ TEST_F(Fault, RestartThreeTimesUnderTraffic) {
     nothing_lost(expected);
 }
 
+// An upgrade from ABI 1 (maps named tc_*, pinned under abi1/): the daemon moves the pins to
+// abi2/ under their new names and adopts them, so the counters and the policies survive. The
+// ABI 1 layout is made by moving this daemon's own pins back: ABI 2 changed names, not layouts.
+TEST_F(Fault, UpgradeFromAbi1KeepsCountersAndPolicies) {
+    ok({"policy", "set", "guests", "--cir", "2mbit"});
+    send(50);
+    auto expected = policies();
+    daemon->terminate();
+    std::string pin = daemon->pin_dir();
+    fs::create_directories(pin + "/abi1");
+    size_t moved = 0;
+    for (const auto &e : fs::directory_iterator(pin + "/abi2")) {
+        std::string name = e.path().filename();
+        std::string old = name.rfind("tcm_", 0) == 0 ? "tc_" + name.substr(4) : name;
+        fs::rename(e.path(), pin + "/abi1/" + old);
+        ++moved;
+    }
+    fs::remove(pin + "/abi2");
+    ASSERT_GE(moved, 10u);
+    ASSERT_TRUE(fs::exists(pin + "/abi1/tc_flows"));
+    daemon->start();
+    EXPECT_THAT(daemon->log(),
+                HasSubstr(fmt::format("moved {} pinned objects of tricolor's ABI 1", moved)));
+    EXPECT_FALSE(fs::exists(pin + "/abi1"));
+    EXPECT_TRUE(fs::exists(pin + "/abi2/tcm_flows"));
+    send(30);
+    nothing_lost(expected); // every packet counted once: the ABI 1 counters were adopted
+}
+
 // SIGHUP with bad configs, each refused whole while traffic flows; then a good one applies.
 TEST_F(Fault, SighupWithBadConfigsChangesNothing) {
     send(20);
@@ -244,7 +273,7 @@ TEST_F(Fault, InterfaceDeletedRenamedOrMovedWhileAttached) {
         0);
     run_command({"/sbin/ip", "link", "set", a, "up"});
     run_command({"/sbin/ip", "link", "set", b, "up"});
-    std::string links = daemon->pin_dir() + "/abi1/links";
+    std::string links = daemon->pin_dir() + "/abi2/links";
     auto pinned = [&] {
         size_t n = 0;
         std::error_code ec;
@@ -451,7 +480,7 @@ TEST_F(Fault, TwoDaemonsRaceForOnePinDir) {
     EXPECT_TRUE((*add)["ok"].get<bool>());
     EXPECT_EQ(results[1 - winner].exit_code, 1);
     EXPECT_THAT(results[1 - winner].err, HasSubstr("another tricolord uses it"));
-    EXPECT_TRUE(fs::exists(pin + "/abi1/tc_runtime")); // the winner's maps are intact
+    EXPECT_TRUE(fs::exists(pin + "/abi2/tcm_runtime")); // the winner's maps are intact
     Datapath::remove_pins(pin);
     send(10);
     nothing_lost(policies());

@@ -220,7 +220,7 @@ TEST_F(Fleet, AHostWhoseDaemonDiedSpendsNothingAfterItsLease) {
     // No daemon to ask: the counters are in the pinned maps; green must not move.
     auto green = [&] {
         auto r = run_command({"/usr/sbin/bpftool", "-j", "map", "dump", "pinned",
-                              hosts[0]->pin_dir() + "/abi1/tc_policy_stats"});
+                              hosts[0]->pin_dir() + "/abi2/tcm_policy_stats"});
         return r.out;
     };
     std::string before = green();

@@ -54,7 +54,7 @@ std::vector<SendStamp> read_send_stamps(const std::string &path) {
 uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps,
                          uint64_t burst_bytes, uint64_t len_bytes) {
     using i128 = __int128;
-    const i128 unit = TC_TOKENS_PER_BYTE; // tokens per byte; rate_bps tokens per ns
+    const i128 unit = TCM_TOKENS_PER_BYTE; // tokens per byte; rate_bps tokens per ns
     const i128 cap = i128(burst_bytes) * unit, cost = i128(len_bytes) * unit;
     if (stamps.empty() || cost > cap)
         return 0;
@@ -77,14 +77,14 @@ uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps
 }
 
 std::optional<uint64_t> last_metered_ns(const std::string &pin_dir) {
-    std::string path = fmt::format("{}/abi{}/tc_policy_state", pin_dir, TC_ABI_VERSION);
+    std::string path = fmt::format("{}/abi{}/tcm_policy_state", pin_dir, TCM_ABI_VERSION);
     int fd = bpf_obj_get(path.c_str());
     if (fd < 0)
         return std::nullopt;
     std::optional<uint64_t> found;
-    for (uint32_t id = 0; id < TC_MAX_POLICIES && !found; ++id) {
-        tc_flow f{};
-        if (bpf_map_lookup_elem(fd, &id, &f) == 0 && (f.flags & TC_FLOW_F_STARTED))
+    for (uint32_t id = 0; id < TCM_MAX_POLICIES && !found; ++id) {
+        tcm_flow f{};
+        if (bpf_map_lookup_elem(fd, &id, &f) == 0 && (f.flags & TCM_FLOW_F_STARTED))
             found = f.meter.last_ns;
     }
     close(fd);

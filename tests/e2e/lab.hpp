@@ -73,7 +73,7 @@ std::vector<SendStamp> read_send_stamps(const std::string &path);
 // fails (no packets, or a packet larger than the bucket).
 //
 // Why it is a floor: with equal packets, a meter that admits every packet its bucket can pay for
-// (greedy, as tc_meter_mark does on C, or on P for trtcm's green+yellow) admits at least as many
+// (greedy, as meter_mark does on C, or on P for trtcm's green+yellow) admits at least as many
 // as any other choice of packets that fits the bucket. So it
 // suffices to exhibit one subset that fits whatever the metering instants were. (Invariant, packet
 // by packet against any other choice: greedy's count is at least the other's, and so is its

@@ -23,12 +23,12 @@ using ::testing::HasSubstr;
 
 namespace {
 
-constexpr uint64_t kByte = TC_TOKENS_PER_BYTE;
+constexpr uint64_t kByte = TCM_TOKENS_PER_BYTE;
 
 Policy named(const std::string &name, const std::string &parent = "", bool only_parent = false) {
     static uint32_t next_id = 0;
     Policy p;
-    p.id = next_id++ % TC_MAX_POLICIES;
+    p.id = next_id++ % TCM_MAX_POLICIES;
     p.name = name;
     p.parent = parent;
     p.only_parent = only_parent;
@@ -91,8 +91,8 @@ TEST(Hierarchy, PolicyFieldsParseAndCouplingIsRfc4115Only) {
     EXPECT_TRUE(p->meter.coupling);
     EXPECT_TRUE(p->meter.start_empty);
     auto cfg = make_meter_config(p->meter);
-    EXPECT_EQ(cfg.flags & (TC_METER_F_COUPLED | TC_METER_F_START_EMPTY),
-              TC_METER_F_COUPLED | TC_METER_F_START_EMPTY);
+    EXPECT_EQ(cfg.flags & (TCM_METER_F_COUPLED | TCM_METER_F_START_EMPTY),
+              TCM_METER_F_COUPLED | TCM_METER_F_START_EMPTY);
 
     json link = {{"name", "link"},
                  {"algo", "srtcm"},
@@ -181,12 +181,12 @@ TEST(Coupling, EFullByEirLongBeforeCIsFull) {
 
 TEST(Coupling, LongGapsAndExtremesStayExact) {
     // 1 Tbit/s with 1 GiB buckets, gaps of years: no overflow, both full.
-    Meter m =
-        rfc4115(TC_METER_MAX_RATE, TC_METER_MAX_SIZE, TC_METER_MAX_RATE, TC_METER_MAX_SIZE, true);
+    Meter m = rfc4115(TCM_METER_MAX_RATE, TCM_METER_MAX_SIZE, TCM_METER_MAX_RATE,
+                      TCM_METER_MAX_SIZE, true);
     EXPECT_EQ(m.mark(0, 65536), Color::green);
     EXPECT_EQ(m.mark(~0ull, 65536), Color::green);
-    EXPECT_EQ(m.state().c_tokens, (TC_METER_MAX_SIZE - 65536) * kByte);
-    EXPECT_EQ(m.state().e_tokens, TC_METER_MAX_SIZE * kByte);
+    EXPECT_EQ(m.state().c_tokens, (TCM_METER_MAX_SIZE - 65536) * kByte);
+    EXPECT_EQ(m.state().e_tokens, TCM_METER_MAX_SIZE * kByte);
     // 1 bit/s: one byte of C takes 8 s; what overflows then reaches E bit by bit.
     Meter slow = rfc4115(1, 1, 0, 1, true);
     EXPECT_EQ(slow.mark(0, 1), Color::green);
@@ -326,10 +326,10 @@ TEST(HierReplay, ARedPacketChangesNoBucket) {
     std::mt19937_64 rng(7);
     size_t reds = 0;
     for (int round = 0; round < 100; ++round) {
-        auto rc = test::random_case(rng, 300, 1 + round % TC_MAX_LEVELS);
+        auto rc = test::random_case(rng, 300, 1 + round % TCM_MAX_LEVELS);
         HierModelEngine model(rc.policies);
         for (const auto &p : rc.trace) {
-            std::vector<std::optional<tc_meter_state>> before;
+            std::vector<std::optional<tcm_meter_state>> before;
             for (const auto &pol : rc.policies) {
                 auto *s = model.state(pol.id, p);
                 before.push_back(s ? std::optional(*s) : std::nullopt);
@@ -344,9 +344,9 @@ TEST(HierReplay, ARedPacketChangesNoBucket) {
                 if (!before[pol.id])
                     continue; // started now: as at a first packet
                 // Tokens exact as of different instants are compared as of the later one.
-                tc_meter_state was = *before[pol.id];
-                tc_meter_config cfg = make_meter_config(pol.meter);
-                tc_meter_refill(&cfg, &was, s->last_ns);
+                tcm_meter_state was = *before[pol.id];
+                tcm_meter_config cfg = make_meter_config(pol.meter);
+                meter_refill(&cfg, &was, s->last_ns);
                 EXPECT_EQ(was.c_tokens, s->c_tokens);
                 EXPECT_EQ(was.e_tokens, s->e_tokens);
             }
@@ -360,7 +360,7 @@ TEST(HierReplay, AOneLevelChainIsTheMeterOfSection1) {
     std::mt19937_64 rng(11);
     for (int round = 0; round < 100; ++round) {
         auto rc = test::random_case(rng, 300, 1);
-        rc.policies[0].per = TC_PER_AGGREGATE;
+        rc.policies[0].per = TCM_PER_AGGREGATE;
         rc.policies[0].overhead = 0;
         HierModelEngine model(rc.policies);
         Meter meter(make_meter_config(rc.policies[0].meter));

@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 namespace {
 
 using i128 = __int128;
-constexpr uint64_t kByte = TC_TOKENS_PER_BYTE;
+constexpr uint64_t kByte = TCM_TOKENS_PER_BYTE;
 constexpr uint64_t kSecond = 1000000000;
 constexpr uint64_t kYear = 365ull * 24 * 3600 * kSecond;
 
@@ -48,7 +48,7 @@ TEST(MeterVectors, ModelMatchesEveryVectorExactly) {
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
         auto out = test::replay_vector(
-            v, [](const tc_meter_config &c) { return std::make_unique<ModelEngine>(c); });
+            v, [](const tcm_meter_config &c) { return std::make_unique<ModelEngine>(c); });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
 }
@@ -192,7 +192,7 @@ MeteredRun run_meter(const MeterParams &p, std::vector<TracePacket> trace) {
 void expect_window_bound(const MeteredRun &r, const MeterParams &p,
                          std::initializer_list<Color> counted, uint64_t rate, uint64_t burst,
                          const char *what) {
-    i128 unit = p.packet_mode ? TC_TOKENS_PER_PACKET : kByte;
+    i128 unit = p.packet_mode ? TCM_TOKENS_PER_PACKET : kByte;
     i128 used = 0, best_start = 0;
     uint64_t newest = 0; // out-of-order stamps do not move time back
     bool first = true;
@@ -226,7 +226,7 @@ size_t expect_window_floor(const MeteredRun &r, const MeterParams &p,
                            std::initializer_list<Color> counted, uint64_t rate, uint64_t burst,
                            int slack, const std::function<bool(size_t)> &short_at,
                            const char *what) {
-    i128 unit = p.packet_mode ? TC_TOKENS_PER_PACKET : kByte;
+    i128 unit = p.packet_mode ? TCM_TOKENS_PER_PACKET : kByte;
     i128 used = 0, min_start = 0;
     uint64_t newest = 0;
     size_t refused = 0;
@@ -379,15 +379,15 @@ TEST(MeterProperties, AfterAnIdleTheBucketsAreFull) {
         ASSERT_LT(m.state().c_tokens, cfg.c_size); // drained, so refilling is observable
         uint64_t idle = std::max(cfg.c_fill_ns, cfg.e_rate ? cfg.e_fill_ns : 0);
         // One nanosecond short of the fill time, a drained bucket is not yet full...
-        tc_meter_state almost = m.state();
-        tc_meter_state drained = almost;
+        tcm_meter_state almost = m.state();
+        tcm_meter_state drained = almost;
         drained.c_tokens = 0;
         drained.e_tokens = 0;
-        tc_meter_refill(&cfg, &drained, drained.last_ns + cfg.c_fill_ns - 1);
+        meter_refill(&cfg, &drained, drained.last_ns + cfg.c_fill_ns - 1);
         EXPECT_LT(drained.c_tokens + (algo == Algo::srtcm ? drained.e_tokens : 0),
                   cfg.c_size + (algo == Algo::srtcm ? cfg.e_size : 0));
         // ...and after the idle, from any state, both are.
-        tc_meter_refill(&cfg, &almost, almost.last_ns + idle);
+        meter_refill(&cfg, &almost, almost.last_ns + idle);
         EXPECT_EQ(almost.c_tokens, cfg.c_size);
         EXPECT_EQ(almost.e_tokens, cfg.e_size);
     }
@@ -425,7 +425,7 @@ TEST(MeterExtremes, OneBitPerSecond) {
 }
 
 TEST(MeterExtremes, OneTerabitPerSecond) {
-    Meter m = meter_for(params(Algo::srtcm, TC_METER_MAX_RATE, TC_METER_MAX_SIZE, 0));
+    Meter m = meter_for(params(Algo::srtcm, TCM_METER_MAX_RATE, TCM_METER_MAX_SIZE, 0));
     uint64_t t = 1000;
     EXPECT_EQ(m.mark(t, 65536), Color::green);
     // Drain the 1 GiB bucket at one instant.
@@ -441,25 +441,25 @@ TEST(MeterExtremes, OneTerabitPerSecond) {
 }
 
 TEST(MeterExtremes, GigabyteBucketsAndGapsOfYears) {
-    for (uint64_t rate : std::initializer_list<uint64_t>{1, 1000, TC_METER_MAX_RATE}) {
+    for (uint64_t rate : std::initializer_list<uint64_t>{1, 1000, TCM_METER_MAX_RATE}) {
         SCOPED_TRACE(rate);
-        MeterParams p = params(Algo::srtcm, rate, TC_METER_MAX_SIZE, TC_METER_MAX_SIZE);
+        MeterParams p = params(Algo::srtcm, rate, TCM_METER_MAX_SIZE, TCM_METER_MAX_SIZE);
         auto cfg = make_meter_config(p);
-        tc_meter_state s{};
-        tc_meter_start(&cfg, &s, 0);
+        tcm_meter_state s{};
+        meter_start(&cfg, &s, 0);
         s.c_tokens = 0;
         s.e_tokens = 0;
-        uint64_t both = 2 * TC_METER_MAX_SIZE * kByte; // 1.7e19: the largest sum the meter holds
+        uint64_t both = 2 * TCM_METER_MAX_SIZE * kByte; // 1.7e19: the largest sum the meter holds
         EXPECT_EQ(cfg.c_fill_ns, both / rate + (both % rate != 0));
         // Just short of the fill time: exact, C full and E one step below full.
         uint64_t gap = cfg.c_fill_ns - 1;
-        tc_meter_refill(&cfg, &s, gap);
+        meter_refill(&cfg, &s, gap);
         EXPECT_EQ(s.c_tokens, cfg.c_size);
         EXPECT_EQ(i128(s.c_tokens) + s.e_tokens, i128(gap) * rate);
         // Gaps of 100 years and of 2^64-1 ns fill both without wrapping.
         for (uint64_t g : std::initializer_list<uint64_t>{100 * kYear, ~0ull}) {
-            tc_meter_state e{0, 0, 0};
-            tc_meter_refill(&cfg, &e, g);
+            tcm_meter_state e{0, 0, 0};
+            meter_refill(&cfg, &e, g);
             if (i128(g) * rate < both) {
                 EXPECT_EQ(i128(e.c_tokens) + e.e_tokens, i128(g) * rate);
             } else {
@@ -470,13 +470,13 @@ TEST(MeterExtremes, GigabyteBucketsAndGapsOfYears) {
     }
     // Independent buckets at the limits too.
     MeterParams t =
-        params(Algo::trtcm, 1, TC_METER_MAX_SIZE, {}, TC_METER_MAX_RATE, TC_METER_MAX_SIZE);
+        params(Algo::trtcm, 1, TCM_METER_MAX_SIZE, {}, TCM_METER_MAX_RATE, TCM_METER_MAX_SIZE);
     auto cfg = make_meter_config(t);
-    tc_meter_state s{0, 0, 0};
-    tc_meter_refill(&cfg, &s, 100 * kYear);
+    tcm_meter_state s{0, 0, 0};
+    meter_refill(&cfg, &s, 100 * kYear);
     EXPECT_EQ(s.c_tokens, 100 * kYear); // 1 bit/s for 100 years: 3.15e18 of 8.6e18
     EXPECT_EQ(s.e_tokens, cfg.e_size);
-    tc_meter_refill(&cfg, &s, ~0ull);
+    meter_refill(&cfg, &s, ~0ull);
     EXPECT_EQ(s.c_tokens, cfg.c_size);
 }
 
@@ -492,15 +492,15 @@ TEST(MeterExtremes, TimeGoingBackwardsAddsNothing) {
 
 TEST(MeterExtremes, PacketsLargerThanAnyBucketAreRedWithoutOverflow) {
     Meter m =
-        meter_for(params(Algo::srtcm, TC_METER_MAX_RATE, TC_METER_MAX_SIZE, TC_METER_MAX_SIZE));
-    EXPECT_EQ(m.mark(0, TC_METER_MAX_SIZE), Color::green);
-    EXPECT_EQ(m.mark(0, TC_METER_MAX_SIZE), Color::yellow);
+        meter_for(params(Algo::srtcm, TCM_METER_MAX_RATE, TCM_METER_MAX_SIZE, TCM_METER_MAX_SIZE));
+    EXPECT_EQ(m.mark(0, TCM_METER_MAX_SIZE), Color::green);
+    EXPECT_EQ(m.mark(0, TCM_METER_MAX_SIZE), Color::yellow);
     for (uint32_t len :
-         {static_cast<uint32_t>(TC_METER_MAX_SIZE + 1), TC_METER_MAX_LEN, UINT32_MAX}) {
-        Meter full =
-            meter_for(params(Algo::srtcm, TC_METER_MAX_RATE, TC_METER_MAX_SIZE, TC_METER_MAX_SIZE));
+         {static_cast<uint32_t>(TCM_METER_MAX_SIZE + 1), TCM_METER_MAX_LEN, UINT32_MAX}) {
+        Meter full = meter_for(
+            params(Algo::srtcm, TCM_METER_MAX_RATE, TCM_METER_MAX_SIZE, TCM_METER_MAX_SIZE));
         EXPECT_EQ(full.mark(0, len), Color::red) << len;
-        EXPECT_EQ(full.state().c_tokens, TC_METER_MAX_SIZE * kByte); // red takes nothing
+        EXPECT_EQ(full.state().c_tokens, TCM_METER_MAX_SIZE * kByte); // red takes nothing
     }
 }
 

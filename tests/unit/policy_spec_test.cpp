@@ -57,22 +57,22 @@ TEST(PolicySpec, EveryFieldIsRead) {
     EXPECT_EQ(p->match.vlan, 100);
     EXPECT_EQ(p->match.ifindex, 1u);
     EXPECT_EQ(p->priority, 7u);
-    EXPECT_EQ(p->per, TC_PER_SRC);
+    EXPECT_EQ(p->per, TCM_PER_SRC);
     EXPECT_EQ(p->prefix4, 24);
-    EXPECT_EQ(p->actions[TC_YELLOW].kind, TC_ACT_KIND_DSCP);
-    EXPECT_EQ(p->actions[TC_YELLOW].value, 12u);
-    EXPECT_EQ(p->actions[TC_RED].value, 0x00010010u);
-    EXPECT_EQ(p->length, TC_LEN_L2);
+    EXPECT_EQ(p->actions[TCM_YELLOW].kind, TCM_ACT_KIND_DSCP);
+    EXPECT_EQ(p->actions[TCM_YELLOW].value, 12u);
+    EXPECT_EQ(p->actions[TCM_RED].value, 0x00010010u);
+    EXPECT_EQ(p->length, TCM_LEN_L2);
     EXPECT_EQ(p->overhead, 24u);
 }
 
 TEST(PolicySpec, DefaultsAreAggregateL3PassPassDrop) {
     auto p = to_policy(base(), 1).value();
-    EXPECT_EQ(p.per, TC_PER_AGGREGATE);
-    EXPECT_EQ(p.length, TC_LEN_L3);
-    EXPECT_EQ(p.actions[TC_GREEN].kind, TC_ACT_KIND_PASS);
-    EXPECT_EQ(p.actions[TC_YELLOW].kind, TC_ACT_KIND_PASS);
-    EXPECT_EQ(p.actions[TC_RED].kind, TC_ACT_KIND_DROP);
+    EXPECT_EQ(p.per, TCM_PER_AGGREGATE);
+    EXPECT_EQ(p.length, TCM_LEN_L3);
+    EXPECT_EQ(p.actions[TCM_GREEN].kind, TCM_ACT_KIND_PASS);
+    EXPECT_EQ(p.actions[TCM_YELLOW].kind, TCM_ACT_KIND_PASS);
+    EXPECT_EQ(p.actions[TCM_RED].kind, TCM_ACT_KIND_DROP);
 }
 
 struct Bad {
@@ -161,21 +161,21 @@ TEST(PolicySpec, DscpMatchTakesTheNamesActionsTake) {
 TEST(PolicySpec, ShapeAndAqmAreReadAndDefaultOff) {
     auto p = to_policy(base(), 1);
     ASSERT_TRUE(p) << p.error();
-    EXPECT_EQ(p->shape, TC_SHAPE_OFF);
-    EXPECT_EQ(p->aqm, TC_AQM_OFF);
+    EXPECT_EQ(p->shape, TCM_SHAPE_OFF);
+    EXPECT_EQ(p->aqm, TCM_AQM_OFF);
     json spec = base();
     spec["shape"] = "sockets";
     spec["aqm"] = "ecn";
     p = to_policy(spec, 1);
     ASSERT_TRUE(p) << p.error();
-    EXPECT_EQ(p->shape, TC_SHAPE_SOCKETS);
-    EXPECT_EQ(p->aqm, TC_AQM_ECN);
+    EXPECT_EQ(p->shape, TCM_SHAPE_SOCKETS);
+    EXPECT_EQ(p->aqm, TCM_AQM_ECN);
     spec["shape"] = "edt";
     spec["aqm"] = "drop";
     p = to_policy(spec, 1);
     ASSERT_TRUE(p) << p.error();
-    EXPECT_EQ(p->shape, TC_SHAPE_EDT);
-    EXPECT_EQ(p->aqm, TC_AQM_DROP);
+    EXPECT_EQ(p->shape, TCM_SHAPE_EDT);
+    EXPECT_EQ(p->aqm, TCM_AQM_DROP);
     // Through YAML and back, values as given.
     json cfg = {{"policies", json::array({spec})}};
     auto back = yaml_to_json(json_to_yaml(cfg));
@@ -213,7 +213,7 @@ TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {
     p.meter.cir = 20000000; // 20 Mbit/s: 2.5 MB/s of IP packets
     // 1448 of every 1500 bytes are payload, less 1%: 2.5e6 * 1448 / 1500 * 0.99.
     EXPECT_EQ(shape_payload_rate(p), 2389200u);
-    p.length = TC_LEN_L2;
+    p.length = TCM_LEN_L2;
     EXPECT_EQ(shape_payload_rate(p), 2367107u); // 1514-byte frames
     p.meter.packet_mode = true;
     EXPECT_EQ(shape_payload_rate(p), 0u);

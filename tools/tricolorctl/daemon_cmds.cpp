@@ -248,7 +248,7 @@ std::vector<std::pair<const json *, int>> policy_tree(const json &policies) {
             bool top = up.empty() || !names.contains(up);
             if ((parent.empty() && top) || (!parent.empty() && up == parent)) {
                 out.emplace_back(&p, depth);
-                if (depth < TC_MAX_LEVELS)
+                if (depth < TCM_MAX_LEVELS)
                     walk(p.value("name", ""), depth + 1);
             }
         }
@@ -717,11 +717,10 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
                     else if (k != "unit")
                         e = fmt::format("{:.0f}", v["percent"].get<double>());
                 }
-            std::cout << fmt::format("{:<{}} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", chain(f),
-                                     width, f["key"].get<std::string>(),
-                                     human_bytes(f["green"]["bytes"]),
-                                     human_bytes(f["yellow"]["bytes"]),
-                                     human_bytes(f["red"]["bytes"]), c, e);
+            std::cout << fmt::format(
+                "{:<{}} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", chain(f), width,
+                f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
+                human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]), c, e);
         }
         return rc;
     });

@@ -42,10 +42,10 @@ Result<std::string> need_string(const json &r, const char *field) {
     return it->get<std::string>();
 }
 
-json counters_json(const tc_counters &c) {
+json counters_json(const tcm_counters &c) {
     json out;
     const char *names[] = {"green", "yellow", "red"};
-    for (int i = 0; i < TC_NR_COLORS; ++i)
+    for (int i = 0; i < TCM_NR_COLORS; ++i)
         out[names[i]] = {{"packets", c.packets[i]}, {"bytes", c.bytes[i]}};
     return out;
 }
@@ -110,7 +110,7 @@ bool is_v4_mapped(const uint32_t a[4]) {
     return a[0] == 0 && a[1] == 0 && a[2] == htonl(0x0000ffff);
 }
 
-std::string flow_key_text(const tc_flow_key &k, const Policy &p) {
+std::string flow_key_text(const tcm_flow_key &k, const Policy &p) {
     bool v4 = is_v4_mapped(k.src) || is_v4_mapped(k.dst);
     auto with_len = [&](const uint32_t a[4], bool ipv4) {
         unsigned len = ipv4 ? p.prefix4 : p.prefix6;
@@ -118,11 +118,11 @@ std::string flow_key_text(const tc_flow_key &k, const Policy &p) {
         return (ipv4 ? len < 32 : len < 128) ? fmt::format("{}/{}", s, len) : s;
     };
     switch (p.per) {
-    case TC_PER_SRC:
+    case TCM_PER_SRC:
         return "src " + with_len(k.src, is_v4_mapped(k.src));
-    case TC_PER_DST:
+    case TCM_PER_DST:
         return "dst " + with_len(k.dst, is_v4_mapped(k.dst));
-    case TC_PER_5TUPLE:
+    case TCM_PER_5TUPLE:
         return fmt::format("proto {} {}:{} > {}:{}", k.proto, addr_text(k.src, v4), k.sport,
                            addr_text(k.dst, v4), k.dport);
     default:
@@ -132,13 +132,13 @@ std::string flow_key_text(const tc_flow_key &k, const Policy &p) {
 
 // The two buckets of @f as of @now_ns: what a packet arriving now would find (the refill since
 // the last packet included). In bytes (packets in packet mode) and percent of the size.
-json buckets_json(const Policy &p, const tc_flow &f, uint64_t now_ns) {
-    tc_meter_config cfg = make_meter_config(p.meter);
-    tc_meter_state st = f.meter;
-    if (!(f.flags & TC_FLOW_F_STARTED))
-        tc_meter_start(&cfg, &st, now_ns); // no packet yet: full
+json buckets_json(const Policy &p, const tcm_flow &f, uint64_t now_ns) {
+    tcm_meter_config cfg = make_meter_config(p.meter);
+    tcm_meter_state st = f.meter;
+    if (!(f.flags & TCM_FLOW_F_STARTED))
+        meter_start(&cfg, &st, now_ns); // no packet yet: full
     else
-        tc_meter_refill(&cfg, &st, now_ns);
+        meter_refill(&cfg, &st, now_ns);
     const char *unit = p.meter.packet_mode ? "packets" : "bytes";
     auto one = [&](uint64_t tokens, uint64_t size) {
         uint64_t per = cfg.unit_tokens ? cfg.unit_tokens : 1;
@@ -242,7 +242,7 @@ std::string shape_problem(const Policy &p, const std::vector<AttachmentSpec> &at
     for (const auto &a : attachments)
         if (a.hook == Hook::tc && a.direction == Direction::egress)
             egress.push_back(&a);
-    if (p.shape == TC_SHAPE_SOCKETS) {
+    if (p.shape == TCM_SHAPE_SOCKETS) {
         if (!attachments.empty() && egress.empty())
             return fmt::format(
                 "policy '{}': shape sockets paces this host's TCP senders, whose packets tricolor "
@@ -250,7 +250,7 @@ std::string shape_problem(const Policy &p, const std::vector<AttachmentSpec> &at
                 "--hook tc --direction egress`, or use --aqm for remote senders",
                 p.name, attachments.front().iface,
                 attachments.front().hook == Hook::xdp ? "XDP (ingress)" : "tc ingress");
-    } else if (p.shape == TC_SHAPE_EDT) {
+    } else if (p.shape == TCM_SHAPE_EDT) {
         if (egress.empty())
             return fmt::format("policy '{}': shape edt gives departure times on a tc egress "
                                "attachment with fq as its qdisc, and there is none",
@@ -389,7 +389,7 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
                     "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
                     name));
             for (const auto &a : p->actions)
-                if (xdp_only && (a.kind == TC_ACT_KIND_MARK || a.kind == TC_ACT_KIND_PRIORITY))
+                if (xdp_only && (a.kind == TCM_ACT_KIND_MARK || a.kind == TCM_ACT_KIND_PRIORITY))
                     warnings->push_back(fmt::format(
                         "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
                         name, to_string(a)));
@@ -440,7 +440,7 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
     // --shape sockets: the sock_ops program goes on the root cgroup before the first shaping
     // policy is live, and stays (it returns at once while no policy shapes).
     if (!dry_run && std::ranges::any_of(prep->policies, [](const Policy &p) {
-            return p.shape == TC_SHAPE_SOCKETS;
+            return p.shape == TCM_SHAPE_SOCKETS;
         })) {
         dp_->set_shape_ifaces(egress_ifindexes(attachments_));
         if (!sockops_attached(link_dir()))
@@ -715,7 +715,7 @@ Result<void> Daemon::reload() {
     attachments_ = std::move(done);
     dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     if (std::ranges::any_of(prep->policies,
-                            [](const Policy &p) { return p.shape == TC_SHAPE_SOCKETS; }) &&
+                            [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS; }) &&
         !sockops_attached(link_dir()))
         if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
             warnings.push_back(r.error());
@@ -820,7 +820,7 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
     for (const auto &e : policies_) {
         const auto &c = counters[e.id];
         std::string name = e.spec.value("name", "");
-        for (int i = 0; i < TC_NR_COLORS; ++i) {
+        for (int i = 0; i < TCM_NR_COLORS; ++i) {
             ClientMetric m;
             m.label = {{"color", colors[i]}, {"policy", name}};
             m.counter.value = static_cast<double>(c.packets[i]);
@@ -1067,7 +1067,7 @@ json Daemon::cmd_policy_show(const json &r) {
         if (e.spec.value("name", "") == *name) {
             json out = {{"policy", e.spec}, {"id", e.id}};
             // The policy's own (aggregate) buckets; per-key policies keep theirs per flow.
-            if (auto p = to_policy(e.spec, e.id); p && p->per == TC_PER_AGGREGATE)
+            if (auto p = to_policy(e.spec, e.id); p && p->per == TCM_PER_AGGREGATE)
                 out["buckets"] = buckets_json(*p, dp_->policy_state(e.id), dp_->now_ns());
             return ok(out);
         }
@@ -1278,7 +1278,7 @@ json Daemon::cmd_status(const json &) {
                {"config", options_.config},
                {"state", options_.state},
                {"started_from", started_from_},
-               {"policies", {{"used", policies_.size()}, {"capacity", TC_MAX_POLICIES}}},
+               {"policies", {{"used", policies_.size()}, {"capacity", TCM_MAX_POLICIES}}},
                {"flows",
                 {{"used", dp_->flows().size()},
                  {"capacity", options_.flow_capacity},

@@ -25,7 +25,7 @@ struct DaemonOptions {
     std::string state; // the daemon's own record of what tricolorctl changed
     std::string socket;
     std::string pin_dir;
-    uint32_t flow_capacity = TC_DEFAULT_FLOWS;
+    uint32_t flow_capacity = TCM_DEFAULT_FLOWS;
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never

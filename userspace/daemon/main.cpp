@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <systemd/sd-daemon.h>
@@ -15,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -189,6 +191,36 @@ bool in_host_mount_namespace() {
 // The pin directory must be on bpffs. Where nothing is mounted at /sys/fs/bpf (the case under
 // `ip netns exec`, which remounts /sys), one is mounted, as bpftool and Cilium do; anywhere else
 // the start is refused with the command that fixes it. Nothing is created before this check.
+// ABI 2 renamed the maps (tc_* to tcm_*) and changed no layout: the maps an ABI 1 daemon
+// pinned are moved under their new names, so an upgrade keeps every token, counter and link.
+// Renames within bpffs are atomic; a map that cannot be moved stays in abi1/ and is named.
+std::string migrate_abi1(const std::string &pin_dir, const std::string &abi_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::string old_dir = pin_dir + "/abi1";
+    if (TCM_ABI_VERSION != 2 || !fs::is_directory(old_dir, ec) || fs::exists(abi_dir, ec))
+        return "";
+    fs::create_directories(abi_dir, ec);
+    std::vector<std::string> failed;
+    size_t moved = 0;
+    for (const auto &e : fs::directory_iterator(old_dir, ec)) {
+        std::string name = e.path().filename();
+        std::string to = name.rfind("tc_", 0) == 0 ? "tcm_" + name.substr(3) : name;
+        if (rename(e.path().c_str(), (abi_dir + "/" + to).c_str()) == 0)
+            ++moved;
+        else
+            failed.push_back(fmt::format("{} ({})", name, std::strerror(errno)));
+    }
+    if (failed.empty())
+        fs::remove(old_dir, ec);
+    std::string note = fmt::format("moved {} pinned objects of tricolor's ABI 1 from {} to {} "
+                                   "(same layout, new names): tokens and counters are kept",
+                                   moved, old_dir, abi_dir);
+    if (!failed.empty())
+        note += fmt::format("; left in {}: {}", old_dir, fmt::join(failed, ", "));
+    return note;
+}
+
 void check_pin_dir(const std::string &pin_dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -348,7 +380,9 @@ int main(int argc, char **argv) {
                         err == EWOULDBLOCK ? "another tricolord uses it" : std::strerror(err)));
         return 1; // never remove anything here: the directory may be the other daemon's
     }
-    std::string abi_dir = fmt::format("{}/abi{}", o.pin_dir, TC_ABI_VERSION);
+    std::string abi_dir = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);
+    if (auto note = migrate_abi1(o.pin_dir, abi_dir); !note.empty())
+        log(note);
     bool abi_existed = fs::exists(abi_dir, ec);
     bool state_existed = fs::exists(o.state, ec);
 

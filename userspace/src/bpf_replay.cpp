@@ -33,12 +33,12 @@ struct BpfEngine::Impl {
     ~Impl() { replay::destroy(skel); }
 };
 
-BpfEngine::BpfEngine(const tc_meter_config &config) : impl_(std::make_unique<Impl>()) {
+BpfEngine::BpfEngine(const tcm_meter_config &config) : impl_(std::make_unique<Impl>()) {
     impl_->skel = replay::open();
     if (!impl_->skel)
         throw std::runtime_error(
             fmt::format("cannot open the BPF replay program: {}", errno_text(errno)));
-    impl_->skel->rodata->tc_test_clock = 1;
+    impl_->skel->rodata->tcm_test_clock = 1;
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF replay program: " + problem);
     if (auto loaded = load_bpf("the BPF replay program", [&] { return replay::load(impl_->skel); });
@@ -57,7 +57,7 @@ BpfEngine::~BpfEngine() = default;
 
 Color BpfEngine::mark(const TracePacket &p) {
     auto *bss = impl_->skel->bss;
-    bss->tc_test_clock_ns = p.time_ns;
+    bss->tcm_test_clock_ns = p.time_ns;
     bss->replay.in_color = static_cast<uint32_t>(p.color);
 
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = impl_->frame.data(),
@@ -71,7 +71,7 @@ Color BpfEngine::mark(const TracePacket &p) {
     return static_cast<Color>(bss->replay.out_color);
 }
 
-tc_meter_state BpfEngine::state() const {
+tcm_meter_state BpfEngine::state() const {
     return impl_->skel->bss->replay.state;
 }
 

@@ -73,21 +73,21 @@ unsigned specificity(const Match &m) {
 }
 
 struct Entry {
-    tc_class_key mask;
-    tc_class_key key;
+    tcm_class_key mask;
+    tcm_class_key key;
     uint32_t slot;
     uint32_t rank;
 };
 
 struct KeyLess {
-    bool operator()(const tc_class_key &a, const tc_class_key &b) const {
+    bool operator()(const tcm_class_key &a, const tcm_class_key &b) const {
         return std::memcmp(&a, &b, sizeof(a)) < 0;
     }
 };
 
 struct RuleKeyLess {
-    bool operator()(const std::pair<uint32_t, tc_class_key> &a,
-                    const std::pair<uint32_t, tc_class_key> &b) const {
+    bool operator()(const std::pair<uint32_t, tcm_class_key> &a,
+                    const std::pair<uint32_t, tcm_class_key> &b) const {
         if (a.first != b.first)
             return a.first < b.first;
         return KeyLess{}(a.second, b.second);
@@ -98,7 +98,7 @@ struct RuleKeyLess {
 std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
     if (p.only_parent)
         return {}; // reached only through its children
-    tc_class_key key{}, mask{};
+    tcm_class_key key{}, mask{};
     const Match &m = p.match;
     if (m.ifindex) {
         key.ifindex = *m.ifindex;
@@ -118,8 +118,8 @@ std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
     }
     if (m.src || m.dst) {
         bool v6 = m.src ? m.src->ipv6 : m.dst->ipv6;
-        key.flags |= v6 ? TC_KEY_F_IPV6 : 0;
-        mask.flags |= TC_KEY_F_IPV6;
+        key.flags |= v6 ? TCM_KEY_F_IPV6 : 0;
+        mask.flags |= TCM_KEY_F_IPV6;
     }
     if (m.src)
         store_prefix(*m.src, key.src, mask.src);
@@ -133,8 +133,8 @@ std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
     auto sports = m.sport ? port_prefixes(*m.sport) : any;
     auto dports = m.dport ? port_prefixes(*m.dport) : any;
     if (m.sport || m.dport) {
-        key.flags |= TC_KEY_F_PORTS;
-        mask.flags |= TC_KEY_F_PORTS;
+        key.flags |= TCM_KEY_F_PORTS;
+        mask.flags |= TCM_KEY_F_PORTS;
     }
     std::vector<Entry> out;
     for (auto [sv, sm] : sports)
@@ -154,8 +154,8 @@ constexpr size_t kMaxEntriesPerPolicy = 1024;
 // Deletes the flows whose policy id @drop says to.
 template <typename Pred>
 void delete_flows_if(int flows_fd, Pred drop) {
-    std::vector<tc_flow_key> gone;
-    tc_flow_key k{}, nk{};
+    std::vector<tcm_flow_key> gone;
+    tcm_flow_key k{}, nk{};
     void *prev = nullptr;
     while (bpf_map_get_next_key(flows_fd, prev, &nk) == 0) {
         if (drop(nk.policy_id))
@@ -242,9 +242,9 @@ Result<Action> parse_action(std::string_view text) {
         return std::unexpected(fmt::format("invalid action '{}': {}", text, why));
     };
     if (text == "pass")
-        return Action{TC_ACT_KIND_PASS, 0};
+        return Action{TCM_ACT_KIND_PASS, 0};
     if (text == "drop")
-        return Action{TC_ACT_KIND_DROP, 0};
+        return Action{TCM_ACT_KIND_DROP, 0};
     auto colon = text.find(':');
     if (colon == std::string_view::npos)
         return fail("use pass, drop, dscp:N|NAME, mark:N, priority:N or classid:MAJ:MIN");
@@ -253,20 +253,20 @@ Result<Action> parse_action(std::string_view text) {
     if (kind == "dscp") {
         for (const auto &d : kDscpNames)
             if (arg == d.name)
-                return Action{TC_ACT_KIND_DSCP, d.value};
+                return Action{TCM_ACT_KIND_DSCP, d.value};
         if (!parse_number(arg, v) || v > 63)
             return fail("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
-        return Action{TC_ACT_KIND_DSCP, v};
+        return Action{TCM_ACT_KIND_DSCP, v};
     }
     if (kind == "mark") {
         if (!parse_number(arg, v))
             return fail("mark must be a number 0 to 4294967295");
-        return Action{TC_ACT_KIND_MARK, v};
+        return Action{TCM_ACT_KIND_MARK, v};
     }
     if (kind == "priority") {
         if (!parse_number(arg, v))
             return fail("priority must be a number 0 to 4294967295");
-        return Action{TC_ACT_KIND_PRIORITY, v};
+        return Action{TCM_ACT_KIND_PRIORITY, v};
     }
     if (kind == "classid") {
         // tc writes class ids in hex: 1:10 is 0x0001:0x0010.
@@ -279,25 +279,25 @@ Result<Action> parse_action(std::string_view text) {
         if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
             !hex(arg.substr(c2 + 1), min))
             return fail("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
-        return Action{TC_ACT_KIND_PRIORITY, maj << 16 | min};
+        return Action{TCM_ACT_KIND_PRIORITY, maj << 16 | min};
     }
     return fail(fmt::format("unknown action '{}'", kind));
 }
 
 std::string to_string(const Action &a) {
     switch (a.kind) {
-    case TC_ACT_KIND_PASS:
+    case TCM_ACT_KIND_PASS:
         return "pass";
-    case TC_ACT_KIND_DROP:
+    case TCM_ACT_KIND_DROP:
         return "drop";
-    case TC_ACT_KIND_DSCP:
+    case TCM_ACT_KIND_DSCP:
         for (const auto &d : kDscpNames)
             if (d.value == a.value)
                 return fmt::format("dscp:{}", d.name);
         return fmt::format("dscp:{}", a.value);
-    case TC_ACT_KIND_MARK:
+    case TCM_ACT_KIND_MARK:
         return fmt::format("mark:{}", a.value);
-    case TC_ACT_KIND_PRIORITY:
+    case TCM_ACT_KIND_PRIORITY:
         return fmt::format("priority:{}", a.value);
     }
     return "?";
@@ -320,12 +320,12 @@ struct Datapath::Impl {
     bool testing = false;
     bool adopted = false;
     std::string pin_path;
-    tc_runtime *runtime = nullptr;     // the mmapped entry of the tc_runtime map
-    tc_fleet_grant *fleet = nullptr;   // the mmapped tc_fleet array
+    tcm_runtime *runtime = nullptr;    // the mmapped entry of the tcm_runtime map
+    tcm_fleet_grant *fleet = nullptr;  // the mmapped tcm_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
-        return (sizeof(tc_fleet_grant) * TC_MAX_POLICIES + page - 1) / page * page;
+        return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
     }
     ~Impl() {
         if (fleet)
@@ -346,18 +346,18 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             fmt::format("cannot open the BPF data path: {}", errno_text(errno)));
     if (o.flow_capacity == 0)
         throw std::runtime_error("the flow table needs a capacity of at least 1");
-    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tc_flows, o.flow_capacity); err < 0)
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows, o.flow_capacity); err < 0)
         throw std::runtime_error(
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     if (!o.pin_dir.empty()) {
         namespace fs = std::filesystem;
-        impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TC_ABI_VERSION);
+        impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);
         std::error_code ec;
         fs::create_directories(impl_->pin_path, ec);
         if (ec)
             throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
                                                  impl_->pin_path, ec.message()));
-        impl_->adopted = fs::exists(impl_->pin_path + "/tc_runtime");
+        impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
             if (bpf_map__is_internal(m))
@@ -368,8 +368,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                                                      bpf_map__name(m), path, errno_text(err)));
         }
     }
-    impl_->skel->rodata->tc_test_clock = o.testing ? 1 : 0;
-    impl_->skel->rodata->tc_bench_spread_src = o.bench_spread_sources ? 1 : 0;
+    impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
+    impl_->skel->rodata->tcm_bench_spread_src = o.bench_spread_sources ? 1 : 0;
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF data path: " + problem);
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
@@ -382,15 +382,15 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         throw std::runtime_error(loaded.error() + hint);
     }
     void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
-                     impl_->fd(impl_->skel->maps.tc_runtime), 0);
+                     impl_->fd(impl_->skel->maps.tcm_runtime), 0);
     if (mem == MAP_FAILED)
-        throw std::runtime_error(fmt::format("cannot map tc_runtime: {}", errno_text(errno)));
-    impl_->runtime = static_cast<tc_runtime *>(mem);
+        throw std::runtime_error(fmt::format("cannot map tcm_runtime: {}", errno_text(errno)));
+    impl_->runtime = static_cast<tcm_runtime *>(mem);
     mem = mmap(nullptr, Impl::fleet_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
-               impl_->fd(impl_->skel->maps.tc_fleet), 0);
+               impl_->fd(impl_->skel->maps.tcm_fleet), 0);
     if (mem == MAP_FAILED)
-        throw std::runtime_error(fmt::format("cannot map tc_fleet: {}", errno_text(errno)));
-    impl_->fleet = static_cast<tc_fleet_grant *>(mem);
+        throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
+    impl_->fleet = static_cast<tcm_fleet_grant *>(mem);
     if (impl_->adopted)
         adopt();
 }
@@ -398,13 +398,13 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
 void Datapath::adopt() {
     // The active set's ids and names: apply() keeps their buckets and counters.
     uint32_t set = impl_->runtime->active_set & 1;
-    tc_set_info info{};
-    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_sets), &set, &info) != 0)
+    tcm_set_info info{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_sets), &set, &info) != 0)
         return;
-    for (uint32_t slot = 0; slot < info.n_policies && slot < TC_MAX_POLICIES; ++slot) {
-        uint32_t idx = set * TC_MAX_POLICIES + slot;
-        tc_policy cfg{};
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_cfg), &idx, &cfg) != 0)
+    for (uint32_t slot = 0; slot < info.n_policies && slot < TCM_MAX_POLICIES; ++slot) {
+        uint32_t idx = set * TCM_MAX_POLICIES + slot;
+        tcm_policy cfg{};
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_cfg), &idx, &cfg) != 0)
             continue;
         Policy p;
         p.id = cfg.policy_id;
@@ -423,7 +423,7 @@ std::string Datapath::pin_path() const {
 void Datapath::remove_pins(const std::string &pin_dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    fs::remove_all(fmt::format("{}/abi{}", pin_dir, TC_ABI_VERSION), ec);
+    fs::remove_all(fmt::format("{}/abi{}", pin_dir, TCM_ABI_VERSION), ec);
     fs::remove(pin_dir, ec); // only if empty
 }
 
@@ -433,16 +433,16 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
     std::vector<std::string> errors;
     std::set<uint32_t> ids;
     std::set<std::string> names;
-    if (policies.size() > TC_MAX_POLICIES)
-        errors.push_back(fmt::format("{} policies: at most {}", policies.size(), TC_MAX_POLICIES));
+    if (policies.size() > TCM_MAX_POLICIES)
+        errors.push_back(fmt::format("{} policies: at most {}", policies.size(), TCM_MAX_POLICIES));
     size_t rules = 0;
-    std::set<tc_class_key, KeyLess> masks;
+    std::set<tcm_class_key, KeyLess> masks;
     for (const auto &p : policies) {
         auto fail = [&](const std::string &why) {
             errors.push_back(fmt::format("policy '{}': {}", p.name, why));
         };
-        if (p.id >= TC_MAX_POLICIES)
-            fail(fmt::format("id {} is not below {}", p.id, TC_MAX_POLICIES));
+        if (p.id >= TCM_MAX_POLICIES)
+            fail(fmt::format("id {} is not below {}", p.id, TCM_MAX_POLICIES));
         if (!ids.insert(p.id).second)
             fail(fmt::format("id {} is used twice", p.id));
         if (!names.insert(p.name).second)
@@ -459,10 +459,10 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
             fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
         if (p.prefix4 > 32 || p.prefix6 > 128)
             fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
-        if (p.fleet && p.per != TC_PER_AGGREGATE)
+        if (p.fleet && p.per != TCM_PER_AGGREGATE)
             fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
         for (const auto &a : p.actions)
-            if (a.kind == TC_ACT_KIND_DSCP && a.value > 63)
+            if (a.kind == TCM_ACT_KIND_DSCP && a.value > 63)
                 fail(fmt::format("dscp:{} is not 0 to 63", a.value));
         auto es = entries_of(p, 0, 0);
         if (es.size() > kMaxEntriesPerPolicy)
@@ -475,14 +475,14 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
     }
     for (auto &e : hierarchy_errors(policies))
         errors.push_back(std::move(e));
-    if (masks.size() > TC_MAX_MASKS)
+    if (masks.size() > TCM_MAX_MASKS)
         errors.push_back(fmt::format(
             "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
             "the data path probes at most {}",
-            masks.size(), TC_MAX_MASKS));
-    if (rules > TC_MAX_RULES / TC_NR_SETS)
+            masks.size(), TCM_MAX_MASKS));
+    if (rules > TCM_MAX_RULES / TCM_NR_SETS)
         errors.push_back(fmt::format("the policies expand to {} classifier entries; at most {}",
-                                     rules, TC_MAX_RULES / TC_NR_SETS));
+                                     rules, TCM_MAX_RULES / TCM_NR_SETS));
     if (!errors.empty()) {
         return std::unexpected(join_lines(errors));
     }
@@ -515,22 +515,22 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         entries.insert(entries.end(), es.begin(), es.end());
     }
     // Masks in order of the best rank they hold.
-    std::map<tc_class_key, uint32_t, KeyLess> min_rank;
+    std::map<tcm_class_key, uint32_t, KeyLess> min_rank;
     for (const auto &e : entries) {
         auto [it, fresh] = min_rank.emplace(e.mask, e.rank);
         if (!fresh)
             it->second = std::min(it->second, e.rank);
     }
-    std::vector<std::pair<uint32_t, tc_class_key>> masks;
+    std::vector<std::pair<uint32_t, tcm_class_key>> masks;
     for (const auto &[m, r] : min_rank)
         masks.emplace_back(r, m);
     std::ranges::sort(masks, [](const auto &a, const auto &b) { return a.first < b.first; });
 
     // 1. Clear what an earlier apply left in the inactive set.
-    int rules_fd = impl_->fd(skel->maps.tc_rules);
+    int rules_fd = impl_->fd(skel->maps.tcm_rules);
     {
-        std::vector<tc_rule_key> stale;
-        tc_rule_key k{}, next_key{};
+        std::vector<tcm_rule_key> stale;
+        tcm_rule_key k{}, next_key{};
         void *prev = nullptr;
         while (bpf_map_get_next_key(rules_fd, prev, &next_key) == 0) {
             if ((next_key.set_mask >> 16) == next)
@@ -547,17 +547,17 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         slot_of[policies[slot].name] = slot;
     for (uint32_t slot = 0; slot < policies.size(); ++slot) {
         const Policy &p = policies[slot];
-        tc_policy cfg{};
+        tcm_policy cfg{};
         cfg.meter = make_meter_config(p.meter);
         if (p.fleet) {
             // C is refilled by grants only (bpf/lib/fleet.h), never by time.
-            cfg.meter.flags |= TC_METER_F_FLEET;
+            cfg.meter.flags |= TCM_METER_F_FLEET;
             cfg.meter.c_rate = 0;
             cfg.meter.c_fill_ns = ~0ull;
         }
         for (int d = 0; d < 64; ++d)
             cfg.color_map[d / 32] |= static_cast<uint64_t>(p.color_map[d]) << (2 * (d % 32));
-        for (int c = 0; c < TC_NR_COLORS; ++c)
+        for (int c = 0; c < TCM_NR_COLORS; ++c)
             cfg.action[c] = {static_cast<uint32_t>(p.actions[c].kind), p.actions[c].value};
         cfg.policy_id = p.id;
         cfg.per = static_cast<uint8_t>(p.per);
@@ -567,30 +567,30 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         cfg.overhead = p.overhead;
         cfg.aqm = static_cast<uint8_t>(p.aqm);
         if (!p.parent.empty())
-            cfg.parent = next * TC_MAX_POLICIES + slot_of.at(p.parent) + 1;
+            cfg.parent = next * TCM_MAX_POLICIES + slot_of.at(p.parent) + 1;
         std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
-        uint32_t idx = next * TC_MAX_POLICIES + slot;
-        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_cfg), &idx, &cfg, 0))
+        uint32_t idx = next * TCM_MAX_POLICIES + slot;
+        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_cfg), &idx, &cfg, 0))
             return fail("write a policy config", err);
     }
-    std::map<tc_class_key, uint32_t, KeyLess> mask_index;
+    std::map<tcm_class_key, uint32_t, KeyLess> mask_index;
     for (uint32_t i = 0; i < masks.size(); ++i) {
-        tc_mask m{};
+        tcm_mask m{};
         m.mask = masks[i].second;
         m.min_rank = masks[i].first;
         mask_index[m.mask] = i;
-        uint32_t idx = next * TC_MAX_MASKS + i;
-        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_masks), &idx, &m, 0))
+        uint32_t idx = next * TCM_MAX_MASKS + i;
+        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_masks), &idx, &m, 0))
             return fail("write a classifier mask", err);
     }
     // Two policies with the same match: only the better rank can ever win. Entries come in rank
     // order and the inactive set starts empty, so the first of a key is the one to keep.
-    std::set<std::pair<uint32_t, tc_class_key>, RuleKeyLess> written;
+    std::set<std::pair<uint32_t, tcm_class_key>, RuleKeyLess> written;
     for (const auto &e : entries) {
-        tc_rule_key rk{};
+        tcm_rule_key rk{};
         rk.set_mask = next << 16 | mask_index[e.mask];
         rk.key = e.key;
-        tc_rule r{e.slot, e.rank};
+        tcm_rule r{e.slot, e.rank};
         if (!written.emplace(rk.set_mask, rk.key).second)
             continue;
         if (int err = bpf_map_update_elem(rules_fd, &rk, &r, 0))
@@ -598,7 +598,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     }
     // 3. Fresh state, counters and no flows for ids that were not active: an id can be reused.
     int ncpus = libbpf_num_possible_cpus();
-    std::vector<tc_counters> zero_counters(ncpus);
+    std::vector<tcm_counters> zero_counters(ncpus);
     std::set<uint32_t> fresh, kept;
     for (const auto &p : policies)
         (impl_->active.contains(p.id) ? kept : fresh).insert(p.id);
@@ -609,15 +609,15 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
             fleet_revoke(p.id);
     }
     for (uint32_t id : fresh) {
-        tc_flow zero{};
-        bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_state), &id, &zero, 0);
-        bpf_map_update_elem(impl_->fd(skel->maps.tc_policy_stats), &id, zero_counters.data(), 0);
+        tcm_flow zero{};
+        bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_state), &id, &zero, 0);
+        bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_stats), &id, zero_counters.data(), 0);
     }
-    int flows_fd = impl_->fd(skel->maps.tc_flows);
+    int flows_fd = impl_->fd(skel->maps.tcm_flows);
     if (!fresh.empty())
         delete_flows_if(flows_fd, [&](uint32_t id) { return fresh.contains(id); });
-    tc_set_info info{static_cast<uint32_t>(masks.size()), static_cast<uint32_t>(policies.size())};
-    if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tc_sets), &next, &info, 0))
+    tcm_set_info info{static_cast<uint32_t>(masks.size()), static_cast<uint32_t>(policies.size())};
+    if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_sets), &next, &info, 0))
         return fail("write the policy set header", err);
 
     // 4. One store makes the new set active.
@@ -631,25 +631,25 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
 
     // 6. --shape sockets: each policy's pacing rate; a change bumps its generation so that its
     // sockets re-read their share, and so does a policy that left (its sockets go unpaced).
-    int shape_fd = impl_->fd(skel->maps.tc_shape_cfg);
+    int shape_fd = impl_->fd(skel->maps.tcm_shape_cfg);
     uint32_t shaping = 0;
     auto write_shape = [&](uint32_t id, uint64_t rate, uint32_t per_socket) {
-        tc_shape_cfg old{};
+        tcm_shape_cfg old{};
         bpf_map_lookup_elem(shape_fd, &id, &old);
         if (old.rate == rate && old.per_socket == per_socket)
             return;
-        tc_shape_cfg cfg{rate, per_socket, old.gen + 1};
+        tcm_shape_cfg cfg{rate, per_socket, old.gen + 1};
         bpf_map_update_elem(shape_fd, &id, &cfg, 0);
     };
     for (const auto &p : policies) {
-        bool on = p.shape == TC_SHAPE_SOCKETS;
+        bool on = p.shape == TCM_SHAPE_SOCKETS;
         shaping += on;
-        write_shape(p.id, on ? shape_payload_rate(p) : 0, p.per == TC_PER_5TUPLE);
+        write_shape(p.id, on ? shape_payload_rate(p) : 0, p.per == TCM_PER_5TUPLE);
     }
     for (const auto &[id, p] : impl_->active)
         if (!kept.contains(id) && !fresh.contains(id))
             write_shape(id, 0, 0);
-    __atomic_store_n(&skel->bss->tc_shape_policies, shaping, __ATOMIC_RELEASE);
+    __atomic_store_n(&skel->bss->tcm_shape_policies, shaping, __ATOMIC_RELEASE);
 
     impl_->active.clear();
     for (const auto &p : policies)
@@ -663,7 +663,7 @@ uint64_t shape_payload_rate(const Policy &p) {
     // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
     // more of Ethernet with --length l2, and the policy's overhead.
     const uint64_t payload = 1448;
-    uint64_t wire = payload + 52 + (p.length == TC_LEN_L2 ? 14 : 0) + p.overhead;
+    uint64_t wire = payload + 52 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
     unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
     uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
     return std::max<uint64_t>(rate, 1);
@@ -673,9 +673,9 @@ void Datapath::set_shape_ifaces(const std::vector<uint32_t> &ifindexes) {
     auto *bss = impl_->skel->bss;
     uint32_t n = 0;
     for (uint32_t idx : ifindexes)
-        if (n < TC_SHAPE_MAX_IFACES)
-            bss->tc_shape_ifaces[n++] = idx;
-    __atomic_store_n(&bss->tc_shape_n_ifaces, n, __ATOMIC_RELEASE);
+        if (n < TCM_SHAPE_MAX_IFACES)
+            bss->tcm_shape_ifaces[n++] = idx;
+    __atomic_store_n(&bss->tcm_shape_n_ifaces, n, __ATOMIC_RELEASE);
 }
 
 int Datapath::sockops_prog_fd() const {
@@ -685,16 +685,16 @@ int Datapath::sockops_prog_fd() const {
 std::map<uint32_t, ShapeCounters> Datapath::shape_counters() const {
     std::map<uint32_t, ShapeCounters> out;
     int ncpus = libbpf_num_possible_cpus();
-    std::vector<tc_tcp_counters> per_cpu(ncpus);
+    std::vector<tcm_tcp_counters> per_cpu(ncpus);
     for (const auto &[id, p] : impl_->active) {
         ShapeCounters c;
-        tc_shape_state st{};
+        tcm_shape_state st{};
         uint32_t key = id;
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_shape_state), &key, &st) == 0)
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_shape_state), &key, &st) == 0)
             c.sockets = st.sockets > 0x7fffffffu ? 0 : st.sockets;
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_tcp_stats), &key, per_cpu.data()) ==
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_tcp_stats), &key, per_cpu.data()) ==
             0) {
-            constexpr size_t n = sizeof(tc_tcp_counters) / sizeof(uint64_t);
+            constexpr size_t n = sizeof(tcm_tcp_counters) / sizeof(uint64_t);
             auto *s = reinterpret_cast<uint64_t *>(&c.tcp);
             for (const auto &v : per_cpu) {
                 auto *w = reinterpret_cast<const uint64_t *>(&v);
@@ -778,47 +778,47 @@ Result<void> Datapath::remove(uint32_t policy_id) {
     return apply(set);
 }
 
-std::map<uint32_t, tc_counters> Datapath::policy_counters() const {
-    std::map<uint32_t, tc_counters> out;
+std::map<uint32_t, tcm_counters> Datapath::policy_counters() const {
+    std::map<uint32_t, tcm_counters> out;
     size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
-    for_each_entry<uint32_t, tc_counters>(impl_->fd(impl_->skel->maps.tc_policy_stats), ncpus,
-                                          [&](uint32_t id, const tc_counters *per_cpu) {
-                                              if (!impl_->active.contains(id))
-                                                  return;
-                                              tc_counters sum{};
-                                              for (size_t c = 0; c < ncpus; ++c)
-                                                  for (int i = 0; i < TC_NR_COLORS; ++i) {
-                                                      sum.packets[i] += per_cpu[c].packets[i];
-                                                      sum.bytes[i] += per_cpu[c].bytes[i];
-                                                  }
-                                              out[id] = sum;
-                                          });
+    for_each_entry<uint32_t, tcm_counters>(impl_->fd(impl_->skel->maps.tcm_policy_stats), ncpus,
+                                           [&](uint32_t id, const tcm_counters *per_cpu) {
+                                               if (!impl_->active.contains(id))
+                                                   return;
+                                               tcm_counters sum{};
+                                               for (size_t c = 0; c < ncpus; ++c)
+                                                   for (int i = 0; i < TCM_NR_COLORS; ++i) {
+                                                       sum.packets[i] += per_cpu[c].packets[i];
+                                                       sum.bytes[i] += per_cpu[c].bytes[i];
+                                                   }
+                                               out[id] = sum;
+                                           });
     return out;
 }
 
-tc_counters Datapath::policy_counter(uint32_t id) const {
+tcm_counters Datapath::policy_counter(uint32_t id) const {
     size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
-    std::vector<tc_counters> per_cpu(ncpus);
-    tc_counters sum{};
-    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_stats), &id, per_cpu.data()))
+    std::vector<tcm_counters> per_cpu(ncpus);
+    tcm_counters sum{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_stats), &id, per_cpu.data()))
         return sum;
     for (const auto &c : per_cpu)
-        for (int i = 0; i < TC_NR_COLORS; ++i) {
+        for (int i = 0; i < TCM_NR_COLORS; ++i) {
             sum.packets[i] += c.packets[i];
             sum.bytes[i] += c.bytes[i];
         }
     return sum;
 }
 
-tc_global_counters Datapath::global_counters() const {
+tcm_global_counters Datapath::global_counters() const {
     int ncpus = libbpf_num_possible_cpus();
-    std::vector<tc_global_counters> per_cpu(ncpus);
-    tc_global_counters sum{};
+    std::vector<tcm_global_counters> per_cpu(ncpus);
+    tcm_global_counters sum{};
     uint32_t zero = 0;
-    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_global_stats), &zero, per_cpu.data()) !=
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_global_stats), &zero, per_cpu.data()) !=
         0)
         return sum;
-    constexpr size_t n = sizeof(tc_global_counters) / sizeof(uint64_t);
+    constexpr size_t n = sizeof(tcm_global_counters) / sizeof(uint64_t);
     auto *s = reinterpret_cast<uint64_t *>(&sum);
     for (const auto &c : per_cpu) {
         auto *v = reinterpret_cast<const uint64_t *>(&c);
@@ -830,45 +830,45 @@ tc_global_counters Datapath::global_counters() const {
 
 std::vector<Flow> Datapath::flows() const {
     std::vector<Flow> out;
-    for_each_entry<tc_flow_key, tc_flow>(impl_->fd(impl_->skel->maps.tc_flows), 1,
-                                         [&](const tc_flow_key &k, const tc_flow *v) {
-                                             out.push_back(Flow{k, *v});
-                                         });
+    for_each_entry<tcm_flow_key, tcm_flow>(impl_->fd(impl_->skel->maps.tcm_flows), 1,
+                                           [&](const tcm_flow_key &k, const tcm_flow *v) {
+                                               out.push_back(Flow{k, *v});
+                                           });
     return out;
 }
 
-tc_flow Datapath::policy_state(uint32_t id) const {
-    tc_flow f{};
-    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tc_policy_state), &id, &f);
+tcm_flow Datapath::policy_state(uint32_t id) const {
+    tcm_flow f{};
+    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_state), &id, &f);
     return f;
 }
 
 void Datapath::fleet_grant(uint32_t id, uint64_t tokens) {
-    if (id >= TC_MAX_POLICIES || tokens == 0)
+    if (id >= TCM_MAX_POLICIES || tokens == 0)
         return;
-    tc_fleet_grant &g = impl_->fleet[id];
+    tcm_fleet_grant &g = impl_->fleet[id];
     __atomic_store_n(&g.granted, g.granted + tokens, __ATOMIC_RELEASE); // the only writer
 }
 
 void Datapath::fleet_revoke(uint32_t id) {
-    if (id >= TC_MAX_POLICIES)
+    if (id >= TCM_MAX_POLICIES)
         return;
-    tc_fleet_grant &g = impl_->fleet[id];
+    tcm_fleet_grant &g = impl_->fleet[id];
     __atomic_store_n(&g.revoke_upto, __atomic_load_n(&g.granted, __ATOMIC_RELAXED),
                      __ATOMIC_RELEASE);
     __atomic_store_n(&g.revoke_seq, g.revoke_seq + 1, __ATOMIC_RELEASE);
 }
 
 void Datapath::fleet_lease(uint32_t id, uint64_t until_ns) {
-    if (id < TC_MAX_POLICIES)
+    if (id < TCM_MAX_POLICIES)
         __atomic_store_n(&impl_->fleet[id].lease_until_ns, until_ns, __ATOMIC_RELEASE);
 }
 
 FleetLocal Datapath::fleet_local(uint32_t id) const {
     FleetLocal out;
-    if (id >= TC_MAX_POLICIES)
+    if (id >= TCM_MAX_POLICIES)
         return out;
-    const tc_fleet_grant &g = impl_->fleet[id];
+    const tcm_fleet_grant &g = impl_->fleet[id];
     // drained before C: a fold between the reads counts its tokens twice, never zero times.
     uint64_t drained = __atomic_load_n(&g.drained, __ATOMIC_ACQUIRE);
     uint64_t seen = __atomic_load_n(&g.revoke_seen, __ATOMIC_ACQUIRE);
@@ -887,7 +887,7 @@ FleetLocal Datapath::fleet_local(uint32_t id) const {
 
 uint64_t Datapath::now_ns() const {
     if (impl_->testing)
-        return impl_->skel->bss->tc_test_clock_ns;
+        return impl_->skel->bss->tcm_test_clock_ns;
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts); // what bpf_ktime_get_ns() reads
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
@@ -898,11 +898,11 @@ size_t Datapath::reclaim_idle_flows() {
 }
 
 size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
-    std::map<uint32_t, tc_meter_config> configs;
+    std::map<uint32_t, tcm_meter_config> configs;
     for (const auto &[id, p] : impl_->active)
         configs[id] = make_meter_config(p.meter);
     const uint64_t now = now_ns();
-    int fd = impl_->fd(impl_->skel->maps.tc_flows);
+    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
     size_t reclaimed = 0;
     auto all = flows();
     bool pressure = pressure_at && all.size() > pressure_at;
@@ -910,13 +910,13 @@ size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
         auto cfg = configs.find(f.key.policy_id);
         if (cfg == configs.end() || f.state.lock)
             continue;
-        if (!pressure && min_idle_ns && (f.state.flags & TC_FLOW_F_STARTED) &&
+        if (!pressure && min_idle_ns && (f.state.flags & TCM_FLOW_F_STARTED) &&
             now - std::min<uint64_t>(now, f.state.meter.last_ns) < min_idle_ns)
             continue; // seen recently: left for an operator to look at
         // Exactly what the next packet would see: the shared refill code on a copy.
-        tc_meter_state s = f.state.meter;
-        tc_meter_refill(&cfg->second, &s, now);
-        bool full = (f.state.flags & TC_FLOW_F_STARTED) == 0 ||
+        tcm_meter_state s = f.state.meter;
+        meter_refill(&cfg->second, &s, now);
+        bool full = (f.state.flags & TCM_FLOW_F_STARTED) == 0 ||
                     (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size);
         if (full && bpf_map_delete_elem(fd, &f.key) == 0)
             ++reclaimed;
@@ -941,16 +941,16 @@ int Datapath::tc_prog_fd() const {
 void Datapath::set_clock(uint64_t now_ns) {
     if (!impl_->testing)
         throw std::logic_error("set_clock needs a Datapath loaded in testing mode");
-    impl_->skel->bss->tc_test_clock_ns = now_ns;
+    impl_->skel->bss->tcm_test_clock_ns = now_ns;
 }
 
 Datapath::Verdict Datapath::last_verdict() const {
     if (!impl_->testing)
         throw std::logic_error("last_verdict needs a Datapath loaded in testing mode");
     Verdict v;
-    if (uint32_t id = impl_->skel->bss->tc_test_last_policy; id != 0) {
+    if (uint32_t id = impl_->skel->bss->tcm_test_last_policy; id != 0) {
         v.policy_id = id - 1;
-        v.color = static_cast<Color>(impl_->skel->bss->tc_test_last_color);
+        v.color = static_cast<Color>(impl_->skel->bss->tcm_test_last_color);
     }
     return v;
 }

@@ -285,7 +285,7 @@ void Agent::tick() {
         State &s = *sp;
         const uint32_t id = s.policy.id;
         const uint64_t now = mono_ns();
-        tc_counters c = dp_.policy_counter(id);
+        tcm_counters c = dp_.policy_counter(id);
         uint64_t offered = s.policy.meter.packet_mode ? c.packets[0] + c.packets[1] + c.packets[2]
                                                       : c.bytes[0] + c.bytes[1] + c.bytes[2];
         if (!s.started) {

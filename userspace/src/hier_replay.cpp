@@ -286,7 +286,7 @@ void mask_bits(uint8_t *addr, size_t n, unsigned bits) {
 
 // The length a level meters: its own `length` and `overhead` (SPEC §3).
 uint32_t level_len(const Policy &p, const FlowTracePacket &pkt) {
-    return pkt.bytes + (p.length == TC_LEN_L2 ? kEthLen : 0) + p.overhead;
+    return pkt.bytes + (p.length == TCM_LEN_L2 ? kEthLen : 0) + p.overhead;
 }
 
 } // namespace
@@ -319,17 +319,17 @@ HierModelEngine::Key HierModelEngine::key_of(const Policy &p, const FlowTracePac
     size_t n = pkt.ipv6 ? 16 : 4;
     k[0] = pkt.ipv6;
     switch (p.per) {
-    case TC_PER_AGGREGATE:
+    case TCM_PER_AGGREGATE:
         k[0] = 0; // one bucket for both families
         break;
-    case TC_PER_SRC:
-    case TC_PER_DST: {
+    case TCM_PER_SRC:
+    case TCM_PER_DST: {
         uint8_t *a = &k[1];
-        std::memcpy(a, (p.per == TC_PER_SRC ? pkt.src : pkt.dst).data(), n);
+        std::memcpy(a, (p.per == TCM_PER_SRC ? pkt.src : pkt.dst).data(), n);
         mask_bits(a, n, pkt.ipv6 ? p.prefix6 : p.prefix4);
         break;
     }
-    case TC_PER_5TUPLE:
+    case TCM_PER_5TUPLE:
         std::memcpy(&k[1], pkt.src.data(), n);
         std::memcpy(&k[17], pkt.dst.data(), n);
         k[33] = pkt.proto;
@@ -344,7 +344,8 @@ HierModelEngine::Key HierModelEngine::key_of(const Policy &p, const FlowTracePac
     return k;
 }
 
-const tc_meter_state *HierModelEngine::state(uint32_t policy_id, const FlowTracePacket &pkt) const {
+const tcm_meter_state *HierModelEngine::state(uint32_t policy_id,
+                                              const FlowTracePacket &pkt) const {
     auto p = std::ranges::find(policies_, policy_id, &Policy::id);
     if (p == policies_.end())
         return nullptr;
@@ -368,7 +369,7 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
     struct Level {
         const Policy *policy;
         Bucket *bucket;
-        tc_meter_state next;
+        tcm_meter_state next;
     };
     std::vector<Level> levels;
     for (const Policy *p : chain_of(policies_, matched->name))
@@ -376,19 +377,19 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
     uint32_t color = static_cast<uint32_t>(pkt.color);
     for (size_t i = 0; i < levels.size(); ++i) {
         auto &l = levels[i];
-        const tc_meter_config &cfg = configs_[l.policy - policies_.data()];
+        const tcm_meter_config &cfg = configs_[l.policy - policies_.data()];
         l.next = l.bucket->state;
         if (!l.bucket->started)
-            tc_meter_start(&cfg, &l.next, pkt.time_ns);
+            meter_start(&cfg, &l.next, pkt.time_ns);
         uint32_t len = level_len(*l.policy, pkt);
-        color = i == 0 ? tc_meter_mark(&cfg, &l.next, pkt.time_ns, len, color)
-                       : tc_meter_mark_aware(&cfg, &l.next, pkt.time_ns, len, color);
+        color = i == 0 ? meter_mark(&cfg, &l.next, pkt.time_ns, len, color)
+                       : meter_mark_aware(&cfg, &l.next, pkt.time_ns, len, color);
     }
     for (auto &l : levels) {
-        if (color != TC_RED)
+        if (color != TCM_RED)
             l.bucket->state = l.next;
         else if (!l.bucket->started)
-            tc_meter_start(&configs_[l.policy - policies_.data()], &l.bucket->state, pkt.time_ns);
+            meter_start(&configs_[l.policy - policies_.data()], &l.bucket->state, pkt.time_ns);
         l.bucket->started = true;
     }
     v.color = static_cast<Color>(color);

@@ -52,12 +52,12 @@ std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies) {
             }
             path.push_back(cur->name);
         }
-        if (path.size() > TC_MAX_LEVELS) {
+        if (path.size() > TCM_MAX_LEVELS) {
             std::string text;
             for (size_t i = 0; i < path.size(); ++i)
                 text += fmt::format("{}'{}'", i ? " -> " : "", path[i]);
             errors.push_back(fmt::format("policy '{}': its chain {} has {} levels; at most {}",
-                                         p.name, text, path.size(), TC_MAX_LEVELS));
+                                         p.name, text, path.size(), TCM_MAX_LEVELS));
         }
     }
     return errors;
@@ -66,7 +66,7 @@ std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies) {
 std::vector<const Policy *> chain_of(const std::vector<Policy> &policies, const std::string &name) {
     std::vector<const Policy *> out;
     std::string next = name;
-    while (!next.empty() && out.size() < TC_MAX_LEVELS) {
+    while (!next.empty() && out.size() < TCM_MAX_LEVELS) {
         auto it = std::ranges::find(policies, next, &Policy::name);
         if (it == policies.end())
             break;

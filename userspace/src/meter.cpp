@@ -61,14 +61,14 @@ class Checker {
     }
 
     void rate_in_range(std::string_view name, uint64_t r, uint64_t min) {
-        if (r < min || r > TC_METER_MAX_RATE)
+        if (r < min || r > TCM_METER_MAX_RATE)
             v_.errors.push_back(fmt::format("{} {} is out of range {}..{}", name, rate(r),
-                                            rate(min), rate(TC_METER_MAX_RATE)));
+                                            rate(min), rate(TCM_METER_MAX_RATE)));
     }
     void size_in_range(std::string_view name, uint64_t s, uint64_t min) {
-        if (s < min || s > TC_METER_MAX_SIZE)
+        if (s < min || s > TCM_METER_MAX_SIZE)
             v_.errors.push_back(fmt::format("{} {} is out of range {}..{} {}", name, size(s), min,
-                                            TC_METER_MAX_SIZE,
+                                            TCM_METER_MAX_SIZE,
                                             p_.packet_mode ? "packets" : "bytes (1 GiB)"));
     }
     void required(std::string_view name, const std::optional<uint64_t> &v) {
@@ -193,11 +193,11 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
     return out;
 }
 
-tc_meter_config make_meter_config(const MeterParams &p) {
-    uint32_t flags = (p.color_aware ? TC_METER_F_COLOR_AWARE : 0) |
-                     (p.packet_mode ? TC_METER_F_PACKET_MODE : 0) |
-                     (p.coupling ? TC_METER_F_COUPLED : 0) |
-                     (p.start_empty ? TC_METER_F_START_EMPTY : 0);
+tcm_meter_config make_meter_config(const MeterParams &p) {
+    uint32_t flags = (p.color_aware ? TCM_METER_F_COLOR_AWARE : 0) |
+                     (p.packet_mode ? TCM_METER_F_PACKET_MODE : 0) |
+                     (p.coupling ? TCM_METER_F_COUPLED : 0) |
+                     (p.start_empty ? TCM_METER_F_START_EMPTY : 0);
     uint64_t second_rate = 0, second_size = p.ebs.value_or(0);
     if (p.algo == Algo::trtcm) {
         second_rate = p.pir.value_or(0);
@@ -205,9 +205,9 @@ tc_meter_config make_meter_config(const MeterParams &p) {
     } else if (p.algo == Algo::rfc4115) {
         second_rate = p.eir.value_or(0);
     }
-    tc_meter_config cfg{};
-    tc_meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate,
-                         second_size);
+    tcm_meter_config cfg{};
+    meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate,
+                      second_size);
     return cfg;
 }
 

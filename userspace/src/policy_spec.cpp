@@ -14,9 +14,9 @@ using nlohmann::json;
 
 const std::vector<std::string> &policy_fields() {
     static const std::vector<std::string> fields = {
-        "name",        "algo",      "cir",         "cbs",    "ebs",      "pir",    "pbs",
-        "eir",         "match",     "priority",    "per",    "green",    "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length", "overhead", "shape",  "aqm",
+        "name",        "algo",      "cir",         "cbs",      "ebs",      "pir",    "pbs",
+        "eir",         "match",     "priority",    "per",      "green",    "yellow", "red",
+        "color_aware", "color_map", "packet_mode", "length",   "overhead", "shape",  "aqm",
         "fleet",       "parent",    "only_parent", "coupling", "start"};
     return fields;
 }
@@ -214,7 +214,7 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
         p.priority = static_cast<uint32_t>(*v);
     if (auto t = r.text(spec, "per")) {
         std::string_view s = *t;
-        auto with_len = [&](std::string_view base, tc_per per) {
+        auto with_len = [&](std::string_view base, tcm_per per) {
             if (s == base) {
                 p.per = per;
                 return true;
@@ -235,15 +235,15 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
             return true;
         };
         if (s == "aggregate")
-            p.per = TC_PER_AGGREGATE;
+            p.per = TCM_PER_AGGREGATE;
         else if (s == "5tuple")
-            p.per = TC_PER_5TUPLE;
-        else if (!with_len("src", TC_PER_SRC) && !with_len("dst", TC_PER_DST))
+            p.per = TCM_PER_5TUPLE;
+        else if (!with_len("src", TCM_PER_SRC) && !with_len("dst", TCM_PER_DST))
             r.error("per",
                     fmt::format("'{}' is not aggregate, src, dst, src/N, dst/N or 5tuple", s));
     }
     const char *colors[] = {"green", "yellow", "red"};
-    for (int c = 0; c < TC_NR_COLORS; ++c)
+    for (int c = 0; c < TCM_NR_COLORS; ++c)
         if (auto t = r.text(spec, colors[c])) {
             auto a = parse_action(*t);
             if (a)
@@ -253,9 +253,9 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
         }
     if (auto t = r.text(spec, "length")) {
         if (*t == "l3")
-            p.length = TC_LEN_L3;
+            p.length = TCM_LEN_L3;
         else if (*t == "l2")
-            p.length = TC_LEN_L2;
+            p.length = TCM_LEN_L2;
         else
             r.error("length", fmt::format("'{}' is not l3 or l2", *t));
     }
@@ -263,25 +263,25 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
         p.overhead = static_cast<uint32_t>(*v);
     if (auto t = r.text(spec, "shape")) {
         if (*t == "off")
-            p.shape = TC_SHAPE_OFF;
+            p.shape = TCM_SHAPE_OFF;
         else if (*t == "sockets")
-            p.shape = TC_SHAPE_SOCKETS;
+            p.shape = TCM_SHAPE_SOCKETS;
         else if (*t == "edt")
-            p.shape = TC_SHAPE_EDT;
+            p.shape = TCM_SHAPE_EDT;
         else
             r.error("shape", fmt::format("'{}' is not off, sockets or edt", *t));
     }
     if (auto t = r.text(spec, "aqm")) {
         if (*t == "off")
-            p.aqm = TC_AQM_OFF;
+            p.aqm = TCM_AQM_OFF;
         else if (*t == "drop")
-            p.aqm = TC_AQM_DROP;
+            p.aqm = TCM_AQM_DROP;
         else if (*t == "ecn")
-            p.aqm = TC_AQM_ECN;
+            p.aqm = TCM_AQM_ECN;
         else
             r.error("aqm", fmt::format("'{}' is not off, drop or ecn", *t));
     }
-    if (p.shape == TC_SHAPE_SOCKETS) {
+    if (p.shape == TCM_SHAPE_SOCKETS) {
         if (p.meter.packet_mode)
             r.error("shape", "sockets paces TCP in bytes: it needs a byte-mode policy, not "
                              "--packet-mode");

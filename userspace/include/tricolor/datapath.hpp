@@ -47,7 +47,7 @@ struct Match {
 };
 
 struct Action {
-    tc_action_kind kind = TC_ACT_KIND_PASS;
+    tcm_action_kind kind = TCM_ACT_KIND_PASS;
     uint32_t value = 0;
 };
 // "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
@@ -58,20 +58,20 @@ std::string to_string(const Action &a);
 std::array<Color, 64> af_color_map();
 
 struct Policy {
-    uint32_t id = 0; // stable identity, < TC_MAX_POLICIES: indexes counters and state
+    uint32_t id = 0; // stable identity, < TCM_MAX_POLICIES: indexes counters and state
     std::string name;
     MeterParams meter;
     Match match;
     uint32_t priority = 0; // lower first; ties go to the longest prefix
-    tc_per per = TC_PER_AGGREGATE;
+    tcm_per per = TCM_PER_AGGREGATE;
     uint8_t prefix4 = 32, prefix6 = 128; // for per src/N, dst/N
-    std::array<Action, TC_NR_COLORS> actions{
-        Action{TC_ACT_KIND_PASS, 0}, Action{TC_ACT_KIND_PASS, 0}, Action{TC_ACT_KIND_DROP, 0}};
+    std::array<Action, TCM_NR_COLORS> actions{
+        Action{TCM_ACT_KIND_PASS, 0}, Action{TCM_ACT_KIND_PASS, 0}, Action{TCM_ACT_KIND_DROP, 0}};
     std::array<Color, 64> color_map = af_color_map();
-    tc_length_mode length = TC_LEN_L3;
+    tcm_length_mode length = TCM_LEN_L3;
     uint32_t overhead = 0;
-    tc_shape_mode shape = TC_SHAPE_OFF; // SPEC §8
-    tc_aqm_mode aqm = TC_AQM_OFF;
+    tcm_shape_mode shape = TCM_SHAPE_OFF; // SPEC §8
+    tcm_aqm_mode aqm = TCM_AQM_OFF;
     // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
     // Aggregate policies only.
     bool fleet = false;
@@ -89,7 +89,7 @@ uint64_t shape_payload_rate(const Policy &p);
 // What the sock_ops program of --shape sockets sees of one policy.
 struct ShapeCounters {
     uint32_t sockets = 0;
-    tc_tcp_counters tcp{}; // aqm and edt counters, summed over CPUs
+    tcm_tcp_counters tcp{}; // aqm and edt counters, summed over CPUs
 };
 
 // A fleet policy's local side, read from the data path (SPEC §10).
@@ -101,20 +101,20 @@ struct FleetLocal {
 };
 
 struct DatapathOptions {
-    uint32_t flow_capacity = TC_DEFAULT_FLOWS;
-    // Pin every map under <pin_dir>/abi<TC_ABI_VERSION>/ and reuse what is pinned there, so a
+    uint32_t flow_capacity = TCM_DEFAULT_FLOWS;
+    // Pin every map under <pin_dir>/abi<TCM_ABI_VERSION>/ and reuse what is pinned there, so a
     // new Datapath adopts the state (buckets, counters, active set) of an earlier one. Empty:
     // nothing is pinned.
     std::string pin_dir;
-    // Load with the test clock (tc_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
+    // Load with the test clock (tcm_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
-    // Benchmark only: each run meters a different IPv4 source of 2^20 (tc_bench_spread_src).
+    // Benchmark only: each run meters a different IPv4 source of 2^20 (tcm_bench_spread_src).
     bool bench_spread_sources = false;
 };
 
 struct Flow {
-    tc_flow_key key;
-    tc_flow state;
+    tcm_flow_key key;
+    tcm_flow state;
 };
 
 class Datapath {
@@ -145,12 +145,12 @@ class Datapath {
     // Checks a policy set without touching the data path (what apply would refuse).
     Result<void> check(const std::vector<Policy> &policies) const;
 
-    std::map<uint32_t, tc_counters> policy_counters() const; // summed over CPUs, active ids
-    tc_global_counters global_counters() const;
+    std::map<uint32_t, tcm_counters> policy_counters() const; // summed over CPUs, active ids
+    tcm_global_counters global_counters() const;
     std::vector<Flow> flows() const;
-    tc_flow policy_state(uint32_t policy_id) const;
+    tcm_flow policy_state(uint32_t policy_id) const;
     // One policy's counters summed over CPUs (safe from any thread: reads only the map).
-    tc_counters policy_counter(uint32_t policy_id) const;
+    tcm_counters policy_counter(uint32_t policy_id) const;
 
     // Deletes the flows whose buckets are full now (idle at least their fill time): such a
     // flow is indistinguishable from a new one, so no colour changes. Returns how many.

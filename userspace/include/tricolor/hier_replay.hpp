@@ -60,17 +60,17 @@ class HierModelEngine final : public HierEngine {
     explicit HierModelEngine(std::vector<Policy> policies);
     HierVerdict mark(const FlowTracePacket &packet) override;
     // Buckets of one level: nullptr if that flow has not started.
-    const tc_meter_state *state(uint32_t policy_id, const FlowTracePacket &packet) const;
+    const tcm_meter_state *state(uint32_t policy_id, const FlowTracePacket &packet) const;
 
   private:
     struct Bucket {
-        tc_meter_state state{};
+        tcm_meter_state state{};
         bool started = false;
     };
     using Key = std::array<uint8_t, 40>;
     Key key_of(const Policy &p, const FlowTracePacket &pkt) const;
     std::vector<Policy> policies_;
-    std::vector<tc_meter_config> configs_;
+    std::vector<tcm_meter_config> configs_;
     std::vector<const Policy *> ranked_;
     std::map<std::pair<uint32_t, Key>, Bucket> buckets_;
 };
@@ -93,8 +93,8 @@ std::vector<uint8_t> synthesize_frame(const FlowTracePacket &packet);
 uint8_t dscp_of_color(Color color);
 
 struct HierTotals {
-    uint64_t packets[TC_NR_COLORS] = {};
-    uint64_t bytes[TC_NR_COLORS] = {};
+    uint64_t packets[TCM_NR_COLORS] = {};
+    uint64_t bytes[TCM_NR_COLORS] = {};
     uint64_t unclassified_packets = 0, unclassified_bytes = 0;
 };
 

@@ -12,7 +12,7 @@ namespace tricolor {
 
 // Every problem of the graph, each naming the policies: a parent that does not exist (also
 // what deleting or renaming a parent under its children leaves), a policy that is its own
-// ancestor, and a chain deeper than TC_MAX_LEVELS.
+// ancestor, and a chain deeper than TCM_MAX_LEVELS.
 std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies);
 
 // The chain of @name, itself first, then its parent and so on (the set must check clean).

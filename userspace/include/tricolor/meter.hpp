@@ -18,14 +18,14 @@ extern "C" {
 namespace tricolor {
 
 enum class Algo : uint32_t {
-    srtcm = TC_ALGO_SRTCM,
-    trtcm = TC_ALGO_TRTCM,
-    rfc4115 = TC_ALGO_RFC4115,
+    srtcm = TCM_ALGO_SRTCM,
+    trtcm = TCM_ALGO_TRTCM,
+    rfc4115 = TCM_ALGO_RFC4115,
 };
 enum class Color : uint32_t {
-    green = TC_GREEN,
-    yellow = TC_YELLOW,
-    red = TC_RED,
+    green = TCM_GREEN,
+    yellow = TCM_YELLOW,
+    red = TCM_RED,
 };
 
 std::string_view to_string(Algo algo);
@@ -80,28 +80,28 @@ struct ParsedMeter {
 Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec);
 
 // Precomputes the per-packet configuration. Precondition: validate(params).ok().
-tc_meter_config make_meter_config(const MeterParams &params);
+tcm_meter_config make_meter_config(const MeterParams &params);
 
 // One bucket pair driven by the shared C code.
 class Meter {
   public:
-    explicit Meter(const tc_meter_config &config) : config_(config) {}
+    explicit Meter(const tcm_meter_config &config) : config_(config) {}
 
     Color mark(uint64_t now_ns, uint32_t len, Color in = Color::green) {
         if (!started_) {
-            tc_meter_start(&config_, &state_, now_ns);
+            meter_start(&config_, &state_, now_ns);
             started_ = true;
         }
         return static_cast<Color>(
-            tc_meter_mark(&config_, &state_, now_ns, len, static_cast<uint32_t>(in)));
+            meter_mark(&config_, &state_, now_ns, len, static_cast<uint32_t>(in)));
     }
-    const tc_meter_config &config() const { return config_; }
-    const tc_meter_state &state() const { return state_; }
+    const tcm_meter_config &config() const { return config_; }
+    const tcm_meter_state &state() const { return state_; }
     bool started() const { return started_; }
 
   private:
-    tc_meter_config config_;
-    tc_meter_state state_{};
+    tcm_meter_config config_;
+    tcm_meter_state state_{};
     bool started_ = false;
 };
 

@@ -37,7 +37,7 @@ class ReplayEngine {
 
 class ModelEngine final : public ReplayEngine {
   public:
-    explicit ModelEngine(const tc_meter_config &config) : meter_(config) {}
+    explicit ModelEngine(const tcm_meter_config &config) : meter_(config) {}
     Color mark(const TracePacket &p) override { return meter_.mark(p.time_ns, p.bytes, p.color); }
 
   private:
@@ -49,13 +49,13 @@ class ModelEngine final : public ReplayEngine {
 // loaded (no privileges, no BPF) or a test run fails.
 class BpfEngine final : public ReplayEngine {
   public:
-    explicit BpfEngine(const tc_meter_config &config);
+    explicit BpfEngine(const tcm_meter_config &config);
     ~BpfEngine() override;
     BpfEngine(const BpfEngine &) = delete;
     BpfEngine &operator=(const BpfEngine &) = delete;
     Color mark(const TracePacket &packet) override;
     // The kernel program's bucket state, to compare with the model's.
-    tc_meter_state state() const;
+    tcm_meter_state state() const;
 
   private:
     struct Impl;
@@ -63,8 +63,8 @@ class BpfEngine final : public ReplayEngine {
 };
 
 struct ColorTotals {
-    uint64_t packets[TC_NR_COLORS] = {};
-    uint64_t bytes[TC_NR_COLORS] = {};
+    uint64_t packets[TCM_NR_COLORS] = {};
+    uint64_t bytes[TCM_NR_COLORS] = {};
 };
 
 // Meters every packet in order, writes "time_ns,bytes,color" lines to @out, returns the totals.
