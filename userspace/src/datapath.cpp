@@ -1,7 +1,8 @@
-// datapath.cpp: the data path facade. A policy set is compiled into tuple-space rules: every
-// policy becomes one or more (mask, masked key) entries, port ranges expanded into prefixes,
-// and the masks sorted by the best rank under each so the kernel can stop probing early.
+// datapath.cpp: the data path facade: loads and pins the BPF objects, writes a compiled policy
+// set (rules.hpp) into the inactive half of the maps and flips it active with one store, and
+// reads counters, flows and state back.
 #include "tricolor/datapath.hpp"
+#include "tricolor/rules.hpp"
 #include "tricolor/bpf_load.hpp"
 #include "tricolor/hierarchy.hpp"
 #include "tricolor/text.hpp"
@@ -28,129 +29,6 @@
 namespace tricolor {
 namespace {
 
-template <typename T>
-bool parse_number(std::string_view text, T &out) {
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
-}
-
-// Prefix of @len bits as a big-endian 128-bit mask, word by word in network order.
-void prefix_mask(uint32_t out[4], unsigned len) {
-    for (int i = 0; i < 4; ++i) {
-        unsigned bits = len > 32u * i ? std::min(32u, len - 32u * i) : 0;
-        out[i] = htonl(bits == 0 ? 0 : (bits == 32 ? ~0u : ~0u << (32 - bits)));
-    }
-}
-
-void store_prefix(const Prefix &p, uint32_t key[4], uint32_t mask[4]) {
-    if (p.ipv6) {
-        std::memcpy(key, p.addr.data(), 16);
-        prefix_mask(mask, p.len);
-    } else {
-        key[0] = key[1] = 0;
-        key[2] = htonl(0x0000ffff);
-        std::memcpy(&key[3], p.addr.data(), 4);
-        prefix_mask(mask, 96 + p.len);
-    }
-}
-
-// Splits [lo, hi] into aligned power-of-two blocks: (value, mask) pairs.
-std::vector<std::pair<uint16_t, uint16_t>> port_prefixes(PortRange r) {
-    std::vector<std::pair<uint16_t, uint16_t>> out;
-    uint32_t lo = r.lo, hi = r.hi;
-    while (lo <= hi) {
-        uint32_t size = 1;
-        while ((lo & (size * 2 - 1)) == 0 && lo + size * 2 - 1 <= hi && size < 65536)
-            size *= 2;
-        out.emplace_back(static_cast<uint16_t>(lo), static_cast<uint16_t>(~(size - 1) & 0xffff));
-        lo += size;
-    }
-    return out;
-}
-
-unsigned specificity(const Match &m) {
-    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
-}
-
-struct Entry {
-    tcm_class_key mask;
-    tcm_class_key key;
-    uint32_t slot;
-    uint32_t rank;
-};
-
-struct KeyLess {
-    bool operator()(const tcm_class_key &a, const tcm_class_key &b) const {
-        return std::memcmp(&a, &b, sizeof(a)) < 0;
-    }
-};
-
-struct RuleKeyLess {
-    bool operator()(const std::pair<uint32_t, tcm_class_key> &a,
-                    const std::pair<uint32_t, tcm_class_key> &b) const {
-        if (a.first != b.first)
-            return a.first < b.first;
-        return KeyLess{}(a.second, b.second);
-    }
-};
-
-// The entries of one policy.
-std::vector<Entry> entries_of(const Policy &p, uint32_t slot, uint32_t rank) {
-    if (p.only_parent)
-        return {}; // reached only through its children
-    tcm_class_key key{}, mask{};
-    const Match &m = p.match;
-    if (m.ifindex) {
-        key.ifindex = *m.ifindex;
-        mask.ifindex = ~0u;
-    }
-    if (m.vlan) {
-        key.vlan = *m.vlan;
-        mask.vlan = 0xffff;
-    }
-    if (m.dscp) {
-        key.dscp = *m.dscp;
-        mask.dscp = 0xff;
-    }
-    if (m.proto) {
-        key.proto = *m.proto;
-        mask.proto = 0xff;
-    }
-    if (m.src || m.dst) {
-        bool v6 = m.src ? m.src->ipv6 : m.dst->ipv6;
-        key.flags |= v6 ? TCM_KEY_F_IPV6 : 0;
-        mask.flags |= TCM_KEY_F_IPV6;
-    }
-    if (m.src)
-        store_prefix(*m.src, key.src, mask.src);
-    if (m.dst)
-        store_prefix(*m.dst, key.dst, mask.dst);
-    for (int i = 0; i < 4; ++i) {
-        key.src[i] &= mask.src[i];
-        key.dst[i] &= mask.dst[i];
-    }
-    std::vector<std::pair<uint16_t, uint16_t>> any{{0, 0}};
-    auto sports = m.sport ? port_prefixes(*m.sport) : any;
-    auto dports = m.dport ? port_prefixes(*m.dport) : any;
-    if (m.sport || m.dport) {
-        key.flags |= TCM_KEY_F_PORTS;
-        mask.flags |= TCM_KEY_F_PORTS;
-    }
-    std::vector<Entry> out;
-    for (auto [sv, sm] : sports)
-        for (auto [dv, dm] : dports) {
-            Entry e{mask, key, slot, rank};
-            e.key.sport = sv;
-            e.mask.sport = sm;
-            e.key.dport = dv;
-            e.mask.dport = dm;
-            out.push_back(e);
-        }
-    return out;
-}
-
-constexpr size_t kMaxEntriesPerPolicy = 1024;
-
 // Deletes the flows whose policy id @drop says to.
 template <typename Pred>
 void delete_flows_if(int flows_fd, Pred drop) {
@@ -168,152 +46,6 @@ void delete_flows_if(int flows_fd, Pred drop) {
 }
 
 } // namespace
-
-// ---- parsing of match and action values ------------------------------------------------------
-
-Result<Prefix> parse_prefix(std::string_view text) {
-    auto fail = [&](std::string_view why) {
-        return std::unexpected(fmt::format("invalid prefix '{}': {}", text, why));
-    };
-    Prefix p;
-    std::string addr(text.substr(0, text.find('/')));
-    p.ipv6 = addr.find(':') != std::string::npos;
-    if (inet_pton(p.ipv6 ? AF_INET6 : AF_INET, addr.c_str(), p.addr.data()) != 1)
-        return fail(p.ipv6 ? "not an IPv6 address" : "not an IPv4 address");
-    unsigned max = p.ipv6 ? 128 : 32;
-    p.len = static_cast<uint8_t>(max);
-    if (auto slash = text.find('/'); slash != std::string_view::npos) {
-        unsigned len = 0;
-        if (!parse_number(text.substr(slash + 1), len) || len > max)
-            return fail(fmt::format("prefix length must be 0 to {}", max));
-        p.len = static_cast<uint8_t>(len);
-    }
-    // Host bits set below the prefix are a typo more often than not: refuse them.
-    uint32_t key[4], mask[4];
-    store_prefix(p, key, mask);
-    for (int i = 0; i < 4; ++i)
-        if (key[i] & ~mask[i])
-            return fail("host bits are set beyond the prefix length");
-    return p;
-}
-
-std::string to_string(const Prefix &p) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    inet_ntop(p.ipv6 ? AF_INET6 : AF_INET, p.addr.data(), buf, sizeof(buf));
-    return fmt::format("{}/{}", buf, p.len);
-}
-
-Result<PortRange> parse_port_range(std::string_view text) {
-    auto fail = [&] {
-        return std::unexpected(fmt::format(
-            "invalid port '{}': use a port 0-65535 or a range LO-HI with LO <= HI", text));
-    };
-    PortRange r;
-    auto dash = text.find('-');
-    uint32_t lo = 0, hi = 0;
-    if (dash == std::string_view::npos) {
-        if (!parse_number(text, lo) || lo > 65535)
-            return fail();
-        hi = lo;
-    } else if (!parse_number(text.substr(0, dash), lo) ||
-               !parse_number(text.substr(dash + 1), hi) || lo > 65535 || hi > 65535 || lo > hi) {
-        return fail();
-    }
-    r.lo = static_cast<uint16_t>(lo);
-    r.hi = static_cast<uint16_t>(hi);
-    return r;
-}
-
-namespace {
-struct DscpName {
-    std::string_view name;
-    uint8_t value;
-};
-constexpr DscpName kDscpNames[] = {
-    {"ef", 46},   {"af11", 10}, {"af12", 12}, {"af13", 14}, {"af21", 18}, {"af22", 20},
-    {"af23", 22}, {"af31", 26}, {"af32", 28}, {"af33", 30}, {"af41", 34}, {"af42", 36},
-    {"af43", 38}, {"cs0", 0},   {"cs1", 8},   {"cs2", 16},  {"cs3", 24},  {"cs4", 32},
-    {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
-};
-} // namespace
-
-Result<Action> parse_action(std::string_view text) {
-    auto fail = [&](std::string_view why) {
-        return std::unexpected(fmt::format("invalid action '{}': {}", text, why));
-    };
-    if (text == "pass")
-        return Action{TCM_ACT_KIND_PASS, 0};
-    if (text == "drop")
-        return Action{TCM_ACT_KIND_DROP, 0};
-    auto colon = text.find(':');
-    if (colon == std::string_view::npos)
-        return fail("use pass, drop, dscp:N|NAME, mark:N, priority:N or classid:MAJ:MIN");
-    std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
-    uint32_t v = 0;
-    if (kind == "dscp") {
-        for (const auto &d : kDscpNames)
-            if (arg == d.name)
-                return Action{TCM_ACT_KIND_DSCP, d.value};
-        if (!parse_number(arg, v) || v > 63)
-            return fail("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
-        return Action{TCM_ACT_KIND_DSCP, v};
-    }
-    if (kind == "mark") {
-        if (!parse_number(arg, v))
-            return fail("mark must be a number 0 to 4294967295");
-        return Action{TCM_ACT_KIND_MARK, v};
-    }
-    if (kind == "priority") {
-        if (!parse_number(arg, v))
-            return fail("priority must be a number 0 to 4294967295");
-        return Action{TCM_ACT_KIND_PRIORITY, v};
-    }
-    if (kind == "classid") {
-        // tc writes class ids in hex: 1:10 is 0x0001:0x0010.
-        auto c2 = arg.find(':');
-        uint32_t maj = 0, min = 0;
-        auto hex = [](std::string_view s, uint32_t &out) {
-            auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
-            return ec == std::errc() && ptr == s.data() + s.size() && !s.empty() && out <= 0xffff;
-        };
-        if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
-            !hex(arg.substr(c2 + 1), min))
-            return fail("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
-        return Action{TCM_ACT_KIND_PRIORITY, maj << 16 | min};
-    }
-    return fail(fmt::format("unknown action '{}'", kind));
-}
-
-std::string to_string(const Action &a) {
-    switch (a.kind) {
-    case TCM_ACT_KIND_PASS:
-        return "pass";
-    case TCM_ACT_KIND_DROP:
-        return "drop";
-    case TCM_ACT_KIND_DSCP:
-        for (const auto &d : kDscpNames)
-            if (d.value == a.value)
-                return fmt::format("dscp:{}", d.name);
-        return fmt::format("dscp:{}", a.value);
-    case TCM_ACT_KIND_MARK:
-        return fmt::format("mark:{}", a.value);
-    case TCM_ACT_KIND_PRIORITY:
-        return fmt::format("priority:{}", a.value);
-    }
-    return "?";
-}
-
-std::array<Color, 64> af_color_map() {
-    std::array<Color, 64> map;
-    map.fill(Color::green);
-    for (int cls = 1; cls <= 4; ++cls) {
-        map[cls * 8 + 4] = Color::yellow; // AFx2
-        map[cls * 8 + 6] = Color::red;    // AFx3
-    }
-    return map;
-}
-
-// ---- the facade ------------------------------------------------------------------------------
 
 struct Datapath::Impl {
     tricolor_dp *skel = nullptr;
@@ -430,59 +162,7 @@ void Datapath::remove_pins(const std::string &pin_dir) {
 Datapath::~Datapath() = default;
 
 Result<void> Datapath::check(const std::vector<Policy> &policies) const {
-    std::vector<std::string> errors;
-    std::set<uint32_t> ids;
-    std::set<std::string> names;
-    if (policies.size() > TCM_MAX_POLICIES)
-        errors.push_back(fmt::format("{} policies: at most {}", policies.size(), TCM_MAX_POLICIES));
-    size_t rules = 0;
-    std::set<tcm_class_key, KeyLess> masks;
-    for (const auto &p : policies) {
-        auto fail = [&](const std::string &why) {
-            errors.push_back(fmt::format("policy '{}': {}", p.name, why));
-        };
-        if (p.id >= TCM_MAX_POLICIES)
-            fail(fmt::format("id {} is not below {}", p.id, TCM_MAX_POLICIES));
-        if (!ids.insert(p.id).second)
-            fail(fmt::format("id {} is used twice", p.id));
-        if (!names.insert(p.name).second)
-            fail("the name is used twice");
-        auto v = validate(p.meter);
-        for (const auto &e : v.errors)
-            fail(e);
-        const Match &m = p.match;
-        if (m.src && m.dst && m.src->ipv6 != m.dst->ipv6)
-            fail("src and dst prefixes are of different families");
-        if (m.dscp && *m.dscp > 63)
-            fail(fmt::format("dscp {} is not 0 to 63", *m.dscp));
-        if (m.vlan && *m.vlan > 4095)
-            fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
-        if (p.prefix4 > 32 || p.prefix6 > 128)
-            fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
-        if (p.fleet && p.per != TCM_PER_AGGREGATE)
-            fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
-        for (const auto &a : p.actions)
-            if (a.kind == TCM_ACT_KIND_DSCP && a.value > 63)
-                fail(fmt::format("dscp:{} is not 0 to 63", a.value));
-        auto es = entries_of(p, 0, 0);
-        if (es.size() > kMaxEntriesPerPolicy)
-            fail(fmt::format("its port ranges expand to {} classifier entries (at most {}): "
-                             "split the policy or widen the ranges",
-                             es.size(), kMaxEntriesPerPolicy));
-        rules += es.size();
-        for (const auto &e : es)
-            masks.insert(e.mask);
-    }
-    for (auto &e : hierarchy_errors(policies))
-        errors.push_back(std::move(e));
-    if (masks.size() > TCM_MAX_MASKS)
-        errors.push_back(fmt::format(
-            "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
-            "the data path probes at most {}",
-            masks.size(), TCM_MAX_MASKS));
-    if (rules > TCM_MAX_RULES / TCM_NR_SETS)
-        errors.push_back(fmt::format("the policies expand to {} classifier entries; at most {}",
-                                     rules, TCM_MAX_RULES / TCM_NR_SETS));
+    auto errors = policy_set_problems(policies);
     if (!errors.empty()) {
         return std::unexpected(join_lines(errors));
     }
@@ -499,32 +179,8 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
                                            what, errno_text(err)));
     };
 
-    // Rank: priority, then the longer prefix, then the name: a total order.
-    std::vector<const Policy *> order;
-    for (const auto &p : policies)
-        order.push_back(&p);
-    std::ranges::sort(order, [](const Policy *a, const Policy *b) {
-        auto ka = std::tuple(a->priority, -static_cast<int>(specificity(a->match)), a->name);
-        auto kb = std::tuple(b->priority, -static_cast<int>(specificity(b->match)), b->name);
-        return ka < kb;
-    });
-    std::vector<Entry> entries;
-    for (uint32_t rank = 0; rank < order.size(); ++rank) {
-        auto slot = static_cast<uint32_t>(order[rank] - policies.data());
-        auto es = entries_of(*order[rank], slot, rank);
-        entries.insert(entries.end(), es.begin(), es.end());
-    }
-    // Masks in order of the best rank they hold.
-    std::map<tcm_class_key, uint32_t, KeyLess> min_rank;
-    for (const auto &e : entries) {
-        auto [it, fresh] = min_rank.emplace(e.mask, e.rank);
-        if (!fresh)
-            it->second = std::min(it->second, e.rank);
-    }
-    std::vector<std::pair<uint32_t, tcm_class_key>> masks;
-    for (const auto &[m, r] : min_rank)
-        masks.emplace_back(r, m);
-    std::ranges::sort(masks, [](const auto &a, const auto &b) { return a.first < b.first; });
+    CompiledRules rules = compile_rules(policies);
+    const auto &masks = rules.masks;
 
     // 1. Clear what an earlier apply left in the inactive set.
     int rules_fd = impl_->fd(skel->maps.tcm_rules);
@@ -573,7 +229,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_cfg), &idx, &cfg, 0))
             return fail("write a policy config", err);
     }
-    std::map<tcm_class_key, uint32_t, KeyLess> mask_index;
+    std::map<tcm_class_key, uint32_t, ClassKeyLess> mask_index;
     for (uint32_t i = 0; i < masks.size(); ++i) {
         tcm_mask m{};
         m.mask = masks[i].second;
@@ -583,16 +239,11 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_masks), &idx, &m, 0))
             return fail("write a classifier mask", err);
     }
-    // Two policies with the same match: only the better rank can ever win. Entries come in rank
-    // order and the inactive set starts empty, so the first of a key is the one to keep.
-    std::set<std::pair<uint32_t, tcm_class_key>, RuleKeyLess> written;
-    for (const auto &e : entries) {
+    for (const auto &e : rules.entries) {
         tcm_rule_key rk{};
         rk.set_mask = next << 16 | mask_index[e.mask];
         rk.key = e.key;
         tcm_rule r{e.slot, e.rank};
-        if (!written.emplace(rk.set_mask, rk.key).second)
-            continue;
         if (int err = bpf_map_update_elem(rules_fd, &rk, &r, 0))
             return fail("write a classifier rule", err);
     }
@@ -655,18 +306,6 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     for (const auto &p : policies)
         impl_->active[p.id] = p;
     return {};
-}
-
-uint64_t shape_payload_rate(const Policy &p) {
-    if (p.meter.packet_mode)
-        return 0;
-    // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
-    // more of Ethernet with --length l2, and the policy's overhead.
-    const uint64_t payload = 1448;
-    uint64_t wire = payload + 52 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
-    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
-    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
-    return std::max<uint64_t>(rate, 1);
 }
 
 void Datapath::set_shape_ifaces(const std::vector<uint32_t> &ifindexes) {

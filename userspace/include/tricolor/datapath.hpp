@@ -4,7 +4,8 @@
 #pragma once
 
 #include "tricolor/meter.hpp"
-#include "tricolor/units.hpp"
+#include "tricolor/policy.hpp"
+#include "tricolor/result.hpp"
 
 #include <array>
 #include <cstdint>
@@ -21,70 +22,6 @@ extern "C" {
 }
 
 namespace tricolor {
-
-struct Prefix {
-    bool ipv6 = false;
-    std::array<uint8_t, 16> addr{}; // IPv4 in the first 4 bytes
-    uint8_t len = 0;
-};
-// "198.18.0.0/15", "2001:db8::/32", or a bare address (a host prefix).
-Result<Prefix> parse_prefix(std::string_view text);
-std::string to_string(const Prefix &p);
-
-struct PortRange {
-    uint16_t lo = 0, hi = 65535;
-};
-// "80" or "1024-65535".
-Result<PortRange> parse_port_range(std::string_view text);
-
-struct Match {
-    std::optional<Prefix> src, dst;
-    std::optional<uint8_t> proto;
-    std::optional<PortRange> sport, dport;
-    std::optional<uint8_t> dscp;
-    std::optional<uint16_t> vlan;
-    std::optional<uint32_t> ifindex;
-};
-
-struct Action {
-    tcm_action_kind kind = TCM_ACT_KIND_PASS;
-    uint32_t value = 0;
-};
-// "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
-Result<Action> parse_action(std::string_view text);
-std::string to_string(const Action &a);
-
-// The AF colour map of SPEC §7: AFx1 green, AFx2 yellow, AFx3 red, everything else green.
-std::array<Color, 64> af_color_map();
-
-struct Policy {
-    uint32_t id = 0; // stable identity, < TCM_MAX_POLICIES: indexes counters and state
-    std::string name;
-    MeterParams meter;
-    Match match;
-    uint32_t priority = 0; // lower first; ties go to the longest prefix
-    tcm_per per = TCM_PER_AGGREGATE;
-    uint8_t prefix4 = 32, prefix6 = 128; // for per src/N, dst/N
-    std::array<Action, TCM_NR_COLORS> actions{
-        Action{TCM_ACT_KIND_PASS, 0}, Action{TCM_ACT_KIND_PASS, 0}, Action{TCM_ACT_KIND_DROP, 0}};
-    std::array<Color, 64> color_map = af_color_map();
-    tcm_length_mode length = TCM_LEN_L3;
-    uint32_t overhead = 0;
-    tcm_shape_mode shape = TCM_SHAPE_OFF; // SPEC §8
-    tcm_aqm_mode aqm = TCM_AQM_OFF;
-    // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
-    // Aggregate policies only.
-    bool fleet = false;
-    // SPEC §9: packets of this policy are metered by @parent's buckets as well (by name, in
-    // the same policy set; empty: none). An only_parent policy matches no traffic itself.
-    std::string parent;
-    bool only_parent = false;
-};
-
-// The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
-// its CIR less the TCP/IP (and, with --length l2, Ethernet) headers and overhead of full-sized
-// segments, and 1% of margin, so paced traffic stays green.
-uint64_t shape_payload_rate(const Policy &p);
 
 // What the sock_ops program of --shape sockets sees of one policy.
 struct ShapeCounters {

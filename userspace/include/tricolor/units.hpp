@@ -2,15 +2,13 @@
 // Every parser returns the value in the base unit or an error message that names the text.
 #pragma once
 
+#include "tricolor/result.hpp"
+
 #include <cstdint>
-#include <expected>
 #include <string>
 #include <string_view>
 
 namespace tricolor {
-
-template <typename T>
-using Result = std::expected<T, std::string>;
 
 // Bits per second: bare or "bit"; kbit..tbit (x1000); kibit..tibit (x1024); bps..tbps and
 // kibps..tibps are bytes per second. Suffixes match case-insensitively, as in tc.

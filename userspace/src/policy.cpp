@@ -1,0 +1,178 @@
+// policy.cpp: the parsers and printers of match and action values, and the pacing rate a
+// policy's --shape sockets gives its TCP sockets.
+#include "tricolor/policy.hpp"
+#include "tricolor/rules.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <charconv>
+#include <cstring>
+
+namespace tricolor {
+namespace {
+
+template <typename T>
+bool parse_number(std::string_view text, T &out) {
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
+}
+
+} // namespace
+
+Result<Prefix> parse_prefix(std::string_view text) {
+    auto fail = [&](std::string_view why) {
+        return std::unexpected(fmt::format("invalid prefix '{}': {}", text, why));
+    };
+    Prefix p;
+    std::string addr(text.substr(0, text.find('/')));
+    p.ipv6 = addr.find(':') != std::string::npos;
+    if (inet_pton(p.ipv6 ? AF_INET6 : AF_INET, addr.c_str(), p.addr.data()) != 1)
+        return fail(p.ipv6 ? "not an IPv6 address" : "not an IPv4 address");
+    unsigned max = p.ipv6 ? 128 : 32;
+    p.len = static_cast<uint8_t>(max);
+    if (auto slash = text.find('/'); slash != std::string_view::npos) {
+        unsigned len = 0;
+        if (!parse_number(text.substr(slash + 1), len) || len > max)
+            return fail(fmt::format("prefix length must be 0 to {}", max));
+        p.len = static_cast<uint8_t>(len);
+    }
+    // Host bits set below the prefix are a typo more often than not: refuse them.
+    uint32_t key[4], mask[4];
+    store_prefix(p, key, mask);
+    for (int i = 0; i < 4; ++i)
+        if (key[i] & ~mask[i])
+            return fail("host bits are set beyond the prefix length");
+    return p;
+}
+
+std::string to_string(const Prefix &p) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    inet_ntop(p.ipv6 ? AF_INET6 : AF_INET, p.addr.data(), buf, sizeof(buf));
+    return fmt::format("{}/{}", buf, p.len);
+}
+
+Result<PortRange> parse_port_range(std::string_view text) {
+    auto fail = [&] {
+        return std::unexpected(fmt::format(
+            "invalid port '{}': use a port 0-65535 or a range LO-HI with LO <= HI", text));
+    };
+    PortRange r;
+    auto dash = text.find('-');
+    uint32_t lo = 0, hi = 0;
+    if (dash == std::string_view::npos) {
+        if (!parse_number(text, lo) || lo > 65535)
+            return fail();
+        hi = lo;
+    } else if (!parse_number(text.substr(0, dash), lo) ||
+               !parse_number(text.substr(dash + 1), hi) || lo > 65535 || hi > 65535 || lo > hi) {
+        return fail();
+    }
+    r.lo = static_cast<uint16_t>(lo);
+    r.hi = static_cast<uint16_t>(hi);
+    return r;
+}
+
+namespace {
+struct DscpName {
+    std::string_view name;
+    uint8_t value;
+};
+constexpr DscpName kDscpNames[] = {
+    {"ef", 46},   {"af11", 10}, {"af12", 12}, {"af13", 14}, {"af21", 18}, {"af22", 20},
+    {"af23", 22}, {"af31", 26}, {"af32", 28}, {"af33", 30}, {"af41", 34}, {"af42", 36},
+    {"af43", 38}, {"cs0", 0},   {"cs1", 8},   {"cs2", 16},  {"cs3", 24},  {"cs4", 32},
+    {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
+};
+} // namespace
+
+Result<Action> parse_action(std::string_view text) {
+    auto fail = [&](std::string_view why) {
+        return std::unexpected(fmt::format("invalid action '{}': {}", text, why));
+    };
+    if (text == "pass")
+        return Action{TCM_ACT_KIND_PASS, 0};
+    if (text == "drop")
+        return Action{TCM_ACT_KIND_DROP, 0};
+    auto colon = text.find(':');
+    if (colon == std::string_view::npos)
+        return fail("use pass, drop, dscp:N|NAME, mark:N, priority:N or classid:MAJ:MIN");
+    std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
+    uint32_t v = 0;
+    if (kind == "dscp") {
+        for (const auto &d : kDscpNames)
+            if (arg == d.name)
+                return Action{TCM_ACT_KIND_DSCP, d.value};
+        if (!parse_number(arg, v) || v > 63)
+            return fail("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
+        return Action{TCM_ACT_KIND_DSCP, v};
+    }
+    if (kind == "mark") {
+        if (!parse_number(arg, v))
+            return fail("mark must be a number 0 to 4294967295");
+        return Action{TCM_ACT_KIND_MARK, v};
+    }
+    if (kind == "priority") {
+        if (!parse_number(arg, v))
+            return fail("priority must be a number 0 to 4294967295");
+        return Action{TCM_ACT_KIND_PRIORITY, v};
+    }
+    if (kind == "classid") {
+        // tc writes class ids in hex: 1:10 is 0x0001:0x0010.
+        auto c2 = arg.find(':');
+        uint32_t maj = 0, min = 0;
+        auto hex = [](std::string_view s, uint32_t &out) {
+            auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
+            return ec == std::errc() && ptr == s.data() + s.size() && !s.empty() && out <= 0xffff;
+        };
+        if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
+            !hex(arg.substr(c2 + 1), min))
+            return fail("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
+        return Action{TCM_ACT_KIND_PRIORITY, maj << 16 | min};
+    }
+    return fail(fmt::format("unknown action '{}'", kind));
+}
+
+std::string to_string(const Action &a) {
+    switch (a.kind) {
+    case TCM_ACT_KIND_PASS:
+        return "pass";
+    case TCM_ACT_KIND_DROP:
+        return "drop";
+    case TCM_ACT_KIND_DSCP:
+        for (const auto &d : kDscpNames)
+            if (d.value == a.value)
+                return fmt::format("dscp:{}", d.name);
+        return fmt::format("dscp:{}", a.value);
+    case TCM_ACT_KIND_MARK:
+        return fmt::format("mark:{}", a.value);
+    case TCM_ACT_KIND_PRIORITY:
+        return fmt::format("priority:{}", a.value);
+    }
+    return "?";
+}
+
+std::array<Color, 64> af_color_map() {
+    std::array<Color, 64> map;
+    map.fill(Color::green);
+    for (int cls = 1; cls <= 4; ++cls) {
+        map[cls * 8 + 4] = Color::yellow; // AFx2
+        map[cls * 8 + 6] = Color::red;    // AFx3
+    }
+    return map;
+}
+
+uint64_t shape_payload_rate(const Policy &p) {
+    if (p.meter.packet_mode)
+        return 0;
+    // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
+    // more of Ethernet with --length l2, and the policy's overhead.
+    const uint64_t payload = 1448;
+    uint64_t wire = payload + 52 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
+    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
+    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
+    return std::max<uint64_t>(rate, 1);
+}
+
+} // namespace tricolor
