@@ -389,6 +389,9 @@ TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
     ok({"attach", lab->host_if});
     ok({"policy", "add", "m", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
         "--match", "proto", "udp"});
+    // A child of m (no traffic of its own): every per-policy series names its parent.
+    ok({"policy", "add", "kid", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--match",
+        "proto", "tcp", "--parent", "m"});
     send(40, 1000);
     auto status = parse_json(ok({"-j", "status"}));
     std::string address = status["metrics"];
@@ -399,12 +402,16 @@ TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
     for (const char *color : {"green", "yellow", "red"}) {
         SCOPED_TRACE(color);
         auto p = s["policies"][0][color];
-        EXPECT_THAT(body,
-                    HasSubstr(fmt::format("tricolor_packets_total{{color=\"{}\",policy=\"m\"}} {}",
-                                          color, p["packets"].get<uint64_t>())));
-        EXPECT_THAT(body,
-                    HasSubstr(fmt::format("tricolor_bytes_total{{color=\"{}\",policy=\"m\"}} {}",
-                                          color, p["bytes"].get<uint64_t>())));
+        EXPECT_THAT(body, HasSubstr(fmt::format(
+                              "tricolor_packets_total{{color=\"{}\",parent=\"\",policy=\"m\"}} {}",
+                              color, p["packets"].get<uint64_t>())));
+        EXPECT_THAT(body, HasSubstr(fmt::format(
+                              "tricolor_bytes_total{{color=\"{}\",parent=\"\",policy=\"m\"}} {}",
+                              color, p["bytes"].get<uint64_t>())));
+        EXPECT_THAT(
+            body,
+            HasSubstr(fmt::format(
+                "tricolor_packets_total{{color=\"{}\",parent=\"m\",policy=\"kid\"}} 0", color)));
     }
     EXPECT_THAT(body, HasSubstr("tricolor_flow_capacity 65536"));
     EXPECT_THAT(body, HasSubstr("tricolor_unclassified_packets_total"));

@@ -275,10 +275,9 @@ TEST_F(Shape, AqmCountersInStatsTableAndMetrics) {
     EXPECT_THAT(d.ctl({"stats"}).out, HasSubstr("aqm marked 0 dropped 1 pkts"));
     auto status = json::parse(d.ctl({"-j", "status"}).out);
     std::string body = scrape_metrics(status["metrics"]);
-    EXPECT_THAT(
-        body,
-        HasSubstr("tricolor_tcp_signal_packets_total{action=\"aqm_dropped\",policy=\"udp\"} 1"));
-    EXPECT_THAT(body, HasSubstr("tricolor_shape_sockets{policy=\"udp\"} 0"));
+    EXPECT_THAT(body, HasSubstr("tricolor_tcp_signal_packets_total{action=\"aqm_dropped\",parent="
+                                "\"\",policy=\"udp\"} 1"));
+    EXPECT_THAT(body, HasSubstr("tricolor_shape_sockets{parent=\"\",policy=\"udp\"} 0"));
 }
 
 // iperf3 from this namespace to the lab's, through tc egress: goodput in bit/s.

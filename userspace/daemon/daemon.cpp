@@ -802,8 +802,9 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
     for (const auto &e : policies_) {
         const auto &t = tcp[e.id];
         std::string name = e.spec.value("name", "");
+        std::string parent = e.spec.value("parent", "");
         ClientMetric m;
-        m.label = {{"policy", name}};
+        m.label = {{"parent", parent}, {"policy", name}};
         m.gauge.value = t.sockets;
         sockets.metric.push_back(m);
         std::pair<const char *, uint64_t> what[] = {{"aqm_marked", t.tcp.aqm_marked_packets},
@@ -812,7 +813,7 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
                                                     {"shape_dropped", t.tcp.shape_dropped_packets}};
         for (auto [action, v] : what) {
             ClientMetric c;
-            c.label = {{"action", action}, {"policy", name}};
+            c.label = {{"action", action}, {"parent", parent}, {"policy", name}};
             c.counter.value = static_cast<double>(v);
             tcp_packets.metric.push_back(c);
         }
@@ -820,9 +821,11 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
     for (const auto &e : policies_) {
         const auto &c = counters[e.id];
         std::string name = e.spec.value("name", "");
+        std::string parent = e.spec.value("parent", "");
         for (int i = 0; i < TCM_NR_COLORS; ++i) {
             ClientMetric m;
-            m.label = {{"color", colors[i]}, {"policy", name}};
+            // parent: a chain's levels can be summed or told apart in PromQL (empty at a top).
+            m.label = {{"color", colors[i]}, {"parent", parent}, {"policy", name}};
             m.counter.value = static_cast<double>(c.packets[i]);
             packets.metric.push_back(m);
             m.counter.value = static_cast<double>(c.bytes[i]);
@@ -1326,7 +1329,7 @@ std::vector<prometheus::MetricFamily> Daemon::fleet_metrics() const {
             if (f.is_null())
                 continue;
             ClientMetric m;
-            m.label = {{"policy", name}};
+            m.label = {{"parent", e.spec.value("parent", "")}, {"policy", name}};
             m.gauge.value = f.value("hosts_seen", 0.0);
             hosts.metric.push_back(m);
             m.gauge.value = f.value("local_held", 0.0);
