@@ -86,19 +86,19 @@ mutant colour-map-word bpf/lib/act.h \
     's/pol->color_map\[\(dscp >> 5\) & 1\]/pol->color_map[0]/' \
     "colour-aware: DSCPs 32-63 read the colour map of 0-31" \
     "bpf:*ColourAware*"
-mutant rank-name-not-prefix userspace/src/datapath.cpp \
+mutant rank-name-not-prefix userspace/src/rules.cpp \
     's/-static_cast<int>\(specificity\((\w)->match\)\)/0/g' \
     "rank: ties at equal priority go to the name, not the longer prefix" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
-mutant rank-no-priority userspace/src/datapath.cpp \
+mutant rank-no-priority userspace/src/rules.cpp \
     's/std::tuple\((\w)->priority,/std::tuple(0u,/g' \
     "rank: priority ignored" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
-mutant rank-longest-single userspace/src/datapath.cpp \
+mutant rank-longest-single userspace/src/rules.cpp \
     's/return \(m\.src \? m\.src->len : 0\) \+ \(m\.dst \? m\.dst->len : 0\);/return std::max<unsigned>(m.src ? m.src->len : 0, m.dst ? m.dst->len : 0);/' \
     "rank: the longest single prefix instead of src + dst bits" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
-mutant rank-name-reversed userspace/src/datapath.cpp \
+mutant rank-name-reversed userspace/src/rules.cpp \
     's/a->name\);/NAME_A/; s/b->name\);/a->name);/; s/NAME_A/b->name);/' \
     "rank: at equal priority and prefix, the later name wins" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
