@@ -151,6 +151,78 @@ mutant e2e-no-green bpf/lib/pipeline.h \
     "the data path never colours green (green turned yellow)" \
     "e2e:Accuracy*srtcm_ipv4_xdp*"
 
+# This round's features: the TCP signal (SPEC §8), hierarchies (§9), fleet (§10), the
+# state file and the pin ABI migration, metrics.
+HIER_BPF='bpf:HierDatapathTest.*'
+mutant aqm-ce-not-ect bpf/lib/aqm.h \
+    's/if \(!ip \|\| \(ip->tos & 3\) == 0\)/if (!ip)/' \
+    "--aqm ecn: CE set on IPv4 packets that are not ECN-capable" \
+    "bpf:AqmTest.*"
+mutant aqm-ce-checksum bpf/lib/aqm.h \
+    's/sum \+= \(__u16\)~old;/sum += old;/' \
+    "--aqm ecn: the IPv4 checksum update after CE adds the old word, not its complement" \
+    "bpf:AqmTest.*"
+mutant aqm-no-rearm bpf/lib/aqm.h \
+    's/f->flags &= ~TCM_FLOW_AQM_SIGNALLED;/;/' \
+    "--aqm: the signal never re-arms after the bucket refills" \
+    "bpf:AqmTest.*"
+mutant aqm-every-packet bpf/lib/aqm.h \
+    's/f->flags \|= TCM_FLOW_AQM_SIGNALLED;\s*return 1;/return 1;/' \
+    "--aqm: every packet past the level is signalled, not one a drain" \
+    "bpf:AqmTest.*"
+mutant shape-no-share bpf/lib/shape.h \
+    's/share \/= n;/share \/= 1;/' \
+    "--shape sockets: each socket gets the whole rate instead of its share" \
+    "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+mutant chain-red-charges bpf/lib/chain.h \
+    's/if \(color != TCM_RED\) \{/if (1) {/' \
+    "hierarchy: a packet that ends red still takes the lower levels' tokens" \
+    "$HIER_BPF"
+mutant chain-parent-blind bpf/lib/chain.h \
+    's/\(i > 0 \? TCM_LEVEL_AWARE : 0\)/0/' \
+    "hierarchy: parents colour-blind to the colour from below" \
+    "$HIER_BPF"
+mutant chain-no-start-when-red bpf/lib/chain.h \
+    's/(static __always_inline void chain_start\(.*?\{).*?\n\}/$1\n}/s' \
+    "hierarchy: a flow whose first packets end red never starts (start: empty stays red)" \
+    "$HIER_BPF unit:StartEmpty.*:HierReplay.*"
+mutant coupling-off bpf/lib/meter.h \
+    's/if \(cfg->flags & TCM_METER_F_COUPLED\) \{/if (0) {/' \
+    "rfc4115 --coupling: what overflows C is lost instead of filling E" \
+    "unit:Coupling.*:HierReplay.* $HIER_BPF"
+mutant start-empty-ignored bpf/lib/meter.h \
+    's/int empty = \(cfg->flags & TCM_METER_F_START_EMPTY\) != 0;/int empty = 0;/' \
+    "--start empty: buckets start full anyway" \
+    "unit:StartEmpty.*:HierReplay.* $HIER_BPF"
+mutant hier-depth userspace/src/hierarchy.cpp \
+    's/if \(path\.size\(\) > TCM_MAX_LEVELS\)/if (path.size() > TCM_MAX_LEVELS + 1)/' \
+    "hierarchy: a chain of 5 levels is accepted" \
+    "unit:Hierarchy.*"
+mutant fleet-lease-ignored bpf/lib/fleet.h \
+    's/if \(until && now > until\)/if (0)/' \
+    "fleet: an expired lease does not void the bucket" \
+    "bpf:FleetDatapathTest.*"
+mutant fleet-no-cap bpf/lib/fleet.h \
+    's/__u64 over = meter_bucket_add\(&f->meter\.c_tokens, cfg->c_size, add\);/f->meter.c_tokens += add; __u64 over = 0;/' \
+    "fleet: grants fill C past CBS" \
+    "bpf:FleetDatapathTest.*"
+mutant fleet-lua-cap userspace/src/fleet.lua \
+    's/local grant = math\.min\(want, tokens\)/local grant = want/' \
+    "fleet script: grants what a host wants, not what the bucket holds" \
+    "unit:FleetScriptTest.*"
+mutant state-not-atomic userspace/daemon/daemon.cpp \
+    's/if \(rename\(tmp\.c_str\(\), options_\.state\.c_str\(\)\) < 0\)/if (false)/' \
+    "state file: the temp file is never renamed over the state (changes lost at restart)" \
+    "e2e:Fault.RestartThreeTimesUnderTraffic"
+mutant abi1-not-migrated userspace/daemon/main.cpp \
+    's/std::string to = name\.rfind\("tc_", 0\) == 0 \? "tcm_" \+ name\.substr\(3\) : name;/std::string to = "old_" + name;/' \
+    "pin ABI 1 -> 2: the old maps are moved but not under their new names" \
+    "e2e:Fault.UpgradeFromAbi1KeepsCountersAndPolicies"
+mutant metrics-no-parent userspace/daemon/daemon.cpp \
+    's/m\.label = \{\{"color", colors\[i\]\}, \{"parent", parent\}, \{"policy", name\}\};/m.label = {{"color", colors[i]}, {"policy", name}};/' \
+    "metrics: per-policy counters lose their parent label" \
+    "e2e:E2E.MetricsScrapedOverHttpMatchStats"
+
 # ---- machinery ---------------------------------------------------------------------------
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
