@@ -74,8 +74,8 @@ KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio)
 # (green >= CIR*T - ..., broken by receive stalls), the fleet's utilisation (50 ms exchanges on
 # time) and TCP goodput through --shape sockets. Their mechanisms run in the guest all the same,
 # in the bpf suite (BPF_PROG_TEST_RUN), and --shape sockets' pacing (sock_ops setting each
-# matching socket's SO_MAX_PACING_RATE) in the other Shape cases. The hierarchy e2e runs there: its floor (the parent gives
-# out 60% of its bound) has a sixfold margin in the offered load.
+# matching socket's SO_MAX_PACING_RATE) in the other Shape cases. The hierarchy e2e runs there:
+# its floor (the parent gives out 60% of its bound) has a sixfold margin in the offered load.
 TCG_EXCLUDE='^e2e\.(AllPaths/Accuracy|Fleet\.|Shape\.TcpThroughTcEgress|E2E\.TwoSenders)'
 
 test_kernels() {
