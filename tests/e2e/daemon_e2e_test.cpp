@@ -362,29 +362,6 @@ TEST_F(E2E, PolicySetUnderTrafficKeepsTheTokens) {
 
 namespace {
 
-// GET http://127.0.0.1:PORT/metrics with a plain socket.
-std::string scrape(const std::string &address) {
-    auto colon = address.rfind(':');
-    int port = std::stoi(address.substr(colon + 1));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
-        close(fd);
-        return "";
-    }
-    std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    (void)!write(fd, req.data(), req.size());
-    std::string reply;
-    char buf[8192];
-    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
-        reply.append(buf, static_cast<size_t>(n));
-    close(fd);
-    return reply;
-}
-
 TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
     ok({"attach", lab->host_if});
     ok({"policy", "add", "m", "--algo", "srtcm", "--cir", "8bit", "--cbs", "15k", "--ebs", "15k",
@@ -396,7 +373,7 @@ TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
     auto status = parse_json(ok({"-j", "status"}));
     std::string address = status["metrics"];
     ASSERT_THAT(address, ::testing::StartsWith("127.0.0.1:")); // loopback unless asked
-    std::string body = scrape(address);
+    std::string body = scrape_metrics(address);
     ASSERT_THAT(body, HasSubstr("200 OK"));
     auto s = stats();
     for (const char *color : {"green", "yellow", "red"}) {

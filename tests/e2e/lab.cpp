@@ -13,7 +13,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -213,6 +216,25 @@ std::string Daemon::log() const {
     } catch (...) {
         return "";
     }
+}
+
+std::string scrape_metrics(const std::string &address) {
+    int port = std::stoi(address.substr(address.rfind(':') + 1));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    std::string body;
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof(sa)) == 0) {
+        std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        (void)!write(fd, req.data(), req.size());
+        char buf[8192];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+            body.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return body;
 }
 
 } // namespace tricolor::test

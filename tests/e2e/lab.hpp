@@ -92,6 +92,10 @@ uint64_t admission_floor(const std::vector<SendStamp> &stamps, uint64_t rate_bps
 std::optional<uint64_t> last_metered_ns(const std::string &pin_dir);
 
 // Where the test binaries are.
+// GET /metrics from the daemon's Prometheus endpoint at @address (HOST:PORT, as `status`
+// gives it) over a plain socket: the whole reply, headers first; "" if nothing answers.
+std::string scrape_metrics(const std::string &address);
+
 std::string tricolord_path();
 std::string tricolorctl_path();
 std::string udp_tool_path();

@@ -194,8 +194,12 @@ TEST_F(Operator, FlowsStayForTheIdleTimeout) {
     ASSERT_EQ(r.exit_code, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     EXPECT_EQ(json::parse(ok({"-j", "flows"}).out)["flows"].size(), 1u);
+    // The gauge is the count of the last pass (every 0.2 s here), not a walk at scrape time.
+    std::string metrics = json::parse(ok({"-j", "status"}).out)["metrics"];
+    EXPECT_THAT(scrape_metrics(metrics), HasSubstr("\ntricolor_flows 1\n"));
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
     EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
+    EXPECT_THAT(scrape_metrics(metrics), HasSubstr("\ntricolor_flows 0\n"));
     EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
 }
 

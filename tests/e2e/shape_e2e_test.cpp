@@ -234,26 +234,6 @@ TEST_F(Shape, RefusedWhereItCannotWork) {
     EXPECT_THAT(r.err, HasSubstr("paces TCP"));
 }
 
-std::string scrape_metrics(const std::string &address) {
-    int port = std::stoi(address.substr(address.rfind(':') + 1));
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    std::string body;
-    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof(sa)) == 0) {
-        std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-        (void)!write(fd, req.data(), req.size());
-        char buf[4096];
-        ssize_t n;
-        while ((n = read(fd, buf, sizeof(buf))) > 0)
-            body.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    return body;
-}
-
 // --aqm on XDP ingress with UDP from the namespace: 100 datagrams of 100 IP bytes into an
 // 8000-byte bucket that does not refill; the one early drop (at 7/8) is in stats -j, the table
 // and the metrics, and the colours are what they would be without it.

@@ -771,6 +771,11 @@ size_t Daemon::reclaim_idle_flows() {
     return n;
 }
 
+void Daemon::count_flows() {
+    std::lock_guard lock(mu_);
+    dp_->count_flows();
+}
+
 void Daemon::set_metrics_address(std::string address) {
     std::lock_guard lock(mu_);
     metrics_address_ = std::move(address);
@@ -858,8 +863,10 @@ std::vector<prometheus::MetricFamily> Daemon::metrics() const {
             single("tricolor_lock_timeouts_total",
                    "Packets coloured red because a flow lock stayed taken", MetricType::Counter,
                    static_cast<double>(g.lock_timeouts)),
-            single("tricolor_flows", "Flows in the flow table", MetricType::Gauge,
-                   static_cast<double>(dp_->flows().size())),
+            single("tricolor_flows",
+                   "Flows in the flow table, as of the daemon's last pass over it (every "
+                   "--reclaim-interval seconds, or 10)",
+                   MetricType::Gauge, static_cast<double>(dp_->counted_flows())),
             single("tricolor_flows_reclaimed_total",
                    "Idle flows deleted because their buckets were full again", MetricType::Counter,
                    static_cast<double>(reclaimed_total_)),

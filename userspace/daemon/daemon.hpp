@@ -68,6 +68,8 @@ class Daemon {
     void detach_all();
     // Deletes flows whose buckets are full again (no colour changes); returns how many.
     size_t reclaim_idle_flows();
+    // Counts the flows for the metrics when no reclaim pass does (--reclaim-interval 0).
+    void count_flows();
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
     std::vector<prometheus::MetricFamily> fleet_metrics() const; // empty without --fleet

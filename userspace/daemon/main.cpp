@@ -447,21 +447,25 @@ int main(int argc, char **argv) {
 
     bool running = true;
     using clock = std::chrono::steady_clock;
-    auto next_reclaim = clock::now() + std::chrono::duration<double>(o.reclaim_interval);
+    // The periodic pass over the flow table: reclaims idle flows (unless --reclaim-interval 0)
+    // and counts what is left for the tricolor_flows gauge, so that no scrape walks the table.
+    const double pass_interval = o.reclaim_interval > 0 ? o.reclaim_interval : 10;
+    daemon->count_flows(); // adopted flows, before the first pass
+    auto next_reclaim = clock::now() + std::chrono::duration<double>(pass_interval);
     while (running) {
         pollfd fds[2] = {{listen_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
-        int timeout = -1;
-        if (o.reclaim_interval > 0) {
-            auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(next_reclaim - clock::now());
-            timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
-        }
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(next_reclaim - clock::now());
+        int timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
         int ready = poll(fds, 2, timeout);
-        if (o.reclaim_interval > 0 && clock::now() >= next_reclaim) {
+        if (clock::now() >= next_reclaim) {
             // A flow whose buckets are full again is indistinguishable from a new one: deleting
             // it changes no colour and keeps room in the table for flows that need it.
-            daemon->reclaim_idle_flows();
-            next_reclaim = clock::now() + std::chrono::duration<double>(o.reclaim_interval);
+            if (o.reclaim_interval > 0)
+                daemon->reclaim_idle_flows();
+            else
+                daemon->count_flows();
+            next_reclaim = clock::now() + std::chrono::duration<double>(pass_interval);
         }
         if (ready == 0)
             continue;

@@ -55,6 +55,7 @@ struct Datapath::Impl {
     tcm_runtime *runtime = nullptr;    // the mmapped entry of the tcm_runtime map
     tcm_fleet_grant *fleet = nullptr;  // the mmapped tcm_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
+    size_t counted_flows = 0;          // as of the last reclaim pass or count_flows()
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
@@ -560,7 +561,17 @@ size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
         if (full && bpf_map_delete_elem(fd, &f.key) == 0)
             ++reclaimed;
     }
+    impl_->counted_flows = all.size() - reclaimed;
     return reclaimed;
+}
+
+size_t Datapath::count_flows() {
+    impl_->counted_flows = flows().size();
+    return impl_->counted_flows;
+}
+
+size_t Datapath::counted_flows() const {
+    return impl_->counted_flows;
 }
 
 void Datapath::set_drop_malformed(bool drop) {

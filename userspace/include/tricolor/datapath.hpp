@@ -96,6 +96,10 @@ class Datapath {
     // times out idle entries), unless the table holds more than @pressure_at flows: then every
     // full flow goes, idle or not. 0 for either: no such condition.
     size_t reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at);
+    // Flows in the table as of the last reclaim pass or count_flows() (a walk of the whole
+    // table: 1 s at 2^20 flows), so that a metrics scrape never walks it.
+    size_t count_flows();
+    size_t counted_flows() const;
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
 
