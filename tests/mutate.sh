@@ -145,11 +145,11 @@ mutant attach-always-clsact userspace/src/attach.cpp \
 mutant e2e-srtcm-slow-4pct bpf/lib/meter.h \
     's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ 100 * 96));/' \
     "srtcm refills at 96% of CIR, seen end to end (a tuned tolerance would hide it)" \
-    "e2e:Accuracy*srtcm_ipv4_xdp*:Accuracy*srtcm_ipv6_tc_egress*"
+    "e2e:*Accuracy*srtcm_ipv4_xdp*:*Accuracy*srtcm_ipv6_tc_egress*"
 mutant e2e-no-green bpf/lib/pipeline.h \
     's/__u32 color = meter_color_index\(metered\);/__u32 color = meter_color_index(metered ? metered : TCM_YELLOW);/' \
     "the data path never colours green (green turned yellow)" \
-    "e2e:Accuracy*srtcm_ipv4_xdp*"
+    "e2e:*Accuracy*srtcm_ipv4_xdp*"
 
 # This round's features: the TCP signal (SPEC §8), hierarchies (§9), fleet (§10), the
 # state file and the pin ABI migration, metrics.
