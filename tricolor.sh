@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # tricolor.sh: one entry point for a fresh Debian 12 machine.
 #   ./tricolor.sh demo    install, build, and run a live demo on a veth lab (about a minute)
 #   ./tricolor.sh build   install the packages tricolor needs, configure and build

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* bench.bpf.c: baselines for the data-path benchmark, measured in the same run: an empty XDP
  * program, and one that only reads the clock (the floor every exact meter pays per packet). */
 #include <linux/bpf.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* replay.bpf.c: the meter as BPF bytecode, for `tricolorctl replay --engine bpf`.
  * The replay synthesizes, for each traced packet, a frame of a 14-byte Ethernet header followed
  * by the traced number of bytes, sets the test clock and the incoming colour, and runs this

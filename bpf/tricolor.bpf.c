@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* tricolor.bpf.c: the data path's entry points. Each is a few lines around the shared pipeline
  * (lib/pipeline.h): XDP for ingress at the driver, tc (tcx or clsact, either direction) for
  * everything XDP cannot do: skb mark, priority/classid and GSO packets. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # BpfSkeleton.cmake: compiles a BPF C program with clang and wraps the object in a libbpf
 # skeleton header, so C++ binaries embed the bytecode and need no .o file at run time.
 #   tricolor_bpf_skeleton(NAME SOURCE) -> interface target NAME_skel carrying NAME.skel.h

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # tests/mutate.sh: the mutation check. Plants small, realistic bugs in bpf/ and userspace/, one
 # at a time, in a scratch copy of the tree, rebuilds what the tests need, runs the tests that
 # should notice, and prints a table: every mutant must be CAUGHT (its tests fail). Exits non-zero
@@ -225,7 +226,7 @@ mutant metrics-no-parent userspace/daemon/daemon.cpp \
 
 # ---- machinery ---------------------------------------------------------------------------
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 KEEP=0
 while getopts "lkh" opt; do
     case $opt in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # lab.sh: a veth lab in two network namespaces with tricolord inside one of them, shared by
 # `./tricolor.sh demo` and tests/bench/rate_bench.sh. Source it; every function is idempotent.
 # `ip netns exec` hides /sys/fs/bpf, so the lab's daemon pins under a bpffs mounted in DIR.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* tricolor_abi.h: the one header shared by the BPF programs and the C++ library.
  * Everything that crosses the user/kernel boundary (map values, globals, enums, limits) is
  * defined here once, with plain __u32/__u64 fields and explicit padding, so both compilers
@@ -58,7 +59,7 @@ struct tcm_meter_config {
     __u32 flags;       /* TCM_METER_F_* */
 };
 
-/* A bucket pair's state: 24 bytes, so that a flow fits in a cache line with its key. */
+/* A bucket pair's state: 24 bytes; with a flow's lock and flags, 32: half a cache line. */
 struct tcm_meter_state {
     __u64 last_ns;  /* newest arrival seen; tokens are exact as of this instant */
     __u64 c_tokens; /* 0..c_size */
@@ -302,5 +303,19 @@ struct tcm_fleet_grant {
                              no fleet tokens after its lease, with or without user space */
     __u64 pad;
 };
+
+/* The sizes the comments above state, and the layouts user space and the data path share:
+ * checked by both compilers, so a field added in one place cannot go unnoticed. */
+#ifdef __cplusplus
+#define TCM_ABI_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define TCM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+TCM_ABI_ASSERT(sizeof(struct tcm_meter_state) == 24, "tcm_meter_state: 24 bytes");
+TCM_ABI_ASSERT(sizeof(struct tcm_class_key) == 4 * TCM_CLASS_KEY_WORDS,
+               "tcm_class_key: 48 bytes, masked as 12 words");
+TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");
+TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state, 48 of counters");
+TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 
 #endif /* TRICOLOR_ABI_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* act.h: what happens to a packet of each colour. DSCP rewrites keep the ECN bits and, for
  * IPv4, patch the header checksum incrementally (RFC 1624); transport checksums do not cover
  * the DS field, so nothing else changes. */

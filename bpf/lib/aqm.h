@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* aqm.h: --aqm drop|ecn, an early congestion signal for TCP senders a policer cannot pace
  * (SPEC §8). The law, per bucket pair:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* chain.h: metering a packet up its policy's chain of parents (SPEC §9), all or nothing.
  *
  * A packet matched by a policy with parents is metered at one instant t by every level, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* classify.h: tuple-space search. Policies with the same match shape (mask) share one hash;
  * a packet probes one lookup per shape of the active set, in order of the best rank under each
  * shape, and stops once no later shape can beat what it found. The probe loop runs under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* clock.h: where the data path reads the time. Production reads bpf_ktime_get_ns(); a program
  * loaded with tcm_test_clock set reads tcm_test_clock_ns instead, which the replay and the tests
  * write before each BPF_PROG_TEST_RUN. tcm_test_clock is const volatile: libbpf freezes it in

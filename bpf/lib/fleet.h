@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* fleet.h: a fleet policy's committed bucket, refilled by user-space grants (SPEC §10).
  * Called under the bucket's lock, so the fold and the packet's marking see one consistent
  * state. Exact: every granted token lands in C (srtcm: what overflows C in E, as its CIR

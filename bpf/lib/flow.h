@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* flow.h: finding a packet's bucket pair and metering under its lock.
  * The lock is a word in the map value taken with cmpxchg and released with xchg: bpf_spin_lock
  * is refused in LRU maps and costs more here, and a bounded spin lets a packet that cannot get

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* maps.h: the data path's maps. Every value type comes from tricolor_abi.h; names are what the
  * daemon pins under its pin directory. */
 #ifndef TRICOLOR_MAPS_H

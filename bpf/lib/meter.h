@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, in pure
  * C with no BPF helpers. The same code is compiled into the BPF programs and into the C++
  * library, so what the tests check in user space is what runs in the kernel.

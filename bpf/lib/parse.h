@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* parse.h: bounds-checked header walk shared by the XDP and tc entry points.
  * Ethernet, up to two VLAN tags (802.1Q, 802.1ad), IPv4 with options and fragments, IPv6 with a
  * bounded walk over hop-by-hop, routing, destination-options, fragment and AH headers, then the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and
  * tc entry points. The context-specific parts (frame length, GSO, skb fields, verdicts) are
  * passed in by the caller. */

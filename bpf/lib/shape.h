@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* shape.h: --shape sockets. A cgroup sock_ops program (attached to the root of cgroup v2, so it
  * sees the TCP sockets of every process and every network namespace) classifies each TCP
  * socket once, when it is established, with the data path's own classifier and a key built

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // datapath_bench: per-packet cost of the data path through BPF_PROG_TEST_RUN, as ratios to an
 // empty XDP program measured in the same run. Rounds alternate the programs and the median of
 // each figure is reported, so a noisy neighbour on the VM moves baseline and subject alike.

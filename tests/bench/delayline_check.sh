@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # delayline_check.sh BUILD_DIR [DELAY]: the delay line (tests/tools/delayline.cpp) against
 # netem at the same one-way delay (default 10ms): RTT by ping and one CUBIC flow's goodput
 # through each. Needs sch_netem: run it in the 6.1 guest,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // meter_bench: tricolor's meter core against DPDK's rte_meter in user space, on one random
 // trace at about twice CIR: ns per packet (alternating rounds, medians) and how far each is
 // from the exact model. The exact model is tricolor's own (it matches the rational vectors to

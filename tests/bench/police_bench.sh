@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # police_bench.sh BUILD_DIR: tricolor against the kernel's own policer, act_police, on the same
 # traffic and the same hook (tc ingress of a veth end): UDP offered at twice the rate, the same
 # with the policer reconfigured (to identical parameters) every second, and one TCP flow.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # rate_bench.sh BUILD_DIR: delivered rate over a veth pair with tricolor (tc egress, red
 # dropped) against HTB and TBF at the same rate and burst, for iperf3 UDP (twice the rate) and
 # TCP, and the CPU each costs, against an unshaped run in the same session. Namespaces

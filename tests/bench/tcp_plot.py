@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 """tcp_plot.py TSV SVG: goodput (% of CIR) against CBS, one line per mode, one panel per RTT
 and number of flows, from the rows tests/bench/tcp_bench.sh appends to TSV
 (rtt cbs_kib mode flows pct_cir retransmits jain). Plain SVG: no plotting library needed."""

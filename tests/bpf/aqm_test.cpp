@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // --aqm drop|ecn (SPEC §8, bpf/lib/aqm.h) through BPF_PROG_TEST_RUN: where the signal falls,
 // CE only on ECN-capable packets (IPv4 checksum verified, IPv6 traffic class), drops for the
 // rest, nothing once the bucket has refilled, and colours (so §1's bounds) exactly as without.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The data path (bpf/tricolor.bpf.c) through BPF_PROG_TEST_RUN: parsing and truncation,
 // classification precedence, metering against the model, actions' output bytes, counters,
 // tc contexts with GSO, policy updates, and two CPUs on one flow.

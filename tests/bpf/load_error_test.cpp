@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // load_error_test.cpp: what a user reads when the kernel refuses a BPF program, checked with a
 // program the verifier really refuses, on the kernel the tests run on.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* rejected.bpf.c: a program every kernel's verifier refuses (an unbounded index into a map
  * value), so the tests can check what a user reads when the verifier says no. */
 #include <linux/bpf.h>

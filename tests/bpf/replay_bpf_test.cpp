@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The BPF replay program through BPF_PROG_TEST_RUN: the bytecode itself meets the vectors and
 // agrees with the model packet for packet, state for state, on long random traces.
 #include "test_util.hpp"

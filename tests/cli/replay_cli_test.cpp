@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // `tricolorctl replay` as a user runs it: every vector with both engines, stdin, the summary,
 // and every bad input refused with exit 2, a message and no output on stdout.
 #include "test_util.hpp"

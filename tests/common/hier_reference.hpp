@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // hier_reference.hpp: an exact reference model of SPEC §1 and §9, written from the spec and
 // independent of bpf/lib/meter.h: no fill times, no capped-add helpers, 128-bit arithmetic,
 // tokens in units of 1/(8*10^9) byte (or 10^-9 packet) so that R*dt is exact. The tests hold the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // packet.hpp: a small fluent builder of test frames: Ethernet, VLAN tags, IPv4 (options,
 // fragments) or IPv6 (extension headers), TCP/UDP/SCTP/ICMP, with every length field and the
 // IPv4 header checksum filled in, and the offsets of each header kept for truncation tests.

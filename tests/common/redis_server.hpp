@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // redis_server.hpp: a real redis-server for a test, on a free port of a loopback (or test
 // namespace) address, stopped (SIGKILL-free: SIGTERM, then waited for) when the object goes.
 #pragma once

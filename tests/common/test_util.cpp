@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // test_util.cpp: see test_util.hpp.
 #include "test_util.hpp"
 

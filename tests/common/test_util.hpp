@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // test_util.hpp: helpers shared by the test suites: the conformance vectors, running a command
 // with captured output, and the privilege check for tests that load BPF programs.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Accuracy on a real link: UDP at twice CIR through each algorithm, IPv4 and IPv6, XDP and tc
 // (ingress and egress). Both sides are bounded. The ceilings are the meter's guarantee over a
 // measured window (CLOCK_MONOTONIC, what bpf_ktime_get_ns reads, from the first datagram's send

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // tricolord and tricolorctl driven as a user drives them, with real traffic through a veth pair
 // into the root namespace where the data path is attached.
 #include "lab.hpp"

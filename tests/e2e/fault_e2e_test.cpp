@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The fault suite (issue 10): each fault is driven with traffic through the data path, and each
 // test ends asserting that nothing was lost: the attachments (as the kernel has them), the
 // policies, the counters (every packet sent is counted exactly once), and the user's config file,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // lab.hpp: what the end-to-end tests stand on. A Lab is a network namespace joined to the root
 // namespace by a veth pair, with addresses from 198.18.0.0/15 and 2001:db8::/32; a Daemon is a
 // real tricolord with its own socket, config and pin directory. Both clean up after themselves.

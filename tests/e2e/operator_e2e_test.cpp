@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The minors of issue 10, each as a user meets it: warnings that concern what was touched, DSCP
 // names in matches, dry runs that say what they would do, policy show with its defaults, a text
 // status that reads as a table, and a quiet tcx attach.

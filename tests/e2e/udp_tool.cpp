@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // udp_tool: the e2e tests' traffic, run inside a test namespace.
 //   udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]
 //                                                    COUNT datagrams of SIZE payload bytes; with

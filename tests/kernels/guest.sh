@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # guest.sh: runs a command under another kernel: Debian's own kernel package booted in QEMU
 # (TCG), with this machine's root file system shared read-only over 9p and the repository
 # shared read-write, so the guest runs the binaries just built here and leaves its results in

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # stage2.sh: PID 1 of the guest that tests/kernels/guest.sh boots, running on this machine's
 # root file system (read-only over 9p). It makes the few writable places a test run needs, lets
 # the guest kernel load its own modules, runs the command the host asked for and powers off.

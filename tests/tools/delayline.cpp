@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // delayline: a fixed one-way delay between two interfaces, for a real-RTT lab on kernels
 // without netem. It relays every Ethernet frame that arrives on one interface out of the other
 // after DELAY, in both directions, over AF_PACKET sockets; a middle network namespace holding

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The fleet exchange script (userspace/src/fleet.lua) against its own exact model, on a real
 // redis-server started on a free loopback port; and the fleet URL and fallback parsers.
 #include "redis_server.hpp"

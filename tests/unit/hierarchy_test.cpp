@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Hierarchies (SPEC §9) in user space: the graph checks, --coupling and --start empty in the
 // meter core against hand-computed cases, the `replay -f` trace format, the model engine on the
 // conformance vectors, and the model against an exact reference on random chains and traces.

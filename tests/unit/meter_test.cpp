@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The meter core (bpf/lib/meter.h) in user space: the conformance vectors, the parameter rules,
 // properties over long random runs, and the extremes of SPEC §1.
 #include "test_util.hpp"

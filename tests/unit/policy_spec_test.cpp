@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Policy objects (SPEC §7): every field parsed, every bad value refused naming the field.
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/yaml.hpp"

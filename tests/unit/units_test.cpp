@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Units (SPEC §4): every suffix, decimals, overflow and garbage.
 #include "tricolor/units.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Config files: YAML in, the same JSON objects the socket carries, and back without loss.
 #include "tricolor/yaml.hpp"
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # bash completion for tricolorctl: commands, their flags, interfaces, and (from the running
 # daemon) policy names.
 _tricolorctl_policies() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // daemon_cmds.cpp: each command builds one request, sends it to tricolord and prints the answer:
 // a table for people, or the daemon's JSON with -j. Refusals print the daemon's message and
 // exit 1; usage errors exit 2 before anything is sent.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // daemon_cmds.hpp: the tricolorctl commands that talk to tricolord (SPEC §7).
 #pragma once
 

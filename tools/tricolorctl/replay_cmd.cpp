@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // replay_cmd.cpp: parses the meter flags with the shared units parser and validation, reads
 // the whole trace (a malformed line fails before any output), and replays it.
 #include "replay_cmd.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // daemon.hpp: tricolord's state and request handling. The daemon owns the policy set (specs as
 // users wrote them, with their stable ids) and the attachments; every change is validated
 // whole, written to the daemon's state file (a temp file, fsynced), applied to the data path

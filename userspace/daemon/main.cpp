@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // tricolord: loads the data path (adopting what an earlier daemon pinned), applies the config,
 // and serves the control socket until SIGTERM. The data path stays attached and policing when
 // the daemon exits for any reason, unless --detach-on-exit.

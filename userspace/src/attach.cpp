@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // attach.cpp: see attach.hpp.
 #include "tricolor/attach.hpp"
 #include "tricolor/text.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // bpf_load.cpp: kernel probes and honest load errors (see bpf_load.hpp).
 #include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // bpf_replay.cpp: the replay's BPF engine. The program's globals live in the skeleton's .bss,
 // which libbpf mmaps, so setting the clock and incoming colour before each run is a store, not
 // a syscall: one BPF_PROG_TEST_RUN per packet is the whole cost.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // control.cpp: the client side of the control protocol.
 #include "tricolor/control.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // datapath.cpp: the data path facade: loads and pins the BPF objects, writes a compiled policy
 // set (rules.hpp) into the inactive half of the maps and flips it active with one store, and
 // reads counters, flows and state back.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 -- fleet.lua: one exchange between a host and the fleet bucket of one policy (SPEC §10), run
 -- atomically by EVALSHA. Units: 10^-6 bit (10^-6 packet in packet mode), so a rate of R bit/s
 -- adds exactly R units per microsecond of Redis's own clock (TIME): host clocks do not matter.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // hier_replay.cpp: `replay -f` (SPEC §2, §9): trace lines with addresses, the model engine
 // (classifier, flow keys and chains in user space over the shared C meter) and the bpf engine
 // (the real data-path program on a synthesized frame a line, with its test clock).

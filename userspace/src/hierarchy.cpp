@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // hierarchy.cpp: checks of the parent graph (SPEC §9).
 #include "tricolor/hierarchy.hpp"
 

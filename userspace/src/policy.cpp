@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy.cpp: the parsers and printers of match and action values, and the pacing rate a
 // policy's --shape sockets gives its TCP sockets.
 #include "tricolor/policy.hpp"

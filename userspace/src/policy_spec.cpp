@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy_spec.cpp: parsing a policy object into the data path's Policy.
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/text.hpp"

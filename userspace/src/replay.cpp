@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // replay.cpp: the trace format of SPEC §2 and the engine-independent replay loop.
 #include "tricolor/replay.hpp"
 

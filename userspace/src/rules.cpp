@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // rules.cpp: compiles a policy set for the classifier (rules.hpp).
 #include "tricolor/rules.hpp"
 #include "tricolor/hierarchy.hpp"

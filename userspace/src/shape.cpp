@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // shape.cpp: see shape.hpp.
 #include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // units.cpp: exact decimal parsing. The number is kept as an integer mantissa and a count of
 // decimal places, multiplied by the unit in 128-bit arithmetic, and accepted only when the
 // result is a whole number of the base unit that fits in 64 bits.

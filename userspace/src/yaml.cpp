@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // yaml.cpp: see yaml.hpp.
 #include "tricolor/yaml.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // attach.hpp: putting the data path on an interface, and taking it off. XDP through netlink;
 // tc through a tcx link pinned in bpffs where the kernel has tcx (6.6+), else clsact + cls_bpf.
 // All of them stay attached when the process that attached them exits, which is what lets the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // bpf_load.hpp: what the running kernel offers, and loading BPF objects with errors a user can
 // act on: a verifier rejection reads as one (program, the verifier's own explanation, kernel),
 // never as a permissions problem.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // control.hpp: the control protocol between tricolorctl and tricolord. One JSON object a line
 // each way over a Unix stream socket: a request {"cmd": NAME, ...} and its response, either
 // {"ok": true, ...} or {"ok": false, "error": TEXT}.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // datapath.hpp: one class over the data path's BPF objects (bpf/tricolor.bpf.c): load, replace
 // the policy set atomically, read counters and flows, and (in testing mode) run the programs
 // through BPF_PROG_TEST_RUN without touching any interface.

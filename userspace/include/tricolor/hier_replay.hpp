@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // hier_replay.hpp: `tricolorctl replay -f POLICIES` (SPEC §2 and §9): a trace whose lines carry
 // addresses, classified and metered through the policies of a config file, hierarchies and
 // all, by the model (the C meter in user space, with a classifier and flow table of its own)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // meter.hpp: meter parameters as a user states them, their validation (SPEC §1), and the model
 // meter: the C code of bpf/lib/meter.h compiled into the library, so user space and the kernel
 // run the same arithmetic.

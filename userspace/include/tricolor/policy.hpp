@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy.hpp: a policy as the user writes it (match, meter, actions, per-key, chain) and the
 // parsers of its match and action values. YAML (yaml.hpp) and the CLI (policy_spec.hpp) both
 // produce these; rules.hpp compiles a set of them for the classifier; datapath.hpp applies it.

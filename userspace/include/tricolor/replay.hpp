@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // replay.hpp: offline, deterministic metering of a packet trace (SPEC §2) through either the
 // model (the C meter compiled into this library) or the real BPF bytecode.
 #pragma once

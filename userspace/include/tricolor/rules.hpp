@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // rules.hpp: the C++ half of bpf/lib/classify.h. A policy set is compiled into tuple-space
 // rules: every policy becomes one or more (mask, masked key) entries, port ranges expanded into
 // aligned prefixes, policies ranked (priority, then the longer prefix, then the name), and the

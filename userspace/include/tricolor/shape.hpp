@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // shape.hpp: --shape sockets and --shape edt outside the data path: attaching the sock_ops
 // program (bpf/lib/shape.h) to the root of cgroup v2, and the checks a policy set must pass.
 #pragma once

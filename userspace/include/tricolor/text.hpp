@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // text.hpp: small helpers for the messages users read.
 #pragma once
 

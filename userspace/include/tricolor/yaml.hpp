@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // yaml.hpp: config files are YAML (JSON is YAML too); inside, everything is the same JSON
 // objects the control socket carries, so one validation serves every entry point.
 #pragma once
