@@ -18,15 +18,15 @@ int tricolor_xdp(struct xdp_md *ctx) {
 
     p.key.ifindex = ctx->ingress_ifindex;
     /* Multi-buffer frames are charged their full length. */
-    __u32 frame_len = bpf_xdp_get_buff_len(ctx);
-    struct tcm_verdict v = pipeline_run(data, data_end, frame_len, &p, 1, 0, 0);
+    struct tcm_frame fr = {.len = bpf_xdp_get_buff_len(ctx), .segs = 1};
+    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
     return v.drop ? XDP_DROP : XDP_PASS;
 }
 
 SEC("tc")
 int tricolor_tc(struct __sk_buff *skb) {
     struct tcm_pkt p = {};
-    __u32 segs = 1, gso = 0, l2_extra = 0;
+    struct tcm_frame fr = {.segs = 1};
 
     /* Headers beyond the linear part are pulled in once; 128 bytes hold any header we parse
      * except long IPv6 extension chains, which then count as malformed. */
@@ -39,13 +39,14 @@ int tricolor_tc(struct __sk_buff *skb) {
     if (skb->vlan_present) {
         /* An offloaded tag is not in the data; it is the outer one. */
         p.key.vlan = skb->vlan_tci & 0x0fff;
-        l2_extra = 4;
+        fr.l2_extra = 4;
     }
     if (skb->gso_segs > 1) {
-        segs = skb->gso_segs;
-        gso = 1;
+        fr.segs = skb->gso_segs;
+        fr.gso = 1;
     }
-    struct tcm_verdict v = pipeline_run(data, data_end, skb->len, &p, segs, l2_extra, gso);
+    fr.len = skb->len;
+    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
     if (v.drop)
         return TC_ACT_SHOT;
     if (v.kind == TCM_ACT_KIND_MARK)

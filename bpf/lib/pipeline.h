@@ -52,10 +52,18 @@ static __always_inline void aqm_signal(void *data, void *data_end, const struct 
     }
 }
 
-/* @l3_total: the IP bytes of the whole (possibly GSO) packet; @segs: segments it will be. */
-static __always_inline struct tcm_verdict pipeline_run(void *data, void *data_end, __u32 frame_len,
-                                                       struct tcm_pkt *p, __u32 segs,
-                                                       __u32 l2_extra, __u32 gso) {
+/* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
+struct tcm_frame {
+    __u32 len;      /* bytes of the whole frame: an XDP multi-buffer frame's, or skb->len */
+    __u32 segs;     /* segments it will leave as (a GSO packet), else 1 */
+    __u32 l2_extra; /* link-layer bytes not in the data (a VLAN tag the NIC took off) */
+    __u32 gso;      /* 1: a GSO packet, whose IP length field is not its total */
+};
+
+/* Parses, classifies, meters and counts one frame; the caller applies the verdict. */
+static __always_inline struct tcm_verdict
+pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_pkt *p) {
+    const __u32 frame_len = fr.len, segs = fr.segs, l2_extra = fr.l2_extra, gso = fr.gso;
     struct tcm_verdict v = {};
     __u32 zero = 0;
     struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
