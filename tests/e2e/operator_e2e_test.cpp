@@ -4,15 +4,25 @@
 // status that reads as a table, and a quiet tcx attach.
 #include "lab.hpp"
 
+#include "tricolor/control.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <mutex>
 #include <fstream>
 #include <thread>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 using namespace tricolor;
 using namespace tricolor::test;
@@ -202,6 +212,99 @@ TEST_F(Operator, FlowsStayForTheIdleTimeout) {
     EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
     EXPECT_THAT(scrape_metrics(metrics), HasSubstr("\ntricolor_flows 0\n"));
     EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
+}
+
+} // namespace
+
+namespace {
+
+// A raw client of the control socket.
+int connect_control(const std::string &path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path.c_str());
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool readable_now(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+}
+
+// A client that connects and says nothing, and one that sends a megabyte without a newline,
+// cost the others nothing: `stats` is answered while both are still waiting for their own
+// answers (served one at a time, it would wait for their 2 s timeouts, and they would have
+// been answered first).
+TEST_F(Operator, StuckClientsDoNotStallOthers) {
+    ok({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match",
+        "proto", "udp"});
+    int silent = connect_control(daemon->socket());
+    int flood = connect_control(daemon->socket());
+    ASSERT_GE(silent, 0);
+    ASSERT_GE(flood, 0);
+    std::string mb(1 << 20, 'x');
+    for (size_t off = 0; off < mb.size();) {
+        ssize_t n = write(flood, mb.data() + off, mb.size() - off);
+        ASSERT_GT(n, 0);
+        off += static_cast<size_t>(n);
+    }
+    for (int i = 0; i < 5; ++i)
+        EXPECT_THAT(ok({"stats"}).out, HasSubstr("p"));
+    EXPECT_FALSE(readable_now(silent)) << "the silent client was answered before the others";
+    EXPECT_FALSE(readable_now(flood)) << "the flooding client was answered before the others";
+    // Each is then answered on its own, with a message that says what was wrong.
+    std::string reply;
+    char buf[512];
+    shutdown(flood, SHUT_WR);
+    for (ssize_t n; (n = read(flood, buf, sizeof(buf))) > 0;)
+        reply.append(buf, static_cast<size_t>(n));
+    EXPECT_THAT(reply, HasSubstr("not valid JSON"));
+    close(silent);
+    close(flood);
+}
+
+// 100 clients running `stats` in a loop while policies are added and changed: every request
+// answered, none refused, and every change applied.
+TEST_F(Operator, HundredClientsWhilePoliciesChange) {
+    ok({"policy", "add", "base", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match",
+        "proto", "udp"});
+    std::atomic<bool> stop{false};
+    std::atomic<int> answered{0}, failed{0};
+    std::vector<std::thread> clients;
+    std::mutex mu;
+    std::string first_error;
+    for (int c = 0; c < 100; ++c)
+        clients.emplace_back([&] {
+            while (!stop) {
+                auto r = control_request(daemon->socket(), json{{"cmd", "stats"}});
+                if (r && (*r)["ok"] == true) {
+                    ++answered;
+                } else {
+                    ++failed;
+                    std::lock_guard lock(mu);
+                    if (first_error.empty())
+                        first_error = r ? r->dump() : r.error();
+                }
+            }
+        });
+    for (int i = 0; i < 10; ++i) {
+        ok({"policy", "set", "base", "--cir", fmt::format("{}mbit", i + 2)});
+        ok({"policy", "add", fmt::format("p{}", i), "--algo", "srtcm", "--cir", "1mbit", "--cbs",
+            "16k", "--match", "dport", std::to_string(1000 + i)});
+    }
+    stop = true;
+    for (auto &t : clients)
+        t.join();
+    EXPECT_EQ(failed, 0) << first_error;
+    EXPECT_GE(answered, 100);
+    auto list = json::parse(ok({"-j", "policy", "list"}).out)["policies"];
+    EXPECT_EQ(list.size(), 11u);
+    EXPECT_EQ(list[0]["cir"], "11mbit");
 }
 
 } // namespace

@@ -20,7 +20,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -76,6 +79,7 @@ int listen_on(const std::string &path) {
 void serve_one(int client, Daemon &d) {
     timeval tv{2, 0};
     setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     std::string line;
     char buf[4096];
     while (line.find('\n') == std::string::npos && line.size() < (16u << 20)) {
@@ -101,6 +105,45 @@ void serve_one(int client, Daemon &d) {
         off += static_cast<size_t>(n);
     }
 }
+
+// The control socket's clients, each on a thread of its own: a client that connects and sends
+// nothing, or sends a megabyte without a newline, holds only its own thread (for the 2 s read
+// timeout), never the others. Requests still run one at a time inside Daemon::handle (its
+// mutex), so policy changes stay serialized. At most kMaxClients at once; the next is told so.
+class ClientPool {
+  public:
+    static constexpr int kMaxClients = 256;
+    void serve(int client, Daemon &d) {
+        {
+            std::lock_guard lock(mu_);
+            if (active_ >= kMaxClients) {
+                static const char busy[] =
+                    "{\"ok\":false,\"error\":\"tricolord is serving 256 clients: try again\"}\n";
+                (void)!write(client, busy, sizeof(busy) - 1);
+                close(client);
+                return;
+            }
+            ++active_;
+        }
+        std::thread([this, client, &d] {
+            serve_one(client, d);
+            close(client);
+            std::lock_guard lock(mu_);
+            if (--active_ == 0)
+                idle_.notify_all();
+        }).detach();
+    }
+    // Waits for the clients being served (each ends within its read and write timeouts).
+    void drain() {
+        std::unique_lock lock(mu_);
+        idle_.wait(lock, [this] { return active_ == 0; });
+    }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable idle_;
+    int active_ = 0;
+};
 
 class Metrics : public prometheus::Collectable {
   public:
@@ -447,6 +490,7 @@ int main(int argc, char **argv) {
     sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     bool running = true;
+    ClientPool clients;
     using clock = std::chrono::steady_clock;
     // The periodic pass over the flow table: reclaims idle flows (unless --reclaim-interval 0)
     // and counts what is left for the tricolor_flows gauge, so that no scrape walks the table.
@@ -496,13 +540,12 @@ int main(int argc, char **argv) {
         }
         if (fds[0].revents & POLLIN) {
             int client = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-            if (client >= 0) {
-                serve_one(client, *daemon);
-                close(client);
-            }
+            if (client >= 0)
+                clients.serve(client, *daemon);
         }
     }
     sd_notify(0, "STOPPING=1");
+    clients.drain(); // no client thread may outlive the daemon it uses
     exposer.reset();
     close(listen_fd);
     unlink(o.socket.c_str());
