@@ -187,6 +187,26 @@ USAGE
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
+# The benchmarks, in order; ratios to baselines measured in the same run.
+run_benches() {
+    echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
+    "$BUILD_DIR/tests/datapath_bench"
+    echo "== meter core in user space: tricolor against DPDK rte_meter"
+    "$BUILD_DIR/tests/meter_bench"
+    echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
+    tests/bench/rate_bench.sh "$BUILD_DIR"
+    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0 and 20 ms"
+    rm -f "$BUILD_DIR/tcp_bench.tsv"
+    TSV="$BUILD_DIR/tcp_bench.tsv" tests/bench/tcp_bench.sh "$BUILD_DIR"
+    python3 tests/bench/tcp_plot.py "$BUILD_DIR/tcp_bench.tsv" "$BUILD_DIR/tcp_goodput_vs_cbs.svg"
+    echo "plot: $BUILD_DIR/tcp_goodput_vs_cbs.svg (docs/tcp_goodput_vs_cbs.svg is a committed run)"
+    echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
+    tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
+    tests/bench/fleet_bench.sh "$BUILD_DIR"
+    echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
+    tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
+}
+
 case "$cmd" in
 demo)
     need_root
@@ -220,22 +240,11 @@ bench)
     install_deps libdpdk-dev iperf3 python3 ethtool "${KERNEL_PACKAGES[@]}"
     mount_bpffs
     build
-    echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
-    "$BUILD_DIR/tests/datapath_bench"
-    echo "== meter core in user space: tricolor against DPDK rte_meter"
-    "$BUILD_DIR/tests/meter_bench"
-    echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
-    tests/bench/rate_bench.sh "$BUILD_DIR"
-    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0 and 20 ms"
-    rm -f "$BUILD_DIR/tcp_bench.tsv"
-    TSV="$BUILD_DIR/tcp_bench.tsv" tests/bench/tcp_bench.sh "$BUILD_DIR"
-    python3 tests/bench/tcp_plot.py "$BUILD_DIR/tcp_bench.tsv" "$BUILD_DIR/tcp_goodput_vs_cbs.svg"
-    echo "plot: $BUILD_DIR/tcp_goodput_vs_cbs.svg (docs/tcp_goodput_vs_cbs.svg is a committed run)"
-    echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
-    tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
-    tests/bench/fleet_bench.sh "$BUILD_DIR"
-    echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
-    tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
+    # Everything the benchmarks print is kept; their RESULT lines become the docs' generated
+    # figures (tests/bench/figures.py: docs/figures.results, then the blocks of the docs).
+    run_benches 2>&1 | tee "$BUILD_DIR/bench.out"
+    python3 tests/bench/figures.py collect "$BUILD_DIR/bench.out"
+    python3 tests/bench/figures.py write
     ;;
 install)
     need_root

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+"""figures.py: the docs' measured figures, written from the benchmarks' RESULT lines.
+
+Every benchmark prints `RESULT name=<id> key=value ...`. `./tricolor.sh bench` saves its output;
+this script keeps those lines with the date, kernel, machine and commit of the run in
+docs/figures.results, and rewrites the blocks of README.md and docs/*.md that quote them:
+
+    <!-- figures:<block> -->
+    ...generated, never edited by hand...
+    <!-- /figures -->
+
+  figures.py collect BENCH_OUTPUT...   the RESULT lines of a run -> docs/figures.results
+                                       (lines of ids the new run did not produce are kept,
+                                       each with the header of the run that made it)
+  figures.py write                     rewrite every block from docs/figures.results
+  figures.py check                     exit 1 if a block differs from what write would make,
+                                       names an unknown block, or quotes a RESULT id the
+                                       results do not hold (the test suite runs this)
+"""
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "docs", "figures.results")
+DOCS = ["README.md"] + sorted(
+    os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+
+
+# ---- the results file --------------------------------------------------------------------
+
+def parse_result(line):
+    m = re.match(r"^RESULT (.*)$", line.strip())
+    if not m:
+        return None
+    fields = dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+    return fields if "name" in fields else None
+
+
+def run_header():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                                  cwd=ROOT).stdout.strip()
+        except OSError:
+            return ""
+    cpu = sh("sed -n 's/^model name\\s*: //p' /proc/cpuinfo | head -1") or platform.machine()
+    return "run={} kernel={} machine={}x{} commit={}".format(
+        datetime.date.today().isoformat(), platform.release(), os.cpu_count(),
+        cpu.replace(" ", "_"), sh("git rev-parse --short HEAD") or "unknown")
+
+
+def load():
+    """id -> (fields, header of the run that produced it)."""
+    out, header = {}, ""
+    if not os.path.exists(RESULTS):
+        return out
+    for line in open(RESULTS):
+        if line.startswith("# run="):
+            header = line[2:].strip()
+        r = parse_result(line)
+        if r:
+            out[r["name"]] = (r, header)
+    return out
+
+
+def collect(paths):
+    old = load()
+    header = run_header()
+    new = {}
+    for p in paths:
+        for line in open(p, errors="replace"):
+            r = parse_result(line)
+            if r:
+                new[r["name"]] = line.strip()
+    if not new:
+        sys.exit("figures.py: no RESULT lines in " + " ".join(paths))
+    runs = {}
+    for name, (fields, h) in old.items():
+        if name not in new:
+            runs.setdefault(h, []).append(
+                "RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    with open(RESULTS, "w") as f:
+        f.write("# RESULT lines of ./tricolor.sh bench, written by tests/bench/figures.py collect;\n"
+                "# each run's lines under its header. docs blocks are generated from these.\n")
+        for h, lines in runs.items():
+            f.write(f"# {h}\n" + "\n".join(sorted(lines)) + "\n")
+        f.write(f"# {header}\n" + "\n".join(new[k] for k in sorted(new)) + "\n")
+    print(f"figures.py: {len(new)} results of this run, {sum(map(len, runs.values()))} kept")
+
+
+# ---- the blocks --------------------------------------------------------------------------
+
+class Missing(Exception):
+    pass
+
+
+def value(res, name, key):
+    if name not in res:
+        raise Missing(f"no RESULT name={name}")
+    fields = res[name][0]
+    if key not in fields:
+        raise Missing(f"RESULT name={name} has no {key}")
+    return fields[key]
+
+
+def num(res, name, key, fmt="{:.0f}"):
+    return fmt.format(float(value(res, name, key)))
+
+
+def source(res, names):
+    headers = sorted({res[n][1] for n in names if n in res})
+    hs = "; ".join(h.replace("run=", "").replace(" kernel=", ", kernel ")
+                   .replace(" machine=", ", ").replace(" commit=", ", commit ").replace("_", " ")
+                   for h in headers)
+    return f"*Generated from `docs/figures.results` ({hs}) by `tests/bench/figures.py`.*"
+
+
+def table(res, head, rows, names):
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n\n" + source(res, names)
+
+
+DATAPATH_ROWS = [
+    ("empty XDP program (baseline)", "empty_xdp"),
+    ("clock only (`bpf_ktime_get_ns`)", "clock_only"),
+    ("parse, classify and count; no policy matches", "parse_only"),
+    ("green, aggregate, XDP", "green_aggregate_xdp"),
+    ("green, aggregate, XDP, `--aqm ecn`", "green_aggregate_xdp_aqm_ecn"),
+    ("green, aggregate, tc", "green_aggregate_tc"),
+    ("green, per source, 1 flow", "green_per_src_1_flow"),
+    ("green, per source, 2²⁰ flows in scattered order", "green_per_src_1M_flows"),
+]
+
+
+def block_datapath(res):
+    rows = [(label, num(res, n, "ns"), num(res, n, "ratio", "{:.2f}")) for label, n in DATAPATH_ROWS]
+    return table(res, ["figure", "ns/packet", "× empty XDP"], rows, [n for _, n in DATAPATH_ROWS])
+
+
+def block_chains(res):
+    names = ["green_per_src_1_flow", "green_chain_2_levels", "green_chain_3_levels",
+             "green_chain_4_levels"]
+    rows = [("per source alone", num(res, names[0], "ns"), "1.00")]
+    labels = {2: "per source under aggregate (2 levels)",
+              3: "5-tuple under source under aggregate (3)",
+              4: "5-tuple, source, destination, aggregate (4)"}
+    for lv in (2, 3, 4):
+        r = num(res, f"chain_{lv}_levels_vs_per_src", "ratio", "{:.2f}")
+        rows.append((labels[lv], num(res, f"green_chain_{lv}_levels", "ns"),
+                     f"**{r}** (target ≤ 1.4)" if lv == 2 else r))
+    names += [f"chain_{lv}_levels_vs_per_src" for lv in (2, 3, 4)]
+    return table(res, ["chain", "ns/packet", "× per-src alone"], rows, names)
+
+
+def block_invariants(res):
+    names = ["two_cpu_over_admission", "two_cpu_chain_over_admission", "aqm_cost_on_green"]
+    rows = [
+        ("two CPUs on one flow, 10⁶ runs each, clock stopped: bytes admitted over CBS + EBS",
+         value(res, names[0], "bytes"), "0"),
+        ("two CPUs on one 3-level chain: bytes over at any level",
+         value(res, names[1], "bytes"), "0"),
+        ("`--aqm ecn` on a green packet, × `--aqm off`",
+         num(res, names[2], "ratio", "{:.3f}"), "≤ 1.10"),
+    ]
+    return table(res, ["what", "measured", "target"], rows, names)
+
+
+def block_control(res):
+    names = ["apply_10k_policies", "stats_10k_policies", "list_1M_flows"]
+    rows = [
+        ("apply a set of 10k policies (configs, rules, masks, fresh state; one atomic switch)",
+         num(res, names[0], "ms"), num(res, names[0], "ratio", "{:.2f}") + " × 10k `bpf_map_update_elem`"),
+        ("read the counters of 10k policies (batched, summed over CPUs)",
+         num(res, names[1], "ms", "{:.1f}"), num(res, names[1], "ratio", "{:.2f}") + " × 10k `bpf_map_lookup_elem`"),
+        ("list 2²⁰ flows (batched)", num(res, names[2], "ms"), "—"),
+    ]
+    return table(res, ["operation", "ms", "× baseline"], rows, names)
+
+
+METERS = [("srTCM blind", "srtcm_blind"), ("srTCM aware", "srtcm_aware"),
+          ("trTCM blind", "trtcm_blind"), ("trTCM aware", "trtcm_aware"),
+          ("RFC 4115 blind", "rfc4115_blind"), ("RFC 4115 aware", "rfc4115_aware")]
+
+
+def block_meter(res):
+    rows, names = [], []
+    for label, m in METERS:
+        n = "meter_" + m
+        names.append(n)
+        excess = int(value(res, n, "rte_green_excess_bytes"))
+        rows.append((label, num(res, n, "tricolor_ns", "{:.2f}"), num(res, n, "rte_ns", "{:.2f}"),
+                     num(res, n, "ratio", "{:.2f}"), value(res, n, "tricolor_mismatches"),
+                     value(res, n, "rte_mismatches"), f"{excess:+d}".replace("-", "−")))
+    return table(res, ["meter", "tricolor ns", "rte_meter ns", "rte / tricolor",
+                       "tricolor mismatches", "rte mismatches", "rte green excess (B)"],
+                 rows, names)
+
+
+BLOCKS = {"datapath": block_datapath, "chains": block_chains, "invariants": block_invariants,
+          "control": block_control, "meter": block_meter}
+BLOCK_RE = re.compile(r"(<!-- figures:([a-z0-9_-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
+
+
+def render(text, res, problems, path):
+    def sub(m):
+        name = m.group(2)
+        if name not in BLOCKS:
+            problems.append(f"{path}: unknown block figures:{name}")
+            return m.group(0)
+        try:
+            return m.group(1) + BLOCKS[name](res) + "\n" + m.group(4)
+        except Missing as e:
+            problems.append(f"{path}: block figures:{name}: {e}")
+            return m.group(0)
+    return BLOCK_RE.sub(sub, text)
+
+
+def write_or_check(check):
+    res, problems, stale = load(), [], []
+    for doc in DOCS:
+        path = os.path.join(ROOT, doc)
+        text = open(path).read()
+        new = render(text, res, problems, doc)
+        if new != text:
+            if check:
+                stale.append(doc)
+            else:
+                open(path, "w").write(new)
+                print(f"figures.py: wrote {doc}")
+    for p in problems:
+        print("figures.py: " + p, file=sys.stderr)
+    for d in stale:
+        print(f"figures.py: {d} differs from docs/figures.results: run tests/bench/figures.py "
+              "write", file=sys.stderr)
+    return 1 if problems or stale else 0
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "collect":
+        collect(sys.argv[2:])
+        return 0
+    if len(sys.argv) == 2 and sys.argv[1] in ("write", "check"):
+        return write_or_check(sys.argv[1] == "check")
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
