@@ -9,12 +9,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <linux/bpf.h>
+
 using namespace tricolor;
 using test::Packet;
 
 namespace {
 
-constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
 
 class AqmTest : public ::testing::Test {
   protected:
@@ -59,7 +60,7 @@ TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
     for (int i = 1; i <= 80; ++i) {
         auto f = frame(2); // ECT(0)
         auto r = dp->run_xdp(f);
-        ASSERT_EQ(r.retval, kXdpPass) << "packet " << i << " is green and ECN-capable";
+        ASSERT_EQ(r.retval, XDP_PASS) << "packet " << i << " is green and ECN-capable";
         if (ecn_of(r.data_out) == 3) {
             marked.push_back(i);
             EXPECT_EQ(test::ipv4_checksum(&r.data_out[14], 20), 0) << "packet " << i;
@@ -75,7 +76,7 @@ TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
     // Deficit after packet i is 100·i bytes of 8000: the signal at 7/8, once.
     EXPECT_EQ(marked, (std::vector<int>{70}));
     // Red is red: dropped by its action, never marked instead.
-    EXPECT_EQ(dp->run_xdp(frame(2)).retval, kXdpDrop);
+    EXPECT_EQ(dp->run_xdp(frame(2)).retval, XDP_DROP);
     auto t = dp->shape_counters()[3].tcp;
     EXPECT_EQ(t.aqm_marked_packets, 1u);
     EXPECT_EQ(t.aqm_marked_bytes, 100u);
@@ -88,9 +89,9 @@ TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) 
         for (int i = 1; i <= 75; ++i) {
             auto r = dp->run_xdp(frame(ecn, true));
             uint32_t word = uint32_t(r.data_out[14]) << 24 | r.data_out[15] << 16;
-            if (r.retval == kXdpDrop || ((word >> 20) & 3) == 3)
+            if (r.retval == XDP_DROP || ((word >> 20) & 3) == 3)
                 signalled.push_back(i);
-            if (r.retval == kXdpPass && i != 70) {
+            if (r.retval == XDP_PASS && i != 70) {
                 EXPECT_EQ((word >> 20) & 3, ecn) << "packet " << i;
             }
         }
@@ -111,7 +112,7 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
     auto drain = [&](int n) {
         std::vector<int> drops;
         for (int i = 1; i <= n; ++i)
-            if (dp->run_xdp(frame(2)).retval == kXdpDrop)
+            if (dp->run_xdp(frame(2)).retval == XDP_DROP)
                 drops.push_back(i);
         return drops;
     };
@@ -155,7 +156,7 @@ TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
     int marks = 0;
     for (int i = 1; i <= 200; ++i) {
         auto r = dp->run_xdp(frame(2));
-        ASSERT_EQ(r.retval, kXdpPass);
+        ASSERT_EQ(r.retval, XDP_PASS);
         if (ecn_of(r.data_out) == 3) {
             ++marks;
             EXPECT_LE(i, 80) << "packet " << i << " is red";

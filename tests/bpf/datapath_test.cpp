@@ -10,6 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <linux/bpf.h>
+
 #include <bpf/bpf.h>
 #include <linux/pkt_cls.h>
 
@@ -24,7 +26,6 @@ using test::Packet;
 
 namespace {
 
-constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
 
 Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t cir = 8000000,
               uint64_t cbs = 3000, uint64_t second = 3000) {
@@ -70,7 +71,7 @@ Packet v4udp() {
 
 TEST_F(DatapathTest, UnmatchedIpPassesAsUnclassified) {
     auto r = dp->run_xdp(v4udp().build());
-    EXPECT_EQ(r.retval, kXdpPass);
+    EXPECT_EQ(r.retval, XDP_PASS);
     auto g = dp->global_counters();
     EXPECT_EQ(g.unclassified_packets, 1u);
     EXPECT_EQ(g.unclassified_bytes, 128u); // IP 20 + UDP 8 + 100
@@ -80,7 +81,7 @@ TEST_F(DatapathTest, UnmatchedIpPassesAsUnclassified) {
 TEST_F(DatapathTest, NonIpIsCountedApartAndPasses) {
     apply({policy(1, "all")});
     auto r = dp->run_xdp(Packet().ethertype(0x0806).payload(28).build());
-    EXPECT_EQ(r.retval, kXdpPass);
+    EXPECT_EQ(r.retval, XDP_PASS);
     EXPECT_EQ(dp->global_counters().non_ip_packets, 1u);
     EXPECT_EQ(packets(1), 0u);
 }
@@ -117,7 +118,7 @@ TEST_F(DatapathTest, EveryTemplateParsesAndIsMetered) {
     for (auto &t : templates()) {
         SCOPED_TRACE(t.name);
         auto r = dp->run_xdp(t.packet.build());
-        EXPECT_EQ(r.retval, kXdpPass);
+        EXPECT_EQ(r.retval, XDP_PASS);
         EXPECT_EQ(packets(1), ++n);
         EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
     }
@@ -133,7 +134,7 @@ TEST_F(DatapathTest, TruncationAtEveryOffsetIsMalformedAndNeverMetered) {
             SCOPED_TRACE(::testing::Message() << t.name << " cut to " << len);
             std::vector<uint8_t> cut(frame.begin(), frame.begin() + len);
             auto r = dp->run_xdp(cut);
-            EXPECT_EQ(r.retval, kXdpPass); // passed by default
+            EXPECT_EQ(r.retval, XDP_PASS); // passed by default
             ASSERT_EQ(dp->global_counters().malformed_packets, ++malformed);
         }
     }
@@ -142,7 +143,7 @@ TEST_F(DatapathTest, TruncationAtEveryOffsetIsMalformedAndNeverMetered) {
     dp->set_drop_malformed(true);
     auto frame = v4udp().build();
     frame.resize(30);
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop);
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP);
 }
 
 TEST_F(DatapathTest, InconsistentHeadersAreMalformed) {
@@ -339,7 +340,7 @@ TEST_F(DatapathTest, ColoursEqualTheExpectedFilesOnTheVectors) {
             auto want = parse_color(expected[i]);
             ASSERT_TRUE(want.has_value()) << expected[i];
             counts[static_cast<int>(*want)]++;
-            ASSERT_EQ(r.retval, kXdpPass);
+            ASSERT_EQ(r.retval, XDP_PASS);
             ASSERT_GT(r.data_out.size(), 15u);
             ASSERT_EQ(r.data_out[15] >> 2, out_dscp[static_cast<int>(*want)])
                 << "packet " << i + 1 << " t=" << pk.time_ns << " len=" << pk.bytes << ": expected "
@@ -357,9 +358,9 @@ TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
     Policy p = policy(1, "small", Algo::srtcm, 8000, 1000, 1000); // 1000 B/s: no refill here
     apply({p});
     auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // green
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // yellow
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // red: dropped by default
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // green
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // yellow
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP); // red: dropped by default
     auto c = dp->policy_counters()[1];
     EXPECT_EQ(c.packets[TCM_GREEN], 1u);
     EXPECT_EQ(c.packets[TCM_YELLOW], 1u);
@@ -367,7 +368,7 @@ TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
     EXPECT_EQ(c.bytes[TCM_GREEN], 1000u);
     EXPECT_EQ(c.bytes[TCM_RED], 1000u);
     dp->set_clock(1000000000 + 1000000000); // one second: 1000 bytes back
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
     EXPECT_EQ(dp->policy_counters()[1].packets[TCM_GREEN], 2u);
 }
 
@@ -415,7 +416,7 @@ TEST_F(DatapathTest, DscpRemarkKeepsEcnAndFixesTheIpv4Checksum) {
                          .udp(1, 2)
                          .build();
         auto r = dp->run_xdp(frame); // red after the first: the bucket holds 100 bytes
-        ASSERT_EQ(r.retval, kXdpPass);
+        ASSERT_EQ(r.retval, XDP_PASS);
         ASSERT_EQ(r.data_out.size(), frame.size());
         uint8_t want = ecn == 0 ? 34 : 8;
         EXPECT_EQ(r.data_out[15] >> 2, want);
@@ -437,7 +438,7 @@ TEST_F(DatapathTest, DscpRemarkOnIpv6KeepsEcnAndFlowLabel) {
     auto frame =
         Packet().vlan(9).ipv6("2001:db8::1", "2001:db8::2").dscp(10).ecn(3).udp(1, 2).build();
     auto r = dp->run_xdp(frame);
-    ASSERT_EQ(r.retval, kXdpPass);
+    ASSERT_EQ(r.retval, XDP_PASS);
     size_t l3 = 18;
     uint32_t word = uint32_t(r.data_out[l3]) << 24 | r.data_out[l3 + 1] << 16 |
                     r.data_out[l3 + 2] << 8 | r.data_out[l3 + 3];
@@ -517,8 +518,8 @@ TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {
     dp->run_xdp(frame); // 2000 tokens left
     p.meter.cbs = 1500; // shrink: tokens are capped to 1500
     apply({p});
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass); // 1500 -> 500
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpDrop); // 500 < 1000
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // 1500 -> 500
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP); // 500 < 1000
     auto c = dp->policy_counters()[1];
     EXPECT_EQ(c.packets[TCM_GREEN], 2u); // counters kept across the update
     EXPECT_EQ(c.packets[TCM_RED], 1u);
@@ -527,7 +528,7 @@ TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {
     apply({});
     apply({p});
     EXPECT_EQ(packets(1), 0u);
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
 }
 
 TEST_F(DatapathTest, RefusedApplyChangesNothing) {
@@ -617,11 +618,11 @@ TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlow
             .build();
     };
     for (int i = 1; i <= 4; ++i)
-        EXPECT_EQ(dp->run_xdp(from(i)).retval, kXdpPass);
+        EXPECT_EQ(dp->run_xdp(from(i)).retval, XDP_PASS);
     EXPECT_EQ(dp->flows().size(), 4u);
     // Sources 5 and 6 find no room: they share the aggregate bucket (1000 bytes: one passes).
-    EXPECT_EQ(dp->run_xdp(from(5)).retval, kXdpPass);
-    EXPECT_EQ(dp->run_xdp(from(6)).retval, kXdpDrop);
+    EXPECT_EQ(dp->run_xdp(from(5)).retval, XDP_PASS);
+    EXPECT_EQ(dp->run_xdp(from(6)).retval, XDP_DROP);
     EXPECT_EQ(dp->global_counters().table_full, 2u);
     EXPECT_EQ(dp->flows().size(), 4u);
     EXPECT_EQ(dp->policy_state(1).counters.packets[TCM_GREEN], 1u);
@@ -633,7 +634,7 @@ TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlow
     dp->set_clock(1600000000);
     EXPECT_EQ(dp->reclaim_idle_flows(), 4u);
     EXPECT_EQ(dp->flows().size(), 0u);
-    EXPECT_EQ(dp->run_xdp(from(7)).retval, kXdpPass);
+    EXPECT_EQ(dp->run_xdp(from(7)).retval, XDP_PASS);
     EXPECT_EQ(dp->flows().size(), 1u);
     EXPECT_EQ(dp->global_counters().table_full, 2u);
 }
@@ -666,7 +667,7 @@ TEST_F(DatapathTest, MultiBufferFramesAreChargedTheirFullLength) {
     apply({policy(1, "jumbo", Algo::srtcm, 8000, 100000, 0)});
     auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(9000).build();
     ASSERT_GT(frame.size(), 4096u); // more than the linear part of a test-run XDP buffer
-    EXPECT_EQ(dp->run_xdp(frame).retval, kXdpPass);
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
     EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 9000u);
     EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
 }
@@ -733,7 +734,7 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
         EXPECT_FALSE(a.adopted());
         ASSERT_TRUE(a.apply({p}).has_value());
         a.set_clock(5000000000);
-        EXPECT_EQ(a.run_xdp(frame).retval, kXdpPass); // 2000 left
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 2000 left
     }
     {
         Datapath b(o);
@@ -743,10 +744,10 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
         EXPECT_EQ(b.policies()[0].name, "kept");
         b.set_clock(5000000000);
         // Still policing before any apply: the pinned set is the active one.
-        EXPECT_EQ(b.run_xdp(frame).retval, kXdpPass); // 1000 left
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS); // 1000 left
         ASSERT_TRUE(b.apply({p}).has_value());        // same id: kept
-        EXPECT_EQ(b.run_xdp(frame).retval, kXdpPass); // 0 left
-        EXPECT_EQ(b.run_xdp(frame).retval, kXdpDrop);
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS); // 0 left
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_DROP);
         auto c = b.policy_counters()[3];
         EXPECT_EQ(c.packets[TCM_GREEN], 3u); // one counted by a, two by b
         EXPECT_EQ(c.packets[TCM_RED], 1u);

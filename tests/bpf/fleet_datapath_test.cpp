@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <linux/bpf.h>
+
 #include <random>
 
 using namespace tricolor;
@@ -16,7 +18,6 @@ using test::Packet;
 
 namespace {
 
-constexpr uint32_t kXdpPass = 2, kXdpDrop = 1;
 constexpr uint64_t kPkt = 128;                        // IP bytes of the test packet
 constexpr uint64_t kTok = kPkt * TCM_TOKENS_PER_BYTE; // its cost in tokens
 constexpr uint64_t kCbs = 3000;                       // bytes
@@ -62,9 +63,9 @@ class FleetDatapathTest : public ::testing::Test {
 
 TEST_F(FleetDatapathTest, StartsEmptyAndTimeAddsNothing) {
     apply({fleet_policy()});
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_DROP);
     dp->set_clock(100'000'000'000ull); // 99 s at CIR would fill C many times
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_DROP);
     EXPECT_EQ(green_bytes(), 0u);
     EXPECT_EQ(dp->fleet_local(7).held, 0u);
 }
@@ -73,14 +74,14 @@ TEST_F(FleetDatapathTest, SpendsExactlyWhatWasGranted) {
     apply({fleet_policy()});
     dp->fleet_grant(7, 3 * kTok - 1); // one token short of three packets
     EXPECT_EQ(dp->fleet_local(7).held, 3 * kTok - 1);
-    EXPECT_EQ(send(), kXdpPass);
-    EXPECT_EQ(send(), kXdpPass);
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_PASS);
+    EXPECT_EQ(send(), XDP_PASS);
+    EXPECT_EQ(send(), XDP_DROP);
     EXPECT_EQ(dp->fleet_local(7).held, kTok - 1);
     dp->fleet_grant(7, 1);
     dp->set_clock(2'000'000'000);
-    EXPECT_EQ(send(), kXdpPass);
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_PASS);
+    EXPECT_EQ(send(), XDP_DROP);
     EXPECT_EQ(green_bytes(), 3 * kPkt);
     EXPECT_EQ(dp->fleet_local(7).held, 0u);
 }
@@ -88,12 +89,12 @@ TEST_F(FleetDatapathTest, SpendsExactlyWhatWasGranted) {
 TEST_F(FleetDatapathTest, GrantsAreCappedAtCbsAndTheRestSpills) {
     apply({fleet_policy()});
     dp->fleet_grant(7, kCbsTok + 5 * kTok);
-    EXPECT_EQ(send(), kXdpPass); // folds: C = CBS, 5 packets' worth spilled
+    EXPECT_EQ(send(), XDP_PASS); // folds: C = CBS, 5 packets' worth spilled
     auto l = dp->fleet_local(7);
     EXPECT_EQ(l.spilled, 5 * kTok);
     EXPECT_EQ(l.held, kCbsTok - kTok);
     int green = 1;
-    while (send() == kXdpPass)
+    while (send() == XDP_PASS)
         ++green;
     EXPECT_EQ(static_cast<uint64_t>(green), kCbs / kPkt);
 }
@@ -103,7 +104,7 @@ TEST_F(FleetDatapathTest, SrtcmGrantsOverflowIntoE) {
     // E starts full (it is local); empty it first with yellow packets.
     dp->fleet_grant(7, 0);
     int yellow = 0;
-    while (send() == kXdpPass)
+    while (send() == XDP_PASS)
         ++yellow;
     EXPECT_EQ(yellow, 1000 / kPkt);
     dp->fleet_grant(7, kCbsTok + 2 * kTok);
@@ -117,14 +118,14 @@ TEST_F(FleetDatapathTest, SrtcmGrantsOverflowIntoE) {
 TEST_F(FleetDatapathTest, RevokeEmptiesTheBucketAndVoidsPendingGrants) {
     apply({fleet_policy()});
     dp->fleet_grant(7, 4 * kTok);
-    EXPECT_EQ(send(), kXdpPass);
+    EXPECT_EQ(send(), XDP_PASS);
     dp->fleet_grant(7, 10 * kTok); // not folded yet
     dp->fleet_revoke(7);
     EXPECT_EQ(dp->fleet_local(7).held, 0u);
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_DROP);
     dp->fleet_grant(7, kTok); // a grant after the revoke counts
-    EXPECT_EQ(send(), kXdpPass);
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_PASS);
+    EXPECT_EQ(send(), XDP_DROP);
     EXPECT_EQ(green_bytes(), 2 * kPkt);
 }
 
@@ -133,19 +134,19 @@ TEST_F(FleetDatapathTest, ALeaseThatRunsOutVoidsTheBucketWithoutUserSpace) {
     dp->fleet_lease(7, 2'000'000'000);
     dp->fleet_grant(7, 4 * kTok);
     dp->set_clock(2'000'000'000);
-    EXPECT_EQ(send(), kXdpPass); // at the deadline: still leased
+    EXPECT_EQ(send(), XDP_PASS); // at the deadline: still leased
     dp->set_clock(2'000'000'001);
-    EXPECT_EQ(send(), kXdpDrop); // past it: C and the pending grants are void
+    EXPECT_EQ(send(), XDP_DROP); // past it: C and the pending grants are void
     EXPECT_EQ(dp->fleet_local(7).held, 0u);
     dp->fleet_grant(7, kTok); // a grant without a renewed lease is void too
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_DROP);
     dp->fleet_lease(7, 3'000'000'000); // renewed, then granted: spendable
     dp->fleet_grant(7, kTok);
-    EXPECT_EQ(send(), kXdpPass);
+    EXPECT_EQ(send(), XDP_PASS);
     dp->fleet_lease(7, 0); // no lease (a fallback's own tokens): kept however long
     dp->fleet_grant(7, kTok);
     dp->set_clock(9'000'000'000);
-    EXPECT_EQ(send(), kXdpPass);
+    EXPECT_EQ(send(), XDP_PASS);
     EXPECT_EQ(green_bytes(), 3 * kPkt);
 }
 
@@ -183,7 +184,7 @@ TEST_F(FleetDatapathTest, AFreshPolicyIdDoesNotInheritGrants) {
     apply({});
     apply({fleet_policy()});
     EXPECT_EQ(dp->fleet_local(7).held, 0u);
-    EXPECT_EQ(send(), kXdpDrop);
+    EXPECT_EQ(send(), XDP_DROP);
 }
 
 } // namespace

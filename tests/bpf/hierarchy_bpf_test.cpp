@@ -218,8 +218,9 @@ TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
                     ASSERT_EQ(got.color, model.mark(p).color) << "packet " << k;
                     Color want = test::ref_mark(ref, p);
                     ASSERT_EQ(got.color, want) << "packet " << k;
-                    if (aware)
+                    if (aware) {
                         EXPECT_GE(static_cast<int>(got.color), static_cast<int>(p.color));
+                    }
                     ++seen[static_cast<int>(got.color)];
                 }
                 EXPECT_GT(seen[0], 0u);

@@ -658,8 +658,9 @@ TEST_F(E2E, TwoSendersOnTwoCpusShareOneBucketWithinTheBound) {
     floor = floor > timeouts ? floor - timeouts : 0;
     EXPECT_GT(floor, 0u);
     uint64_t green_packets = p["green"]["packets"].get<uint64_t>();
-    if (*last <= std::ranges::max(sent, {}, &SendStamp::end).end)
+    if (*last <= std::ranges::max(sent, {}, &SendStamp::end).end) {
         EXPECT_GE(green_packets, floor) << "green below what the bucket must have admitted";
+    }
     std::cout << fmt::format("[ two cpus ] admitted {} of {} bound bytes; green {} packets >= "
                              "floor {} ({} lock timeouts)\n",
                              static_cast<uint64_t>(green + yellow),

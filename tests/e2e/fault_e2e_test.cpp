@@ -592,8 +592,9 @@ TEST_F(Fault, Kill9AndSigtermDuringApplyOf10kPolicies) {
         std::cerr << (hard ? "kill -9" : "SIGTERM") << " after " << delay_ms << " ms: apply exited "
                   << applied.exit_code << ", " << list.size() << " policies after the restart\n";
         EXPECT_TRUE(list == old_set || list.size() == 10001u) << list.size();
-        if (applied.exit_code == 0) // the answer came: the new set is the state
+        if (applied.exit_code == 0) { // the answer came: the new set is the state
             EXPECT_EQ(list.size(), 10001u) << applied.err;
+        }
         EXPECT_EQ(counted(), sent);
         EXPECT_TRUE(status()["attachments"][0]["attached"].get<bool>());
         EXPECT_EQ(read_file(daemon->config()), user_config);
