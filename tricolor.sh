@@ -25,7 +25,7 @@ PACKAGES=(
     libgtest-dev libgmock-dev                   # tests
     help2man                                    # man pages
     iproute2                                    # test labs
-    libhiredis-dev redis-server redis-tools     # fleet limits (SPEC §10): client, tests' Redis
+    libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }

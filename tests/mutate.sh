@@ -152,7 +152,7 @@ mutant e2e-no-green bpf/lib/pipeline.h \
     "the data path never colours green (green turned yellow)" \
     "e2e:*Accuracy*srtcm_ipv4_xdp*"
 
-# This round's features: the TCP signal (SPEC §8), hierarchies (§9), fleet (§10), the
+# This round's features: the TCP signal (docs/spec.md §8), hierarchies (§9), fleet (§10), the
 # state file and the pin ABI migration, metrics.
 HIER_BPF='bpf:HierDatapathTest.*'
 mutant aqm-ce-not-ect bpf/lib/aqm.h \

@@ -27,8 +27,8 @@ enum tcm_algo {
 #define TCM_METER_F_PACKET_MODE 0x2u
 #define TCM_METER_F_COUPLED 0x4u     /* rfc4115 with MEF 10.3's CF=1: what overflows C goes to E */
 #define TCM_METER_F_START_EMPTY 0x8u /* a new flow's buckets start empty, not full */
-/* Fleet policy (SPEC §10): the committed bucket C is refilled by grants from user space (the
- * policy's tcm_fleet entry), not by time; c_rate is 0 and C starts empty. */
+/* Fleet policy (docs/spec.md §10): the committed bucket C is refilled by grants from user space
+ * (the policy's tcm_fleet entry), not by time; c_rate is 0 and C starts empty. */
 #define TCM_METER_F_FLEET 0x10u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
@@ -37,7 +37,7 @@ enum tcm_algo {
 #define TCM_TOKENS_PER_BYTE 8000000000ull
 #define TCM_TOKENS_PER_PACKET 1000000000ull
 
-/* Limits within which every result is exact (SPEC §1). With them the largest quantity the
+/* Limits within which every result is exact (docs/spec.md §1). With them the largest quantity the
  * meter ever holds, an srtcm C+E pair of 2 GiB, is 2^31 * 8e9 = 1.72e19 < 2^64. */
 #define TCM_METER_MAX_RATE 1000000000000ull /* 1 Tbit/s, or 10^12 packet/s */
 #define TCM_METER_MAX_SIZE (1ull << 30)     /* 1 GiB, or 2^30 packets */
@@ -88,7 +88,7 @@ struct tcm_replay_io {
 /* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and
  * migrates from the old directory deliberately; it never reuses a map it cannot read. */
 #define TCM_ABI_VERSION 2
-#define TCM_MAX_LEVELS 4     /* a matched policy and up to 3 parents (SPEC §9) */
+#define TCM_MAX_LEVELS 4     /* a matched policy and up to 3 parents (docs/spec.md §9) */
 #define TCM_LOCK_SPINS 65536 /* cmpxchg attempts (~200 us) before a packet gives up a flow lock */
 
 /* What a policy can match, extracted from the packet. IPv4 addresses are stored as IPv4-mapped
@@ -229,7 +229,8 @@ struct tcm_runtime {
     __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */
 };
 
-/* ---- TCP through the policer (SPEC §8): --shape and --aqm ---------------------------------- */
+/* ---- TCP through the policer (docs/spec.md §8): --shape and --aqm
+ * ---------------------------------- */
 
 enum tcm_shape_mode {
     TCM_SHAPE_OFF = 0,
@@ -285,7 +286,7 @@ struct tcm_tcp_counters {
 #define TCM_SHAPE_MAX_IFACES 8
 
 /* By policy id, in the mmapable tcm_fleet array: the tokens a fleet policy's committed bucket
- * may take (SPEC §10). Every field is a running total, so neither side needs an atomic
+ * may take (docs/spec.md §10). Every field is a running total, so neither side needs an atomic
  * read-modify-write: user space is the only writer of granted/revoke_*, the data path (under the
  * aggregate bucket's lock) the only writer of drained/revoke_seen/spilled. The data path folds
  * granted - drained into C; what does not fit C (srtcm: C then E) is counted in spilled.

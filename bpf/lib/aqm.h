@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* aqm.h: --aqm drop|ecn, an early congestion signal for TCP senders a policer cannot pace
- * (SPEC §8). The law, per bucket pair:
+ * (docs/spec.md §8). The law, per bucket pair:
  *
  *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
  *   deficit D = S - R after the packet was metered.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* chain.h: metering a packet up its policy's chain of parents (SPEC §9), all or nothing.
+/* chain.h: metering a packet up its policy's chain of parents (docs/spec.md §9), all or nothing.
  *
  * A packet matched by a policy with parents is metered at one instant t by every level, the
  * matched policy first, each parent colour-aware on the colour from below. Only when the top
@@ -23,7 +23,7 @@
 #include "flow.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
- * as its own `length` and `overhead` say (chain_level_len, SPEC §3). */
+ * as its own `length` and `overhead` say (chain_level_len, docs/spec.md §3). */
 struct tcm_chain_in {
     __u32 l3_total; /* IP bytes of the whole (possibly GSO) packet */
     __u32 segs;     /* segments it will be */
@@ -144,8 +144,8 @@ static __always_inline void chain_start(const struct tcm_policy *lvl, struct tcm
         meter_start(&lvl->meter, &f->meter, now);
 }
 
-/* A fleet level (SPEC §10): the grants user space made since the last packet go into C before
- * the level decides. Started here, so that the start (C empty) cannot undo the fold. */
+/* A fleet level (docs/spec.md §10): the grants user space made since the last packet go into C
+ * before the level decides. Started here, so that the start (C empty) cannot undo the fold. */
 static __always_inline void chain_fleet(const struct tcm_policy *lvl, struct tcm_flow *f,
                                         __u64 now) {
     if (!lvl || !f || !(lvl->meter.flags & TCM_METER_F_FLEET))

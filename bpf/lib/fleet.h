@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* fleet.h: a fleet policy's committed bucket, refilled by user-space grants (SPEC §10).
+/* fleet.h: a fleet policy's committed bucket, refilled by user-space grants (docs/spec.md §10).
  * Called under the bucket's lock, so the fold and the packet's marking see one consistent
  * state. Exact: every granted token lands in C (srtcm: what overflows C in E, as its CIR
  * stream would) or in spilled, never twice; no division, two compares and adds. */

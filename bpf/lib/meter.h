@@ -5,8 +5,8 @@
  *
  * Representation (see tricolor_abi.h): tokens are integers in nano-units, 10^-9 bit in byte mode
  * (so 1 byte = 8*10^9 tokens) and 10^-9 packet in packet mode. A bucket of rate R bit/s gains
- * exactly R*dt tokens in dt ns: the fluid model of SPEC §1 with nothing rounded, so there is no
- * drift over any run length. The only per-packet arithmetic is compare, add, subtract and one
+ * exactly R*dt tokens in dt ns: the fluid model of docs/spec.md §1 with nothing rounded, so there
+ * is no drift over any run length. The only per-packet arithmetic is compare, add, subtract and one
  * multiply; the divisions (the fill times) happen once, at configuration time.
  *
  * Overflow: with rates <= 10^12 and sizes <= 2^30 bytes, a bucket holds at most 8.6e18 tokens and
@@ -103,21 +103,21 @@ TCM_METER_INLINE __u64 meter_cost(const struct tcm_meter_config *cfg, __u32 len)
     return (__u64)len * cfg->unit_tokens;
 }
 
-/* Buckets are full when a flow's first packet arrives (SPEC §1), or empty under `start: empty`
- * (SPEC §9): then a new flow earns its burst at its rates like any other. */
+/* Buckets are full when a flow's first packet arrives (docs/spec.md §1), or empty under `start:
+ * empty` (docs/spec.md §9): then a new flow earns its burst at its rates like any other. */
 TCM_METER_INLINE void meter_start(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
                                   __u64 now_ns) {
     int empty = (cfg->flags & TCM_METER_F_START_EMPTY) != 0;
 
     st->last_ns = now_ns;
-    /* A fleet's C holds only what the fleet granted (SPEC §10). */
+    /* A fleet's C holds only what the fleet granted (docs/spec.md §10). */
     st->c_tokens = empty || (cfg->flags & TCM_METER_F_FLEET) ? 0 : cfg->c_size;
     st->e_tokens = empty ? 0 : cfg->e_size;
 }
 
 /* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color,
  * always colour-aware (a parent in a hierarchy meters the colour from below whatever its own
- * mode, SPEC §9), and takes its tokens. Returns enum tcm_color. */
+ * mode, docs/spec.md §9), and takes its tokens. Returns enum tcm_color. */
 TCM_METER_INLINE __u32 meter_mark_aware(const struct tcm_meter_config *cfg,
                                         struct tcm_meter_state *st, __u64 now_ns, __u32 len,
                                         __u32 in_color) {

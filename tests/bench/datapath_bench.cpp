@@ -56,8 +56,8 @@ Policy always_green(uint32_t id, tcm_per per) {
     return p;
 }
 
-// A chain of @levels (SPEC §9), every level always green: per-src under aggregate (2), then a
-// 5-tuple level below (3), then per-dst between source and aggregate (4). The bottom level
+// A chain of @levels (docs/spec.md §9), every level always green: per-src under aggregate (2), then
+// a 5-tuple level below (3), then per-dst between source and aggregate (4). The bottom level
 // matches the traffic; the others are only_parent.
 std::vector<Policy> chain(int levels) {
     static const tcm_per pers[4][4] = {
@@ -240,7 +240,7 @@ int main() {
     if (auto r = agg.apply({always_green(1, TCM_PER_AGGREGATE)}); !r)
         throw std::runtime_error(r.error());
     Policy with_aqm = always_green(1, TCM_PER_AGGREGATE);
-    with_aqm.aqm = TCM_AQM_ECN; // SPEC §8: the signal's cost on a green packet
+    with_aqm.aqm = TCM_AQM_ECN; // docs/spec.md §8: the signal's cost on a green packet
     if (auto r = agg_aqm.apply({with_aqm}); !r)
         throw std::runtime_error(r.error());
     if (auto r = per_src.apply({always_green(1, TCM_PER_SRC)}); !r)
@@ -293,7 +293,7 @@ int main() {
     // Target: at most 10% over the same policy without --aqm.
     std::printf("RESULT name=aqm_cost_on_green ratio=%.3f target=1.10\n",
                 median(ns["green_aggregate_xdp_aqm_ecn"]) / median(ns["green_aggregate_xdp"]));
-    // SPEC §9's cost target: a packet through per-src under aggregate against a per-src
+    // docs/spec.md §9's cost target: a packet through per-src under aggregate against a per-src
     // policy alone (the cost of the parent and of all-or-nothing), same run, median of each.
     double single = median(ns["green_per_src_1_flow"]);
     for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels) {

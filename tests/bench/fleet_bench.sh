@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-# fleet_bench.sh BUILD_DIR: fleet-wide limits (SPEC §10) on three hosts (network namespaces,
+# fleet_bench.sh BUILD_DIR: fleet-wide limits (docs/spec.md §10) on three hosts (network namespaces,
 # each sending through its own veth into its own tricolord) and one real redis-server on
 # loopback: green use of the fleet's CIR over 2 s windows while UDP at 2x CIR moves between
 # hosts (and the exact never-over check over every pair of samples), exchanges per second per

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-# tcp_bench.sh BUILD_DIR: TCP through tricolor (SPEC §8) against HTB and TBF, same run.
+# tcp_bench.sh BUILD_DIR: TCP through tricolor (docs/spec.md §8) against HTB and TBF, same run.
 # CUBIC flows (iperf3) from tcpb-a (198.18.170.1, the sender) to tcpb-b (198.18.170.2) through
 # a wire with a one-way delay of RTT/2 (tests/tools/delayline in tcpb-a-m; RTT 0 is the same
 # relay without delay); a tricolord in each end namespace. Each case prints

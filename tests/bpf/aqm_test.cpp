@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// --aqm drop|ecn (SPEC §8, bpf/lib/aqm.h) through BPF_PROG_TEST_RUN: where the signal falls,
-// CE only on ECN-capable packets (IPv4 checksum verified, IPv6 traffic class), drops for the
+// --aqm drop|ecn (docs/spec.md §8, bpf/lib/aqm.h) through BPF_PROG_TEST_RUN: where the signal
+// falls, CE only on ECN-capable packets (IPv4 checksum verified, IPv6 traffic class), drops for the
 // rest, nothing once the bucket has refilled, and colours (so §1's bounds) exactly as without.
 #include "packet.hpp"
 #include "test_util.hpp"
@@ -15,7 +15,6 @@ using namespace tricolor;
 using test::Packet;
 
 namespace {
-
 
 class AqmTest : public ::testing::Test {
   protected:

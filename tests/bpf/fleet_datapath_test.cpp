@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Fleet policies in the data path (SPEC §10) through BPF_PROG_TEST_RUN: the committed bucket
-// starts empty, is refilled only by user-space grants (never by time), folds them in exactly
+// Fleet policies in the data path (docs/spec.md §10) through BPF_PROG_TEST_RUN: the committed
+// bucket starts empty, is refilled only by user-space grants (never by time), folds them in exactly
 // (capped, the excess counted as spilled), and a revoke empties it.
 #include "packet.hpp"
 #include "test_util.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Hierarchies (SPEC §9) in the real data path through BPF_PROG_TEST_RUN: the conformance
+// Hierarchies (docs/spec.md §9) in the real data path through BPF_PROG_TEST_RUN: the conformance
 // vectors, the bpf engine against the model and the exact reference on random chains, the
 // all-or-nothing rule read back from the buckets, live updates that keep every level, and two
 // CPUs on one 3-level chain.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// `tricolorctl replay -f POLICIES` as a user runs it (SPEC §2, §9): the hierarchy vectors with
-// both engines, stdin, and bad policy files and traces refused with exit 2 and a message.
+// `tricolorctl replay -f POLICIES` as a user runs it (docs/spec.md §2, §9): the hierarchy vectors
+// with both engines, stdin, and bad policy files and traces refused with exit 2 and a message.
 #include "test_util.hpp"
 
 #include <gmock/gmock.h>

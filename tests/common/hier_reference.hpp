@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// hier_reference.hpp: an exact reference model of SPEC §1 and §9, written from the spec and
+// hier_reference.hpp: an exact reference model of docs/spec.md §1 and §9, written from the spec and
 // independent of bpf/lib/meter.h: no fill times, no capped-add helpers, 128-bit arithmetic,
 // tokens in units of 1/(8*10^9) byte (or 10^-9 packet) so that R*dt is exact. The tests hold the
 // model and bpf engines to it on random chains and traces.
@@ -138,8 +138,8 @@ class RefChain {
         bool seen = false;
         uint64_t first = 0, last = 0, passed = 0, green = 0;
     };
-    // The bounds of SPEC §1 at every level and key: green <= CBS + CIR*T (C alone; CIR*T when
-    // flows start empty), and passed <= what both buckets can give over T. Empty if they hold,
+    // The bounds of docs/spec.md §1 at every level and key: green <= CBS + CIR*T (C alone; CIR*T
+    // when flows start empty), and passed <= what both buckets can give over T. Empty if they hold,
     // else the first violation.
     std::string check_bounds() const {
         for (size_t i = 0; i < levels_.size(); ++i) {

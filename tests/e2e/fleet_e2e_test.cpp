@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Fleet-wide limits end to end (SPEC §10): three hosts, each a network namespace sending
+// Fleet-wide limits end to end (docs/spec.md §10): three hosts, each a network namespace sending
 // through its own veth into its own tricolord, one real redis-server on loopback. UDP at twice
 // the fleet's CIR moves from host to host; the fleet's green bytes, read from the daemons'
 // counters, must stay within CBS + CIR*T over every window between two samples, where T is

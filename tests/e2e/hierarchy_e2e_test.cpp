@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Hierarchies (SPEC §9) end to end: three UDP senders under a per-source child and an aggregate
-// parent on a veth pair, both bounds checked with the real counters; a restart of the daemon
-// keeps every level's tokens and counters.
+// Hierarchies (docs/spec.md §9) end to end: three UDP senders under a per-source child and an
+// aggregate parent on a veth pair, both bounds checked with the real counters; a restart of the
+// daemon keeps every level's tokens and counters.
 #include "lab.hpp"
 
 #include <gmock/gmock.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// shape_e2e_test.cpp: --shape sockets (SPEC §8) with the real daemon. The test's own TCP
+// shape_e2e_test.cpp: --shape sockets (docs/spec.md §8) with the real daemon. The test's own TCP
 // sockets, in the root namespace, connect to a listener in the lab's namespace through the veth
 // where tricolor is attached on tc egress; their pacing rate is read back with
 // getsockopt(SO_MAX_PACING_RATE). Mechanism, not speed: the one throughput check is a loose

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Hierarchies (SPEC §9) in user space: the graph checks, --coupling and --start empty in the
-// meter core against hand-computed cases, the `replay -f` trace format, the model engine on the
+// Hierarchies (docs/spec.md §9) in user space: the graph checks, --coupling and --start empty in
+// the meter core against hand-computed cases, the `replay -f` trace format, the model engine on the
 // conformance vectors, and the model against an exact reference on random chains and traces.
 #include "hier_reference.hpp"
 #include "test_util.hpp"
@@ -356,7 +356,7 @@ TEST(HierReplay, ARedPacketChangesNoBucket) {
     EXPECT_GT(reds, 1000u);
 }
 
-// A chain of one is SPEC §1: the same colours as the plain meter of replay without -f.
+// A chain of one is docs/spec.md §1: the same colours as the plain meter of replay without -f.
 TEST(HierReplay, AOneLevelChainIsTheMeterOfSection1) {
     std::mt19937_64 rng(11);
     for (int round = 0; round < 100; ++round) {

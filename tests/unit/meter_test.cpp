@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // The meter core (bpf/lib/meter.h) in user space: the conformance vectors, the parameter rules,
-// properties over long random runs, and the extremes of SPEC §1.
+// properties over long random runs, and the extremes of docs/spec.md §1.
 #include "test_util.hpp"
 #include "tricolor/meter.hpp"
 #include "tricolor/replay.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Policy objects (SPEC §7): every field parsed, every bad value refused naming the field.
+// Policy objects (docs/spec.md §7): every field parsed, every bad value refused naming the field.
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/yaml.hpp"
 
@@ -158,7 +158,7 @@ TEST(PolicySpec, DscpMatchTakesTheNamesActionsTake) {
     EXPECT_NE(p.error().find("match.dscp: 'af99'"), std::string::npos) << p.error();
 }
 
-// SPEC §8: shape and aqm.
+// docs/spec.md §8: shape and aqm.
 TEST(PolicySpec, ShapeAndAqmAreReadAndDefaultOff) {
     auto p = to_policy(base(), 1);
     ASSERT_TRUE(p) << p.error();
@@ -221,7 +221,8 @@ TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {
 }
 
 } // namespace
-// SPEC §10: `fleet: true` (YAML or JSON) marks a policy whose committed bucket is the fleet's.
+// docs/spec.md §10: `fleet: true` (YAML or JSON) marks a policy whose committed bucket is the
+// fleet's.
 TEST(PolicySpec, FleetIsAFlag) {
     json spec = base();
     EXPECT_FALSE(to_policy(spec, 1)->fleet);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// The trace format of SPEC §2: what is accepted, and every malformed line refused with its
+// The trace format of docs/spec.md §2: what is accepted, and every malformed line refused with its
 // line number.
 #include "tricolor/replay.hpp"
 

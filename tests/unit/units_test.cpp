@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// Units (SPEC §4): every suffix, decimals, overflow and garbage.
+// Units (docs/spec.md §4): every suffix, decimals, overflow and garbage.
 #include "tricolor/units.hpp"
 
 #include <gmock/gmock.h>

@@ -39,7 +39,7 @@ struct PolicyFlags {
     bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
     bool fleet = false, no_fleet = false;
     bool only_parent = false, no_only_parent = false, coupling = false, no_coupling = false,
-         no_parent = false; // hierarchies (SPEC §9)
+         no_parent = false; // hierarchies (docs/spec.md §9)
 };
 
 void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
@@ -219,7 +219,7 @@ std::string human_rate(double bits) {
                   : fmt::format("{:.1f} {}", bits, units[u]);
 }
 
-// One fleet policy's line (SPEC §10): its mode, the hosts seen, this host's share.
+// One fleet policy's line (docs/spec.md §10): its mode, the hosts seen, this host's share.
 std::string fleet_line(const json &f) {
     return fmt::format("  fleet: {}, {} hosts, demand here {} ({:.0f}% of the fleet's CIR {}), "
                        "holds {} bits, the fleet's hosts hold {}{}",
@@ -232,7 +232,7 @@ std::string fleet_line(const json &f) {
                                                            : "");
 }
 
-// The policies in tree order (SPEC §9): each parent, then its children indented under it;
+// The policies in tree order (docs/spec.md §9): each parent, then its children indented under it;
 // a policy whose parent is not in the list (stats NAME) stands at the top.
 std::vector<std::pair<const json *, int>> policy_tree(const json &policies) {
     std::vector<std::pair<const json *, int>> out;
@@ -269,7 +269,7 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
         std::cout << line << "\n";
-        // SPEC §8: paced sockets, early signals and EDT, on a line of their own when any.
+        // docs/spec.md §8: paced sockets, early signals and EDT, on a line of their own when any.
         if (p.contains("shape") && p.contains("aqm")) {
             const auto &sh = p["shape"];
             const auto &aq = p["aqm"];

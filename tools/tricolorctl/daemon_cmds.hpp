@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// daemon_cmds.hpp: the tricolorctl commands that talk to tricolord (SPEC §7).
+// daemon_cmds.hpp: the tricolorctl commands that talk to tricolord (docs/spec.md §7).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// tricolorctl: the command-line tool. Exit codes (SPEC §7): 0 done, 1 refused, 2 bad usage.
+// tricolorctl: the command-line tool. Exit codes (docs/spec.md §7): 0 done, 1 refused, 2 bad usage.
 #include "daemon_cmds.hpp"
 #include "replay_cmd.hpp"
 

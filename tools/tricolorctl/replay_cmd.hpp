@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// replay_cmd.hpp: `tricolorctl replay` (SPEC §2).
+// replay_cmd.hpp: `tricolorctl replay` (docs/spec.md §2).
 #pragma once
 
 #include "tricolor/meter.hpp"

@@ -237,7 +237,7 @@ std::string hook_text(const AttachmentSpec &a) {
                                : fmt::format("{} tc {}", a.iface, to_string(a.direction));
 }
 
-// SPEC §8: what a policy's --shape needs of the attachments. Empty if it can be applied.
+// docs/spec.md §8: what a policy's --shape needs of the attachments. Empty if it can be applied.
 std::string shape_problem(const Policy &p, const std::vector<AttachmentSpec> &attachments) {
     std::vector<const AttachmentSpec *> egress;
     for (const auto &a : attachments)
@@ -1142,7 +1142,7 @@ json Daemon::cmd_stats(const json &r) {
         if (fleet_)
             if (auto f = fleet_->policy_status(name); !f.is_null())
                 p["fleet"] = f;
-        // SPEC §9: each policy names its parent (null at the top); counters are per level.
+        // docs/spec.md §9: each policy names its parent (null at the top); counters are per level.
         auto parent = e.spec.find("parent");
         p["parent"] = parent != e.spec.end() && parent->is_string() ? *parent : json(nullptr);
         list.push_back(p);
@@ -1296,7 +1296,7 @@ json Daemon::cmd_status(const json &) {
                  {"reclaimed", reclaimed_total_}}}});
 }
 
-// Fleet metrics (SPEC §10), apart from metrics() so each scrape adds them after it.
+// Fleet metrics (docs/spec.md §10), apart from metrics() so each scrape adds them after it.
 std::vector<prometheus::MetricFamily> Daemon::fleet_metrics() const {
     using prometheus::ClientMetric;
     using prometheus::MetricFamily;

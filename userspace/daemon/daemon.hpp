@@ -32,8 +32,8 @@ struct DaemonOptions {
     double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
     double flow_idle_timeout = 300;         // seconds without a packet before a flow may go
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
-    // SPEC §10: redis://HOST:PORT to join a fleet ("" none), this host's name in it, and what
-    // fleet policies do while Redis does not answer.
+    // docs/spec.md §10: redis://HOST:PORT to join a fleet ("" none), this host's name in it, and
+    // what fleet policies do while Redis does not answer.
     std::string fleet;
     std::string fleet_node;
     fleet::Fallback fleet_fallback = fleet::Fallback::share;

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
--- fleet.lua: one exchange between a host and the fleet bucket of one policy (SPEC §10), run
+-- fleet.lua: one exchange between a host and the fleet bucket of one policy (docs/spec.md §10), run
 -- atomically by EVALSHA. Units: 10^-6 bit (10^-6 packet in packet mode), so a rate of R bit/s
 -- adds exactly R units per microsecond of Redis's own clock (TIME): host clocks do not matter.
 -- Every quantity is an integer below 2^53 (CBS <= 2^30 bytes = 8.6e15 units, CIR <= 10^12), so

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// hier_replay.cpp: `replay -f` (SPEC §2, §9): trace lines with addresses, the model engine
+// hier_replay.cpp: `replay -f` (docs/spec.md §2, §9): trace lines with addresses, the model engine
 // (classifier, flow keys and chains in user space over the shared C meter) and the bpf engine
 // (the real data-path program on a synthesized frame a line, with its test clock).
 #include "tricolor/hier_replay.hpp"
@@ -285,7 +285,7 @@ void mask_bits(uint8_t *addr, size_t n, unsigned bits) {
     }
 }
 
-// The length a level meters: its own `length` and `overhead` (SPEC §3).
+// The length a level meters: its own `length` and `overhead` (docs/spec.md §3).
 uint32_t level_len(const Policy &p, const FlowTracePacket &pkt) {
     return pkt.bytes + (p.length == TCM_LEN_L2 ? kEthLen : 0) + p.overhead;
 }

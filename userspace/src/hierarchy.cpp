@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// hierarchy.cpp: checks of the parent graph (SPEC §9).
+// hierarchy.cpp: checks of the parent graph (docs/spec.md §9).
 #include "tricolor/hierarchy.hpp"
 
 #include <fmt/format.h>

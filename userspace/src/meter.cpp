@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// meter.cpp: parameter rules of SPEC §1 and the translation to the kernel's representation.
+// meter.cpp: parameter rules of docs/spec.md §1 and the translation to the kernel's representation.
 #include "tricolor/meter.hpp"
 #include "tricolor/text.hpp"
 

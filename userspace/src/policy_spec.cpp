@@ -292,7 +292,7 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                                          *p.match.proto));
     }
     if (auto f = r.flag(spec, "fleet"))
-        p.fleet = *f; // SPEC §10; the daemon refuses it without --fleet
+        p.fleet = *f; // docs/spec.md §10; the daemon refuses it without --fleet
     // The graph (does the parent exist, cycles, depth) is checked with the whole set.
     if (auto t = r.text(spec, "parent"); t && !t->empty())
         p.parent = *t;

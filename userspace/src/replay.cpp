@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// replay.cpp: the trace format of SPEC §2 and the engine-independent replay loop.
+// replay.cpp: the trace format of docs/spec.md §2 and the engine-independent replay loop.
 #include "tricolor/replay.hpp"
 
 #include <charconv>

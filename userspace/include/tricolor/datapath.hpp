@@ -30,7 +30,7 @@ struct ShapeCounters {
     tcm_tcp_counters tcp{}; // aqm and edt counters, summed over CPUs
 };
 
-// A fleet policy's local side, read from the data path (SPEC §10).
+// A fleet policy's local side, read from the data path (docs/spec.md §10).
 struct FleetLocal {
     uint64_t held = 0;    // tokens this host may still spend: C plus grants not yet folded in
                           // (an upper bound: read while packets spend)

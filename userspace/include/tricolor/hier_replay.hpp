@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// hier_replay.hpp: `tricolorctl replay -f POLICIES` (SPEC §2 and §9): a trace whose lines carry
-// addresses, classified and metered through the policies of a config file, hierarchies and
+// hier_replay.hpp: `tricolorctl replay -f POLICIES` (docs/spec.md §2 and §9): a trace whose lines
+// carry addresses, classified and metered through the policies of a config file, hierarchies and
 // all, by the model (the C meter in user space, with a classifier and flow table of its own)
 // or by the real data-path program (tricolor.bpf.c through BPF_PROG_TEST_RUN, test clock).
 #pragma once
@@ -54,7 +54,7 @@ class HierEngine {
     virtual HierVerdict mark(const FlowTracePacket &packet) = 0;
 };
 
-// The model of SPEC §9 over the shared C meter: classification as the data path ranks
+// The model of docs/spec.md §9 over the shared C meter: classification as the data path ranks
 // policies, one bucket pair per (policy, key), chains metered all or nothing.
 class HierModelEngine final : public HierEngine {
   public:

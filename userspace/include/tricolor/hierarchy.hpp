@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// hierarchy.hpp: the policy graph of SPEC §9 (`parent`), checked as a whole: every entry point
-// (apply, policy add/set/del, the daemon's config) goes through Datapath::check, which calls
+// hierarchy.hpp: the policy graph of docs/spec.md §9 (`parent`), checked as a whole: every entry
+// point (apply, policy add/set/del, the daemon's config) goes through Datapath::check, which calls
 // hierarchy_errors, so a set that would break a chain is refused before anything changes.
 #pragma once
 

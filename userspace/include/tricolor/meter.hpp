@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// meter.hpp: meter parameters as a user states them, their validation (SPEC §1), and the model
-// meter: the C code of bpf/lib/meter.h compiled into the library, so user space and the kernel
-// run the same arithmetic.
+// meter.hpp: meter parameters as a user states them, their validation (docs/spec.md §1), and the
+// model meter: the C code of bpf/lib/meter.h compiled into the library, so user space and the
+// kernel run the same arithmetic.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,8 @@ struct MeterParams {
     std::optional<uint64_t> eir; // rfc4115 (default 0)
     bool color_aware = false;
     bool packet_mode = false;
-    bool coupling = false;    // rfc4115 only: MEF 10.3 CF=1, C's overflow goes to E (SPEC §9)
-    bool start_empty = false; // a new flow's buckets start empty (SPEC §9 `start: empty`)
+    bool coupling = false; // rfc4115 only: MEF 10.3 CF=1, C's overflow goes to E (docs/spec.md §9)
+    bool start_empty = false; // a new flow's buckets start empty (docs/spec.md §9 `start: empty`)
 };
 
 struct Validation {

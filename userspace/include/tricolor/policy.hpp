@@ -51,7 +51,7 @@ struct Action {
 Result<Action> parse_action(std::string_view text);
 std::string to_string(const Action &a);
 
-// The AF colour map of SPEC §7: AFx1 green, AFx2 yellow, AFx3 red, everything else green.
+// The AF colour map of docs/spec.md §7: AFx1 green, AFx2 yellow, AFx3 red, everything else green.
 std::array<Color, 64> af_color_map();
 
 struct Policy {
@@ -67,12 +67,12 @@ struct Policy {
     std::array<Color, 64> color_map = af_color_map();
     tcm_length_mode length = TCM_LEN_L3;
     uint32_t overhead = 0;
-    tcm_shape_mode shape = TCM_SHAPE_OFF; // SPEC §8
+    tcm_shape_mode shape = TCM_SHAPE_OFF; // docs/spec.md §8
     tcm_aqm_mode aqm = TCM_AQM_OFF;
-    // SPEC §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
+    // docs/spec.md §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
     // Aggregate policies only.
     bool fleet = false;
-    // SPEC §9: packets of this policy are metered by @parent's buckets as well (by name, in
+    // docs/spec.md §9: packets of this policy are metered by @parent's buckets as well (by name, in
     // the same policy set; empty: none). An only_parent policy matches no traffic itself.
     std::string parent;
     bool only_parent = false;

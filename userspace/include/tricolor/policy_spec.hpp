@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// policy_spec.hpp: a policy as users write it (SPEC §7), in the one representation that the
+// policy_spec.hpp: a policy as users write it (docs/spec.md §7), in the one representation that the
 // CLI, the control socket and the config file share: a JSON object whose values are what the
 // user typed ("10mbit", "src/24", "dscp:af12"). to_policy() checks every field and gives all the
 // problems at once, each naming the field and the value.

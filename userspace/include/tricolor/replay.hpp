@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// replay.hpp: offline, deterministic metering of a packet trace (SPEC §2) through either the
-// model (the C meter compiled into this library) or the real BPF bytecode.
+// replay.hpp: offline, deterministic metering of a packet trace (docs/spec.md §2) through either
+// the model (the C meter compiled into this library) or the real BPF bytecode.
 #pragma once
 
 #include "tricolor/bpf_load.hpp" // quiet_libbpf_logging(), for the BPF engine
@@ -15,8 +15,8 @@
 
 namespace tricolor {
 
-// The largest packet a trace may carry: SPEC §1 promises exact results up to 64 KiB, and the
-// BPF engine synthesizes each packet as a real frame of that length.
+// The largest packet a trace may carry: docs/spec.md §1 promises exact results up to 64 KiB, and
+// the BPF engine synthesizes each packet as a real frame of that length.
 inline constexpr uint32_t kMaxTracePacket = 65536;
 
 struct TracePacket {

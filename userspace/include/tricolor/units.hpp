@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// units.hpp: rates and sizes as tc(8) writes them (SPEC §4), parsed exactly.
+// units.hpp: rates and sizes as tc(8) writes them (docs/spec.md §4), parsed exactly.
 // Every parser returns the value in the base unit or an error message that names the text.
 #pragma once
 
