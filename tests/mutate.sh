@@ -56,9 +56,13 @@ mutant meter-fast-4pct bpf/lib/meter.h \
     "srtcm refills at 104% of CIR (over-credit)" \
     "unit:*MeterProperties* $METER_BPF"
 mutant start-empty bpf/lib/meter.h \
-    's/(meter_start.*?)st->c_tokens = cfg->c_size;/${1}st->c_tokens = 0;/s' \
+    's/st->c_tokens = empty \|\| \(cfg->flags & TCM_METER_F_FLEET\) \? 0 : cfg->c_size;/st->c_tokens = 0;/' \
     "a new flow's C bucket starts empty instead of full" \
     "$METER_UNIT $METER_BPF"
+mutant shrink-zeroes bpf/lib/meter.h \
+    's/if \(st->c_tokens > cfg->c_size\)\s*st->c_tokens = cfg->c_size;/if (st->c_tokens > cfg->c_size)\n        st->c_tokens = 0;/' \
+    "a policy update that shrinks CBS empties C instead of capping it" \
+    "bpf:*PolicyUpdateKeepsTokensCappedAndCounters*"
 mutant green-strict bpf/lib/meter.h \
     's/in_color == TCM_GREEN && st->c_tokens >= cost/in_color == TCM_GREEN \&\& st->c_tokens > cost/' \
     "srtcm/rfc4115: green needs more than the cost (> for >=)" \
@@ -111,15 +115,15 @@ mutant per-key-mask bpf/lib/flow.h \
     's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \
     "bpf:*PerKeyModes*"
-mutant gso-headers bpf/lib/pipeline.h \
-    's/\(segs - 1\) \* p->l3l4_hlen/0 * p->l3l4_hlen/' \
+mutant gso-headers bpf/lib/chain.h \
+    's/\(in->segs - 1\) \* in->hdr_len/0 * in->hdr_len/' \
     "GSO: segments charged without their own headers" \
     "bpf:*Gso*"
-mutant gso-count bpf/lib/pipeline.h \
+mutant gso-count bpf/lib/chain.h \
     's/c->packets\[color\] \+= segs;/c->packets[color] += 1;/' \
     "GSO: a super-packet counted as one packet" \
     "bpf:*Gso*"
-mutant colour-counters bpf/lib/pipeline.h \
+mutant colour-counters bpf/lib/chain.h \
     's/c->bytes\[color\] \+= len;/c->bytes[TCM_GREEN] += len;/' \
     "per-colour byte counters all land in green" \
     "bpf:*CountersAndDefaultActionsPerColour*:*Inconsistent*"
@@ -132,7 +136,7 @@ mutant apply-unchecked userspace/src/datapath.cpp \
     "Datapath::apply writes a set without checking it first" \
     "bpf:*RefusedApplyChangesNothing*"
 mutant daemon-partial-apply userspace/daemon/daemon.cpp \
-    's/if \(!errors\.empty\(\)\)\s*return std::unexpected\(join_lines\(errors\)\);\s*\/\/ apply\(\)/if (!errors.empty() \&\& policies.empty())\n        return std::unexpected(join_lines(errors));\n    \/\/ apply()/' \
+    's/if \(!errors\.empty\(\)\)\s*return std::unexpected\(join_lines\(errors\)\);\s*\/\/ Two policies/if (!errors.empty() \&\& out.policies.empty())\n        return std::unexpected(join_lines(errors));\n    \/\/ Two policies/' \
     "daemon applies the good policies of a set with bad ones (not all or nothing)" \
     "e2e:*ApplyReplacesTheWholeSetOrNothing*:*SighupReloadsTheConfigAllOrNothing*:*EveryBadInputIsRefused*"
 mutant fresh-id-kept userspace/src/datapath.cpp \
@@ -147,8 +151,8 @@ mutant e2e-srtcm-slow-4pct bpf/lib/meter.h \
     's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ 100 * 96));/' \
     "srtcm refills at 96% of CIR, seen end to end (a tuned tolerance would hide it)" \
     "e2e:*Accuracy*srtcm_ipv4_xdp*:*Accuracy*srtcm_ipv6_tc_egress*"
-mutant e2e-no-green bpf/lib/pipeline.h \
-    's/__u32 color = meter_color_index\(metered\);/__u32 color = meter_color_index(metered ? metered : TCM_YELLOW);/' \
+mutant e2e-no-green bpf/lib/chain.h \
+    's/color = meter_color_index\(color\);/color = meter_color_index(color ? color : TCM_YELLOW);/' \
     "the data path never colours green (green turned yellow)" \
     "e2e:*Accuracy*srtcm_ipv4_xdp*"
 
