@@ -66,25 +66,8 @@ std::string expected_tc_mode() {
     return probed ? "tcx" : "clsact";
 }
 
-class E2E : public ::testing::Test {
+class E2E : public DaemonLabTest {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        lab = std::make_unique<Lab>();
-        daemon = std::make_unique<Daemon>(
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    }
-    void TearDown() override {
-        if (HasFailure() && daemon)
-            std::cerr << "daemon log:\n" << daemon->log();
-        daemon.reset();
-        lab.reset();
-    }
-    RunResult ok(std::vector<std::string> args) {
-        auto r = daemon->ctl(args);
-        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
-        return r;
-    }
     // Sends @count datagrams of @size payload bytes from the namespace to the host end.
     void send(long count, long size, double pps = 0) {
         auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(count),
@@ -92,9 +75,6 @@ class E2E : public ::testing::Test {
         ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
     }
     json stats() { return parse_json(ok({"-j", "stats"})); }
-
-    std::unique_ptr<Lab> lab;
-    std::unique_ptr<Daemon> daemon;
 };
 
 TEST_F(E2E, PolicyLifecycle) {

@@ -59,13 +59,12 @@ size_t count_of(const std::string &text, const std::string &what) {
     return n;
 }
 
-class Fault : public ::testing::Test {
+class Fault : public DaemonLabTest {
   protected:
     void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        lab = std::make_unique<Lab>();
-        daemon = std::make_unique<Daemon>(
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        DaemonLabTest::SetUp();
+        if (IsSkipped())
+            return;
         // The user's file, with comments and a layout of their own, applied by a restart.
         user_config = fmt::format("# hand-written: tricolord must never rewrite this file\n"
                                   "policies:\n"
@@ -80,17 +79,6 @@ class Fault : public ::testing::Test {
         daemon->terminate();
         write_file(daemon->config(), user_config);
         daemon->start();
-    }
-    void TearDown() override {
-        if (HasFailure() && daemon)
-            std::cerr << "daemon log:\n" << daemon->log();
-        daemon.reset();
-        lab.reset();
-    }
-    RunResult ok(std::vector<std::string> args) {
-        auto r = daemon->ctl(args);
-        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
-        return r;
     }
     void send(long count, double pps = 0) {
         auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(count),
@@ -121,8 +109,6 @@ class Fault : public ::testing::Test {
         EXPECT_EQ(read_file(daemon->config()), user_config);
     }
 
-    std::unique_ptr<Lab> lab;
-    std::unique_ptr<Daemon> daemon;
     std::string user_config;
     uint64_t sent = 0;
 };

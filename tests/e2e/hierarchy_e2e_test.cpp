@@ -18,25 +18,8 @@ using nlohmann::json;
 
 namespace {
 
-class HierE2E : public ::testing::Test {
+class HierE2E : public DaemonLabTest {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        lab = std::make_unique<Lab>();
-        daemon = std::make_unique<Daemon>(
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    }
-    void TearDown() override {
-        if (HasFailure() && daemon)
-            std::cerr << "daemon log:\n" << daemon->log();
-        daemon.reset();
-        lab.reset();
-    }
-    RunResult ok(std::vector<std::string> args) {
-        auto r = daemon->ctl(args);
-        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
-        return r;
-    }
     json j(std::vector<std::string> args) {
         args.insert(args.begin(), "-j");
         auto r = ok(args);
@@ -68,8 +51,6 @@ class HierE2E : public ::testing::Test {
         auto r = lab->in_ns(argv);
         ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
     }
-    std::unique_ptr<Lab> lab;
-    std::unique_ptr<Daemon> daemon;
 };
 
 uint64_t bytes(const json &p, const char *color) {

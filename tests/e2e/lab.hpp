@@ -6,7 +6,11 @@
 
 #include "test_util.hpp"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,5 +104,31 @@ std::string scrape_metrics(const std::string &address);
 std::string tricolord_path();
 std::string tricolorctl_path();
 std::string udp_tool_path();
+
+// The fixture most end-to-end tests share: a veth lab and a daemon named after the test,
+// the daemon's log printed when the test failed, and ok() for a CLI call that must succeed.
+class DaemonLabTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        lab = std::make_unique<Lab>();
+        daemon = std::make_unique<Daemon>(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    }
+    void TearDown() override {
+        if (HasFailure() && daemon)
+            std::cerr << "daemon log:\n" << daemon->log();
+        daemon.reset();
+        lab.reset();
+    }
+    RunResult ok(std::vector<std::string> args) {
+        auto r = daemon->ctl(args);
+        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+        return r;
+    }
+
+    std::unique_ptr<Lab> lab;
+    std::unique_ptr<Daemon> daemon;
+};
 
 } // namespace tricolor::test

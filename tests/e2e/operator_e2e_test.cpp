@@ -32,28 +32,7 @@ using ::testing::Not;
 
 namespace {
 
-class Operator : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        lab = std::make_unique<Lab>();
-        daemon = std::make_unique<Daemon>(
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    }
-    void TearDown() override {
-        if (HasFailure() && daemon)
-            std::cerr << "daemon log:\n" << daemon->log();
-        daemon.reset();
-        lab.reset();
-    }
-    RunResult ok(std::vector<std::string> args) {
-        auto r = daemon->ctl(args);
-        EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
-        return r;
-    }
-    std::unique_ptr<Lab> lab;
-    std::unique_ptr<Daemon> daemon;
-};
+class Operator : public DaemonLabTest {};
 
 TEST_F(Operator, WarningsConcernThePolicyTouched) {
     // A bucket below a packet: warned about when added...

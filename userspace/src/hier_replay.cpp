@@ -5,6 +5,7 @@
 #include "tricolor/hier_replay.hpp"
 #include "tricolor/hierarchy.hpp"
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"
 
 #include <arpa/inet.h>
@@ -25,31 +26,6 @@
 namespace tricolor {
 namespace {
 
-bool is_separator(char c) {
-    return c == ' ' || c == '\t' || c == ',' || c == '\r';
-}
-
-std::vector<std::string_view> split_fields(std::string_view line) {
-    std::vector<std::string_view> fields;
-    size_t i = 0;
-    while (i < line.size()) {
-        while (i < line.size() && is_separator(line[i]))
-            ++i;
-        size_t start = i;
-        while (i < line.size() && !is_separator(line[i]))
-            ++i;
-        if (i > start)
-            fields.push_back(line.substr(start, i - start));
-    }
-    return fields;
-}
-
-template <typename T>
-bool parse_uint(std::string_view text, T &out) {
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && ptr == text.data() + text.size() && !text.empty();
-}
-
 std::optional<uint8_t> parse_proto_name(std::string_view t) {
     if (t == "tcp")
         return 6;
@@ -62,7 +38,7 @@ std::optional<uint8_t> parse_proto_name(std::string_view t) {
     if (t == "sctp")
         return 132;
     unsigned v = 0;
-    if (!parse_uint(t, v) || v > 255)
+    if (!parse_whole(t, v) || v > 255)
         return std::nullopt;
     return static_cast<uint8_t>(v);
 }
@@ -105,7 +81,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
     auto fail = [&](const std::string &why) {
         return std::unexpected(fmt::format("line {}: {}", line_no, why));
     };
-    auto f = split_fields(line);
+    auto f = split_trace_fields(line);
     if (f.empty() || f[0].front() == '#')
         return std::optional<FlowTracePacket>{};
     FlowTracePacket p;
@@ -113,7 +89,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
         return fail(fmt::format("expected 'time_ns bytes [color] SRC DST [PROTO [SPORT DPORT]]', "
                                 "got '{}'",
                                 line));
-    if (!parse_uint(f[0], p.time_ns))
+    if (!parse_whole(f[0], p.time_ns))
         return fail(fmt::format("time '{}' is not a whole number of nanoseconds (0 to {})", f[0],
                                 UINT64_MAX));
     size_t i = 2;
@@ -154,9 +130,9 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
             return fail(fmt::format("protocol {} has no ports, got '{}'", p.proto, f[i]));
         if (i + 2 != f.size() && i + 1 >= f.size())
             return fail("expected SPORT and DPORT");
-        if (!parse_uint(f[i], p.sport))
+        if (!parse_whole(f[i], p.sport))
             return fail(fmt::format("source port '{}' is not 0 to 65535", f[i]));
-        if (i + 1 >= f.size() || !parse_uint(f[i + 1], p.dport))
+        if (i + 1 >= f.size() || !parse_whole(f[i + 1], p.dport))
             return fail(fmt::format("destination port '{}' is not 0 to 65535",
                                     i + 1 < f.size() ? f[i + 1] : ""));
         i += 2;
@@ -165,7 +141,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
         return fail(fmt::format("unexpected field '{}' after the ports", f[i]));
     uint64_t bytes = 0;
     uint32_t headers = (p.ipv6 ? 40 : 20) + l4_header_len(p.proto);
-    if (!parse_uint(f[1], bytes) || bytes < headers || bytes > 65535)
+    if (!parse_whole(f[1], bytes) || bytes < headers || bytes > 65535)
         return fail(fmt::format("packet length '{}' is not an IP length from {} (its headers) to "
                                 "65535",
                                 f[1], headers));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // replay.cpp: the trace format of docs/spec.md §2 and the engine-independent replay loop.
 #include "tricolor/replay.hpp"
+#include "tricolor/text.hpp"
 
 #include <charconv>
 #include <istream>
@@ -10,40 +11,13 @@
 #include <fmt/format.h>
 
 namespace tricolor {
-namespace {
-
-bool is_separator(char c) {
-    return c == ' ' || c == '\t' || c == ',' || c == '\r';
-}
-
-std::vector<std::string_view> split_fields(std::string_view line) {
-    std::vector<std::string_view> fields;
-    size_t i = 0;
-    while (i < line.size()) {
-        while (i < line.size() && is_separator(line[i]))
-            ++i;
-        size_t start = i;
-        while (i < line.size() && !is_separator(line[i]))
-            ++i;
-        if (i > start)
-            fields.push_back(line.substr(start, i - start));
-    }
-    return fields;
-}
-
-template <typename T>
-bool parse_uint(std::string_view text, T &out) {
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && ptr == text.data() + text.size();
-}
-
-} // namespace
+namespace {} // namespace
 
 Result<std::optional<TracePacket>> parse_trace_line(std::string_view line, size_t line_no) {
     auto fail = [&](const std::string &why) {
         return std::unexpected(fmt::format("line {}: {}", line_no, why));
     };
-    auto fields = split_fields(line);
+    auto fields = split_trace_fields(line);
     if (fields.empty() || fields[0].front() == '#')
         return std::optional<TracePacket>{};
     if (fields.size() < 2)
@@ -52,11 +26,11 @@ Result<std::optional<TracePacket>> parse_trace_line(std::string_view line, size_
         return fail(fmt::format("unexpected field '{}' after the colour", fields[3]));
 
     TracePacket p{0, 0, Color::green};
-    if (!parse_uint(fields[0], p.time_ns))
+    if (!parse_whole(fields[0], p.time_ns))
         return fail(fmt::format("time '{}' is not a whole number of nanoseconds (0 to {})",
                                 fields[0], UINT64_MAX));
     uint64_t bytes = 0;
-    if (!parse_uint(fields[1], bytes) || bytes == 0 || bytes > kMaxTracePacket)
+    if (!parse_whole(fields[1], bytes) || bytes == 0 || bytes > kMaxTracePacket)
         return fail(fmt::format("packet length '{}' is not a number of bytes from 1 to {}",
                                 fields[1], kMaxTracePacket));
     p.bytes = static_cast<uint32_t>(bytes);
