@@ -252,9 +252,16 @@ log() { printf '[mutate] %s\n' "$*" >&2; }
 
 # 1. The scratch copy: the files git knows (tracked, or new and not ignored), as they are now.
 mkdir -p "$WORK/src" "$WORK/logs"
-# tar keeps each file's mtime, so an unchanged file does not rebuild.
+# tar keeps each file's mtime, so an unchanged file does not rebuild. A file whose scratch copy
+# differs (a mutant left behind by an interrupted run) is touched after the copy: with the
+# original's older mtime, make would keep the objects built from the mutant.
+STALE=()
+while IFS= read -r -d '' f; do
+    [ -f "$WORK/src/$f" ] && ! cmp -s "$SRC/$f" "$WORK/src/$f" && STALE+=("$f")
+done < <(cd "$SRC" && git ls-files -z --cached --others --exclude-standard)
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
     tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$WORK/src"
+for f in "${STALE[@]}"; do touch "$WORK/src/$f"; done
 if [ ! -f "$WORK/build/CMakeCache.txt" ]; then
     log "configuring $WORK/build"
     cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/logs/configure.log" 2>&1 ||
