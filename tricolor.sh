@@ -77,7 +77,10 @@ KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio)
 # in the bpf suite (BPF_PROG_TEST_RUN), and --shape sockets' pacing (sock_ops setting each
 # matching socket's SO_MAX_PACING_RATE) in the other Shape cases. The hierarchy e2e runs there:
 # its floor (the parent gives out 60% of its bound) has a sixfold margin in the offered load.
-TCG_EXCLUDE='^e2e\.(AllPaths/Accuracy|Fleet\.|Shape\.TcpThroughTcEgress|E2E\.TwoSenders)'
+# Operator.StuckClients is left out too: it needs a CLI call to finish within the daemon's 2 s
+# read timeout, which an emulated CPU does not promise (the server is user space: no kernel
+# difference to test).
+TCG_EXCLUDE='^e2e\.(AllPaths/Accuracy|Fleet\.|Shape\.TcpThroughTcEgress|E2E\.TwoSenders|Operator\.StuckClients)'
 
 test_kernels() {
     local k rc=0

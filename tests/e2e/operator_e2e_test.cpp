@@ -232,8 +232,8 @@ TEST_F(Operator, StuckClientsDoNotStallOthers) {
         ASSERT_GT(n, 0);
         off += static_cast<size_t>(n);
     }
-    for (int i = 0; i < 5; ++i)
-        EXPECT_THAT(ok({"stats"}).out, HasSubstr("p"));
+    // One CLI call: it must come back well within the 2 s the daemon waits on the others.
+    EXPECT_THAT(ok({"stats"}).out, HasSubstr("p"));
     EXPECT_FALSE(readable_now(silent)) << "the silent client was answered before the others";
     EXPECT_FALSE(readable_now(flood)) << "the flooding client was answered before the others";
     // Each is then answered on its own, with a message that says what was wrong.
