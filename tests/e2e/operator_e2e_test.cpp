@@ -174,20 +174,24 @@ TEST_F(Operator, ChangingTheAlgorithmKeepsTheCounters) {
 // Flows stay visible for the idle timeout after their last packet, then go.
 TEST_F(Operator, FlowsStayForTheIdleTimeout) {
     daemon.reset();
-    daemon = std::make_unique<Daemon>(
-        "idle", std::vector<std::string>{"--reclaim-interval", "0.2", "--flow-idle-timeout", "2"});
+    // Every wait stretches with TRICOLOR_TIME_SCALE (the 6.1 guest under TCG), the idle
+    // timeout with it: the first look must come well inside it, the second well after.
+    const int s = time_scale();
+    daemon = std::make_unique<Daemon>("idle", std::vector<std::string>{"--reclaim-interval", "0.2",
+                                                                       "--flow-idle-timeout",
+                                                                       std::to_string(2 * s)});
     ok({"attach", lab->host_if});
     // Buckets full again 0.13 s after a packet: only the idle timeout keeps the flow.
     ok({"policy", "add", "per-flow", "--algo", "srtcm", "--cir", "8000", "--cbs", "1000", "--per",
         "5tuple", "--match", "proto", "udp"});
     auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "1", "100"});
     ASSERT_EQ(r.exit_code, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000 * s));
     EXPECT_EQ(json::parse(ok({"-j", "flows"}).out)["flows"].size(), 1u);
     // The gauge is the count of the last pass (every 0.2 s here), not a walk at scrape time.
     std::string metrics = json::parse(ok({"-j", "status"}).out)["metrics"];
     EXPECT_THAT(scrape_metrics(metrics), HasSubstr("\ntricolor_flows 1\n"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500 * s));
     EXPECT_TRUE(json::parse(ok({"-j", "flows"}).out)["flows"].empty());
     EXPECT_THAT(scrape_metrics(metrics), HasSubstr("\ntricolor_flows 0\n"));
     EXPECT_EQ(json::parse(ok({"-j", "status"}).out)["flows"]["reclaimed"], 1);
