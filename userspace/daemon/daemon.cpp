@@ -893,33 +893,34 @@ json Daemon::handle(const json &r) {
     if (cmd == r.end() || !cmd->is_string())
         return error("the request needs \"cmd\" (a string)");
     const std::string c = *cmd;
+    // The control protocol's commands (README, "The control protocol"): one row each.
+    using Handler = json (Daemon::*)(const json &);
+    static const std::pair<std::string_view, Handler> kCommands[] = {
+        {"attach", &Daemon::cmd_attach},
+        {"detach", &Daemon::cmd_detach},
+        {"policy_add", &Daemon::cmd_policy_add},
+        {"policy_set", &Daemon::cmd_policy_set},
+        {"policy_del", &Daemon::cmd_policy_del},
+        {"policy_list", &Daemon::cmd_policy_list},
+        {"policy_show", &Daemon::cmd_policy_show},
+        {"apply", &Daemon::cmd_apply},
+        {"stats", &Daemon::cmd_stats},
+        {"flows", &Daemon::cmd_flows},
+        {"status", &Daemon::cmd_status},
+    };
+    auto row = std::ranges::find(kCommands, std::string_view(c),
+                                 &std::pair<std::string_view, Handler>::first);
+    if (row == std::end(kCommands)) {
+        std::string known;
+        for (const auto &[name, h] : kCommands)
+            known += (known.empty() ? "" : ", ") + std::string(name);
+        return error(fmt::format("unknown command '{}' (known: {})", c, known));
+    }
     try {
-        if (c == "attach")
-            return cmd_attach(r);
-        if (c == "detach")
-            return cmd_detach(r);
-        if (c == "policy_add")
-            return cmd_policy_add(r);
-        if (c == "policy_set")
-            return cmd_policy_set(r);
-        if (c == "policy_del")
-            return cmd_policy_del(r);
-        if (c == "policy_list")
-            return cmd_policy_list(r);
-        if (c == "policy_show")
-            return cmd_policy_show(r);
-        if (c == "apply")
-            return cmd_apply(r);
-        if (c == "stats")
-            return cmd_stats(r);
-        if (c == "flows")
-            return cmd_flows(r);
-        if (c == "status")
-            return cmd_status(r);
+        return (this->*row->second)(r);
     } catch (const std::exception &e) {
         return error(fmt::format("{}: {}", c, e.what()));
     }
-    return error(fmt::format("unknown command '{}'", c));
 }
 
 json Daemon::cmd_attach(const json &r) {
