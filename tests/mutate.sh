@@ -6,9 +6,13 @@
 # if any mutant survived, did not apply, or did not build, or if the unmutated tree fails the
 # tests (then nothing below would mean anything).
 #
-#   tests/mutate.sh [-l] [-k] [ID...]     (root: the BPF and e2e suites load programs)
+#   tests/mutate.sh [-l|-n] [-k] [-w] [ID...]   (root: the BPF and e2e suites load programs)
 #     -l        list the mutants and exit
+#     -n        check only that every mutant still applies to the tree (no build, no root):
+#               a pattern that matches nothing is NOT APPLIED and the exit status is non-zero
 #     -k        keep going after a baseline failure (debugging only)
+#     -w        write the table into docs/testing.md (between its mutate markers), with the
+#               date, kernel and commit of the run
 #     ID...     run only these mutants (default: all)
 #   MUTATE_DIR  scratch directory (default /tmp/tricolor-mutate): the tree is copied to
 #               $MUTATE_DIR/src (again on each run, keeping mtimes: only what changed rebuilds),
@@ -232,10 +236,14 @@ mutant metrics-no-parent userspace/daemon/daemon.cpp \
 
 usage() { sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 KEEP=0
-while getopts "lkh" opt; do
+WRITE=0
+CHECK=0
+while getopts "lnkwh" opt; do
     case $opt in
     l) for id in "${IDS[@]}"; do printf '%-22s %-28s %s\n' "$id" "${FILE[$id]}" "${DESC[$id]}"; done; exit 0 ;;
+    n) CHECK=1 ;;
     k) KEEP=1 ;;
+    w) WRITE=1 ;;
     *) usage ;;
     esac
 done
@@ -245,6 +253,25 @@ SELECTED=("$@")
 for id in "${SELECTED[@]}"; do
     [ -n "${FILE[$id]:-}" ] || { echo "mutate.sh: no mutant '$id' (see -l)" >&2; exit 2; }
 done
+# -n: a substitution that matches nothing would make a mutant look harmless, so the list is
+# checked against the tree in seconds, without the hour a full run takes.
+if [ $CHECK -eq 1 ]; then
+    bad=0
+    for id in "${SELECTED[@]}"; do
+        if [ ! -f "$SRC/${FILE[$id]}" ]; then
+            printf '%-22s NOT APPLIED (no file %s)\n' "$id" "${FILE[$id]}"
+            bad=$((bad + 1))
+        elif perl -0pe "${EXPR[$id]}" "$SRC/${FILE[$id]}" | cmp -s - "$SRC/${FILE[$id]}"; then
+            printf '%-22s NOT APPLIED (the substitution matches nothing in %s)\n' "$id" "${FILE[$id]}"
+            bad=$((bad + 1))
+        else
+            printf '%-22s applies\n' "$id"
+        fi
+    done
+    printf '%d of %d mutants apply\n' $((${#SELECTED[@]} - bad)) ${#SELECTED[@]}
+    [ $bad -eq 0 ]
+    exit
+fi
 [ "$(id -u)" -eq 0 ] || { echo "mutate.sh: run as root (the BPF and e2e suites load programs)" >&2; exit 2; }
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
@@ -356,12 +383,30 @@ done
 # Leave the build matching the tree.
 build_for "$ALL_TESTS" "$WORK/logs/final-build.log" || true
 
-# 4. The table (Markdown, as in docs/testing.md).
-printf '\n| mutant | file | planted bug | result | caught by |\n|---|---|---|---|---|\n'
-for id in "${SELECTED[@]}"; do
-    printf '| %s | %s | %s | %s | %s |\n' "$id" "${FILE[$id]}" "${DESC[$id]}" "${RESULT[$id]}" \
-        "$(echo "${BY[$id]}" | sed 's/ /, /g')"
-done
-printf '\n%d of %d mutants caught (%s, kernel %s)\n' $((${#SELECTED[@]} - survived)) \
-    ${#SELECTED[@]} "$(date -u +%Y-%m-%d)" "$(uname -r)"
+# 4. The table (Markdown, as in docs/testing.md), with what it was run on: a table without its
+# commit cannot be checked against the code it describes.
+COMMIT=$(cd "$SRC" && git rev-parse --short HEAD)
+[ -z "$(cd "$SRC" && git status --porcelain --untracked-files=no)" ] || COMMIT="$COMMIT+changes"
+TABLE=$(
+    printf '%d of %d mutants caught (run %s, kernel %s, commit %s%s).\n' \
+        $((${#SELECTED[@]} - survived)) ${#SELECTED[@]} "$(date -u +%Y-%m-%d)" "$(uname -r)" "$COMMIT" \
+        "$([ ${#SELECTED[@]} -eq ${#IDS[@]} ] || echo ", only ${#SELECTED[@]} of the ${#IDS[@]} listed")"
+    printf '\n| mutant | file | planted bug | result | caught by |\n|---|---|---|---|---|\n'
+    for id in "${SELECTED[@]}"; do
+        printf '| %s | %s | %s | %s | %s |\n' "$id" "${FILE[$id]}" "${DESC[$id]}" "${RESULT[$id]}" \
+            "$(echo "${BY[$id]}" | sed 's/ /, /g')"
+    done
+)
+printf '\n%s\n' "$TABLE"
+if [ $WRITE -eq 1 ]; then
+    # Only the lines between the markers change; the rest of the file is the project's prose.
+    DOC="$SRC/docs/testing.md"
+    if grep -q '^<!-- mutate:table -->$' "$DOC" && grep -q '^<!-- /mutate -->$' "$DOC"; then
+        TABLE="$TABLE" perl -0pi -e 's/(<!-- mutate:table -->\n).*?(<!-- \/mutate -->)/$1\n$ENV{TABLE}\n\n$2/s' "$DOC"
+        log "table written into $DOC"
+    else
+        log "no '<!-- mutate:table -->' ... '<!-- /mutate -->' block in $DOC: table not written"
+        survived=$((survived + 1))
+    fi
+fi
 [ $survived -eq 0 ]
