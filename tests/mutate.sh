@@ -183,6 +183,10 @@ mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \
     "--shape sockets: each socket gets the whole rate instead of its share" \
     "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+mutant shape-no-reshare bpf/lib/shape.h \
+    's/__sync_fetch_and_add\(&st->sockets, -1\);\s*//' \
+    "--shape sockets: a closed socket keeps its share (the others never get the rate back)" \
+    "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
 mutant chain-red-charges bpf/lib/chain.h \
     's/if \(color != TCM_RED\) \{/if (1) {/' \
     "hierarchy: a packet that ends red still takes the lower levels' tokens" \
@@ -206,6 +210,10 @@ mutant start-empty-ignored bpf/lib/meter.h \
 mutant hier-depth userspace/src/hierarchy.cpp \
     's/if \(path\.size\(\) > TCM_MAX_LEVELS\)/if (path.size() > TCM_MAX_LEVELS + 1)/' \
     "hierarchy: a chain of 5 levels is accepted" \
+    "unit:Hierarchy.*"
+mutant hier-cycle-unchecked userspace/src/hierarchy.cpp \
+    's/if \(cycle\.size\(\) > 1 &&/if (cycle.size() > TCM_MAX_LEVELS * 4 \&\&/' \
+    "hierarchy: a cycle of parents is accepted (cycles shorter than 17 go unreported)" \
     "unit:Hierarchy.*"
 mutant fleet-lease-ignored bpf/lib/fleet.h \
     's/if \(until && now > until\)/if (0)/' \
