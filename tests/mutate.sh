@@ -215,6 +215,10 @@ mutant hier-cycle-unchecked userspace/src/hierarchy.cpp \
     's/if \(cycle\.size\(\) > 1 &&/if (cycle.size() > TCM_MAX_LEVELS * 4 \&\&/' \
     "hierarchy: a cycle of parents is accepted (cycles shorter than 17 go unreported)" \
     "unit:Hierarchy.*"
+mutant chain-lock-leak bpf/lib/chain.h \
+    's/(if \(n > 1 && \(!lf\[1\] \|\| !flow_lock\(lf\[1\]\)\)\) \{)\s*chain_unlock\(lf\[0\]\);/$1/' \
+    "hierarchy: a lock timeout at level 1 leaves level 0 locked (its flow red until reclaimed)" \
+    "bpf:HierDatapathTest.ALockTimeoutAtTheParentReleasesTheChildsLock"
 mutant fleet-lease-ignored bpf/lib/fleet.h \
     's/if \(until && now > until\)/if (0)/' \
     "fleet: an expired lease does not void the bucket" \
