@@ -179,6 +179,10 @@ mutant aqm-every-packet bpf/lib/aqm.h \
     's/f->flags \|= TCM_FLOW_AQM_SIGNALLED;\s*return 1;/return 1;/' \
     "--aqm: every packet past the level is signalled, not one a drain" \
     "bpf:AqmTest.*"
+mutant aqm-drop-refunds bpf/lib/chain.h \
+    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
+    "--aqm drop: an early-dropped packet gives its tokens back (colours no longer those of --aqm off)" \
+    "bpf:AqmTest.*"
 mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \
     "--shape sockets: each socket gets the whole rate instead of its share" \
