@@ -304,7 +304,11 @@ while IFS= read -r -d '' f; do
 done < <(cd "$SRC" && git ls-files -z --cached --others --exclude-standard)
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
     tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$WORK/src"
-for f in "${STALE[@]}"; do touch "$WORK/src/$f"; done
+# The same for a file a run was interrupted in after restoring it but before rebuilding: its
+# copy matches, its objects are the mutant's and newer. Each run notes the file it mutates in
+# $WORK/in-flight until the tree is rebuilt at the end.
+[ -f "$WORK/in-flight" ] && while IFS= read -r f; do STALE+=("$f"); done <"$WORK/in-flight"
+for f in "${STALE[@]}"; do [ -f "$WORK/src/$f" ] && touch "$WORK/src/$f"; done
 if [ ! -f "$WORK/build/CMakeCache.txt" ]; then
     log "configuring $WORK/build"
     cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/logs/configure.log" 2>&1 ||
@@ -368,6 +372,7 @@ survived=0
 for id in "${SELECTED[@]}"; do
     f=${FILE[$id]}
     log "$id: ${DESC[$id]}"
+    echo "$f" >>"$WORK/in-flight"
     cp "$SRC/$f" "$WORK/src/$f"
     perl -0pi -e "${EXPR[$id]}" "$WORK/src/$f"
     if cmp -s "$SRC/$f" "$WORK/src/$f"; then
@@ -397,7 +402,7 @@ for id in "${SELECTED[@]}"; do
     cp "$SRC/$f" "$WORK/src/$f" # restore (a new mtime: the next build recompiles it)
 done
 # Leave the build matching the tree.
-build_for "$ALL_TESTS" "$WORK/logs/final-build.log" || true
+build_for "$ALL_TESTS" "$WORK/logs/final-build.log" && rm -f "$WORK/in-flight"
 
 # 4. The table (Markdown, as in docs/testing.md), with what it was run on: a table without its
 # commit cannot be checked against the code it describes.
