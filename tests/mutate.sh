@@ -6,9 +6,13 @@
 # if any mutant survived, did not apply, or did not build, or if the unmutated tree fails the
 # tests (then nothing below would mean anything).
 #
-#   tests/mutate.sh [-l] [-k] [ID...]     (root: the BPF and e2e suites load programs)
+#   tests/mutate.sh [-l|-n] [-k] [-w] [ID...]   (root: the BPF and e2e suites load programs)
 #     -l        list the mutants and exit
+#     -n        check only that every mutant still applies to the tree (no build, no root):
+#               a pattern that matches nothing is NOT APPLIED and the exit status is non-zero
 #     -k        keep going after a baseline failure (debugging only)
+#     -w        write the table into docs/testing.md (between its mutate markers), with the
+#               date, kernel and commit of the run
 #     ID...     run only these mutants (default: all)
 #   MUTATE_DIR  scratch directory (default /tmp/tricolor-mutate): the tree is copied to
 #               $MUTATE_DIR/src (again on each run, keeping mtimes: only what changed rebuilds),
@@ -175,9 +179,17 @@ mutant aqm-every-packet bpf/lib/aqm.h \
     's/f->flags \|= TCM_FLOW_AQM_SIGNALLED;\s*return 1;/return 1;/' \
     "--aqm: every packet past the level is signalled, not one a drain" \
     "bpf:AqmTest.*"
+mutant aqm-drop-refunds bpf/lib/chain.h \
+    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
+    "--aqm drop: an early-dropped packet gives its tokens back (colours no longer those of --aqm off)" \
+    "bpf:AqmTest.*"
 mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \
     "--shape sockets: each socket gets the whole rate instead of its share" \
+    "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+mutant shape-no-reshare bpf/lib/shape.h \
+    's/__sync_fetch_and_add\(&st->sockets, -1\);\s*//' \
+    "--shape sockets: a closed socket keeps its share (the others never get the rate back)" \
     "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
 mutant chain-red-charges bpf/lib/chain.h \
     's/if \(color != TCM_RED\) \{/if (1) {/' \
@@ -203,6 +215,14 @@ mutant hier-depth userspace/src/hierarchy.cpp \
     's/if \(path\.size\(\) > TCM_MAX_LEVELS\)/if (path.size() > TCM_MAX_LEVELS + 1)/' \
     "hierarchy: a chain of 5 levels is accepted" \
     "unit:Hierarchy.*"
+mutant hier-cycle-unchecked userspace/src/hierarchy.cpp \
+    's/if \(cycle\.size\(\) > 1 &&/if (cycle.size() > TCM_MAX_LEVELS * 4 \&\&/' \
+    "hierarchy: a cycle of parents is accepted (cycles shorter than 17 go unreported)" \
+    "unit:Hierarchy.*"
+mutant chain-lock-leak bpf/lib/chain.h \
+    's/(if \(n > 1 && \(!lf\[1\] \|\| !flow_lock\(lf\[1\]\)\)\) \{)\s*chain_unlock\(lf\[0\]\);/$1/' \
+    "hierarchy: a lock timeout at level 1 leaves level 0 locked (its flow red until reclaimed)" \
+    "bpf:HierDatapathTest.ALockTimeoutAtTheParentReleasesTheChildsLock"
 mutant fleet-lease-ignored bpf/lib/fleet.h \
     's/if \(until && now > until\)/if (0)/' \
     "fleet: an expired lease does not void the bucket" \
@@ -232,10 +252,14 @@ mutant metrics-no-parent userspace/daemon/daemon.cpp \
 
 usage() { sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 KEEP=0
-while getopts "lkh" opt; do
+WRITE=0
+CHECK=0
+while getopts "lnkwh" opt; do
     case $opt in
     l) for id in "${IDS[@]}"; do printf '%-22s %-28s %s\n' "$id" "${FILE[$id]}" "${DESC[$id]}"; done; exit 0 ;;
+    n) CHECK=1 ;;
     k) KEEP=1 ;;
+    w) WRITE=1 ;;
     *) usage ;;
     esac
 done
@@ -245,6 +269,25 @@ SELECTED=("$@")
 for id in "${SELECTED[@]}"; do
     [ -n "${FILE[$id]:-}" ] || { echo "mutate.sh: no mutant '$id' (see -l)" >&2; exit 2; }
 done
+# -n: a substitution that matches nothing would make a mutant look harmless, so the list is
+# checked against the tree in seconds, without the hour a full run takes.
+if [ $CHECK -eq 1 ]; then
+    bad=0
+    for id in "${SELECTED[@]}"; do
+        if [ ! -f "$SRC/${FILE[$id]}" ]; then
+            printf '%-22s NOT APPLIED (no file %s)\n' "$id" "${FILE[$id]}"
+            bad=$((bad + 1))
+        elif perl -0pe "${EXPR[$id]}" "$SRC/${FILE[$id]}" | cmp -s - "$SRC/${FILE[$id]}"; then
+            printf '%-22s NOT APPLIED (the substitution matches nothing in %s)\n' "$id" "${FILE[$id]}"
+            bad=$((bad + 1))
+        else
+            printf '%-22s applies\n' "$id"
+        fi
+    done
+    printf '%d of %d mutants apply\n' $((${#SELECTED[@]} - bad)) ${#SELECTED[@]}
+    [ $bad -eq 0 ]
+    exit
+fi
 [ "$(id -u)" -eq 0 ] || { echo "mutate.sh: run as root (the BPF and e2e suites load programs)" >&2; exit 2; }
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
@@ -261,7 +304,11 @@ while IFS= read -r -d '' f; do
 done < <(cd "$SRC" && git ls-files -z --cached --others --exclude-standard)
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
     tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$WORK/src"
-for f in "${STALE[@]}"; do touch "$WORK/src/$f"; done
+# The same for a file a run was interrupted in after restoring it but before rebuilding: its
+# copy matches, its objects are the mutant's and newer. Each run notes the file it mutates in
+# $WORK/in-flight until the tree is rebuilt at the end.
+[ -f "$WORK/in-flight" ] && while IFS= read -r f; do STALE+=("$f"); done <"$WORK/in-flight"
+for f in "${STALE[@]}"; do [ -f "$WORK/src/$f" ] && touch "$WORK/src/$f"; done
 if [ ! -f "$WORK/build/CMakeCache.txt" ]; then
     log "configuring $WORK/build"
     cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/logs/configure.log" 2>&1 ||
@@ -325,6 +372,7 @@ survived=0
 for id in "${SELECTED[@]}"; do
     f=${FILE[$id]}
     log "$id: ${DESC[$id]}"
+    echo "$f" >>"$WORK/in-flight"
     cp "$SRC/$f" "$WORK/src/$f"
     perl -0pi -e "${EXPR[$id]}" "$WORK/src/$f"
     if cmp -s "$SRC/$f" "$WORK/src/$f"; then
@@ -354,14 +402,32 @@ for id in "${SELECTED[@]}"; do
     cp "$SRC/$f" "$WORK/src/$f" # restore (a new mtime: the next build recompiles it)
 done
 # Leave the build matching the tree.
-build_for "$ALL_TESTS" "$WORK/logs/final-build.log" || true
+build_for "$ALL_TESTS" "$WORK/logs/final-build.log" && rm -f "$WORK/in-flight"
 
-# 4. The table (Markdown, as in docs/testing.md).
-printf '\n| mutant | file | planted bug | result | caught by |\n|---|---|---|---|---|\n'
-for id in "${SELECTED[@]}"; do
-    printf '| %s | %s | %s | %s | %s |\n' "$id" "${FILE[$id]}" "${DESC[$id]}" "${RESULT[$id]}" \
-        "$(echo "${BY[$id]}" | sed 's/ /, /g')"
-done
-printf '\n%d of %d mutants caught (%s, kernel %s)\n' $((${#SELECTED[@]} - survived)) \
-    ${#SELECTED[@]} "$(date -u +%Y-%m-%d)" "$(uname -r)"
+# 4. The table (Markdown, as in docs/testing.md), with what it was run on: a table without its
+# commit cannot be checked against the code it describes.
+COMMIT=$(cd "$SRC" && git rev-parse --short HEAD)
+[ -z "$(cd "$SRC" && git status --porcelain --untracked-files=no)" ] || COMMIT="$COMMIT+changes"
+TABLE=$(
+    printf '%d of %d mutants caught (run %s, kernel %s, commit %s%s).\n' \
+        $((${#SELECTED[@]} - survived)) ${#SELECTED[@]} "$(date -u +%Y-%m-%d)" "$(uname -r)" "$COMMIT" \
+        "$([ ${#SELECTED[@]} -eq ${#IDS[@]} ] || echo ", only ${#SELECTED[@]} of the ${#IDS[@]} listed")"
+    printf '\n| mutant | file | planted bug | result | caught by |\n|---|---|---|---|---|\n'
+    for id in "${SELECTED[@]}"; do
+        printf '| %s | %s | %s | %s | %s |\n' "$id" "${FILE[$id]}" "${DESC[$id]}" "${RESULT[$id]}" \
+            "$(echo "${BY[$id]}" | sed 's/ /, /g')"
+    done
+)
+printf '\n%s\n' "$TABLE"
+if [ $WRITE -eq 1 ]; then
+    # Only the lines between the markers change; the rest of the file is the project's prose.
+    DOC="$SRC/docs/testing.md"
+    if grep -q '^<!-- mutate:table -->$' "$DOC" && grep -q '^<!-- /mutate -->$' "$DOC"; then
+        TABLE="$TABLE" perl -0pi -e 's/(<!-- mutate:table -->\n).*?(<!-- \/mutate -->)/$1\n$ENV{TABLE}\n\n$2/s' "$DOC"
+        log "table written into $DOC"
+    else
+        log "no '<!-- mutate:table -->' ... '<!-- /mutate -->' block in $DOC: table not written"
+        survived=$((survived + 1))
+    fi
+fi
 [ $survived -eq 0 ]

@@ -10,6 +10,15 @@ docs/figures.results, and rewrites the blocks of README.md and docs/*.md that qu
     ...generated, never edited by hand...
     <!-- /figures -->
 
+<block> is one of the named tables below, or, for a new benchmark, a generic table that names
+its RESULT ids (rows) and keys (columns), so a bench can be quoted without code here:
+
+    <!-- figures:table ids=<id>,<id>... keys=<key>,<key>... -->
+
+and a figure inside a sentence is quoted by id and key, its value rewritten like a block's:
+
+    <!-- fig:<id>.<key> -->12.3<!-- /fig -->
+
   figures.py collect BENCH_OUTPUT...   the RESULT lines of a run -> docs/figures.results
                                        (lines of ids the new run did not produce are kept,
                                        each with the header of the run that made it)
@@ -25,7 +34,9 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# FIGURES_ROOT: another tree to work on (the writer's own test uses a scratch one).
+ROOT = os.environ.get("FIGURES_ROOT") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "docs", "figures.results")
 DOCS = ["README.md"] + sorted(
     os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
@@ -202,23 +213,47 @@ def block_meter(res):
                  rows, names)
 
 
+def block_table(res, args):
+    """The generic table: one row a RESULT id, one column a key, values as the bench printed."""
+    opts = dict(a.split("=", 1) for a in args.split() if "=" in a)
+    ids = [i for i in opts.get("ids", "").split(",") if i]
+    keys = [k for k in opts.get("keys", "").split(",") if k]
+    if not ids or not keys:
+        raise Missing("a table needs ids=<id>,... and keys=<key>,...")
+    rows = [[f"`{i}`"] + [value(res, i, k) for k in keys] for i in ids]
+    return table(res, ["RESULT"] + keys, rows, ids)
+
+
 BLOCKS = {"datapath": block_datapath, "chains": block_chains, "invariants": block_invariants,
           "control": block_control, "meter": block_meter}
-BLOCK_RE = re.compile(r"(<!-- figures:([a-z0-9_-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
+BLOCK_RE = re.compile(r"(<!-- figures:([a-z0-9_-]+)((?: [^>]*?)?) -->\n)(.*?)(<!-- /figures -->)",
+                      re.S)
+INLINE_RE = re.compile(r"(<!-- fig:([A-Za-z0-9_.-]+)\.([A-Za-z0-9_]+) -->)([^<]*)(<!-- /fig -->)")
 
 
 def render(text, res, problems, path):
     def sub(m):
-        name = m.group(2)
-        if name not in BLOCKS:
-            problems.append(f"{path}: unknown block figures:{name}")
-            return m.group(0)
+        name, args = m.group(2), m.group(3).strip()
         try:
-            return m.group(1) + BLOCKS[name](res) + "\n" + m.group(4)
+            if name == "table":
+                body = block_table(res, args)
+            elif name in BLOCKS and not args:
+                body = BLOCKS[name](res)
+            else:
+                problems.append(f"{path}: unknown block figures:{name}{' ' + args if args else ''}")
+                return m.group(0)
+            return m.group(1) + body + "\n" + m.group(5)
         except Missing as e:
             problems.append(f"{path}: block figures:{name}: {e}")
             return m.group(0)
-    return BLOCK_RE.sub(sub, text)
+
+    def inline(m):
+        try:
+            return m.group(1) + value(res, m.group(2), m.group(3)) + m.group(5)
+        except Missing as e:
+            problems.append(f"{path}: figure {m.group(2)}.{m.group(3)}: {e}")
+            return m.group(0)
+    return INLINE_RE.sub(inline, BLOCK_RE.sub(sub, text))
 
 
 def write_or_check(check):

@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 using namespace tricolor;
 using test::Packet;
 
@@ -246,6 +248,68 @@ TEST_F(HierDatapathTest, LiveUpdateOfAParentKeepsEveryLevel) {
     ASSERT_FALSE(r);
     EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'user': its parent 'link' does not exist"));
     EXPECT_EQ(dp->policies().size(), 2u);
+}
+
+// The flow map of the loaded program, found through the program's own map ids (other tests may
+// have programs loaded at the same time, with maps of the same name).
+int flows_map_fd(int prog_fd) {
+    bpf_prog_info info{};
+    uint32_t ids[64] = {};
+    info.nr_map_ids = 64;
+    info.map_ids = reinterpret_cast<uint64_t>(ids);
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0)
+        return -1;
+    for (uint32_t i = 0; i < info.nr_map_ids && i < 64; ++i) {
+        int fd = bpf_map_get_fd_by_id(ids[i]);
+        bpf_map_info m{};
+        uint32_t mlen = sizeof(m);
+        if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &m, &mlen) == 0 &&
+            std::string(m.name) == "tcm_flows")
+            return fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    return -1;
+}
+
+// A lock timeout at the parent releases the child's lock it already took: held by the test
+// (as by a stalled holder), the parent's lock turns the packet red and counts a timeout; once
+// it is free, both levels are free and the next packet passes. A leaked child lock would leave
+// that flow red until reclaimed.
+TEST_F(HierDatapathTest, ALockTimeoutAtTheParentReleasesTheChildsLock) {
+    apply({level(1, "site", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_SRC),
+           level(2, "conn", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_5TUPLE, "site")});
+    ASSERT_EQ(send("198.18.7.1", 100).color, Color::green);
+    int fd = flows_map_fd(dp->xdp_prog_fd());
+    ASSERT_GE(fd, 0) << "no tcm_flows map on the XDP program";
+    auto parent_key = [&]() {
+        for (const auto &f : dp->flows())
+            if (f.key.policy_id == 1)
+                return f.key;
+        ADD_FAILURE() << "no flow of the parent";
+        return tcm_flow_key{};
+    };
+    auto set_lock = [&](uint32_t held) {
+        tcm_flow_key k = parent_key();
+        tcm_flow v{};
+        ASSERT_EQ(bpf_map_lookup_elem(fd, &k, &v), 0);
+        v.lock = held;
+        ASSERT_EQ(bpf_map_update_elem(fd, &k, &v, BPF_EXIST), 0);
+    };
+    uint64_t timeouts = dp->global_counters().lock_timeouts;
+    set_lock(1);
+    EXPECT_EQ(send("198.18.7.1", 100).color, Color::red);
+    EXPECT_EQ(dp->global_counters().lock_timeouts, timeouts + 1);
+    set_lock(0);
+    size_t seen = 0;
+    for (const auto &f : dp->flows()) {
+        EXPECT_EQ(f.state.lock, 0u) << "policy " << f.key.policy_id << "'s flow left locked";
+        ++seen;
+    }
+    EXPECT_EQ(seen, 2u);
+    EXPECT_EQ(send("198.18.7.1", 100).color, Color::green);
+    close(fd);
 }
 
 // Two CPUs on one 3-level chain (5-tuple under per-source under aggregate), frozen clock: every
