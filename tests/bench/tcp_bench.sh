@@ -13,14 +13,15 @@
 #   tbf      TBF at CIR with burst CBS
 #   xdp      the hard policer on XDP ingress of the receiver (a remote sender)
 #   aqm_drop the same with --aqm drop; aqm_ecn with --aqm ecn (the sender negotiates ECN)
-# Environment: RATE_MBIT (20), SECONDS_EACH (8), RTTS ("0 20", ms), CBS_LIST ("16 64", KiB),
+# Environment: RATE_MBIT (20), SECONDS_EACH (8), RTTS ("0 20 100", ms; 100 is the delay line at
+# 50 ms each way), CBS_LIST ("16 64", KiB),
 # FLOWS_LIST ("1 4"), MODES ("police sockets htb tbf"), TSV (a file to append the rows to,
 # for tests/bench/tcp_plot.py).
 set -euo pipefail
 BUILD_DIR=$1
 RATE_MBIT=${RATE_MBIT:-20}
 SECONDS_EACH=${SECONDS_EACH:-8}
-RTTS=${RTTS:-"0 20"}
+RTTS=${RTTS:-"0 20 100"}
 CBS_LIST=${CBS_LIST:-"16 64"}
 FLOWS_LIST=${FLOWS_LIST:-"1 4"}
 MODES=${MODES:-"htb tbf police sockets xdp aqm_drop aqm_ecn"}
