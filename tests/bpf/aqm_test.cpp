@@ -101,8 +101,19 @@ TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) 
     dp->set_clock(1000000000 + 9000000000ull); // full again
     drain(1, marked);                          // ECT(1): CE in the traffic class
     EXPECT_EQ(marked, (std::vector<int>{70}));
+    // IPv4, not ECN-capable: the signal is a drop, and no packet leaves with CE set.
+    dp->set_clock(1000000000 + 18000000000ull); // full again
+    std::vector<int> dropped4;
+    for (int i = 1; i <= 75; ++i) {
+        auto r = dp->run_xdp(frame(0, false));
+        if (r.retval == XDP_DROP)
+            dropped4.push_back(i);
+        else
+            EXPECT_EQ(r.data_out[15] & 3, 0) << "IPv4 packet " << i << " left with ECN bits";
+    }
+    EXPECT_EQ(dropped4, (std::vector<int>{70}));
     auto t = dp->shape_counters()[3].tcp;
-    EXPECT_EQ(t.aqm_dropped_packets, 1u);
+    EXPECT_EQ(t.aqm_dropped_packets, 2u);
     EXPECT_EQ(t.aqm_marked_packets, 1u);
 }
 
