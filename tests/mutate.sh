@@ -115,6 +115,14 @@ mutant probe-last-match bpf/lib/classify.h \
     's/if \(r && r->rank < ctx->best_rank\)/if (r)/' \
     "classifier keeps the last matching shape, not the best rank" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant cache-set-not-version bpf/lib/classify.h \
+    's/c->version == version\)/(c->version \& 1) == (version \& 1))/' \
+    "classification cache: an entry serves while its set is active, of whatever version" \
+    "bpf:ClassCacheTest.*"
+mutant cache-wrap-kept userspace/src/datapath.cpp \
+    's/if \(version == 0\)\s*clear_class_cache\(\);//' \
+    "classification cache: not emptied when the version wraps after 2^32 switches" \
+    "bpf:ClassCacheTest.*"
 mutant per-key-mask bpf/lib/flow.h \
     's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \
@@ -224,7 +232,7 @@ mutant chain-lock-leak bpf/lib/chain.h \
     "hierarchy: a lock timeout at level 1 leaves level 0 locked (its flow red until reclaimed)" \
     "bpf:HierDatapathTest.ALockTimeoutAtTheParentReleasesTheChildsLock"
 mutant fleet-lease-ignored bpf/lib/fleet.h \
-    's/if \(until && now > until\)/if (0)/' \
+    's/if \(until && now > until\)/if (until \&\& now > until + (1ull << 62))/' \
     "fleet: an expired lease does not void the bucket" \
     "bpf:FleetDatapathTest.*"
 mutant fleet-no-cap bpf/lib/fleet.h \

@@ -135,6 +135,19 @@ struct tcm_set_info {
     __u32 n_policies;
 };
 
+/* The classification cache: the policy a packet's whole tcm_class_key fell under, so a set of
+ * many match shapes costs one lookup per packet instead of one probe per shape. Each entry names
+ * the version of the policies it was computed under (tcm_runtime.active_set) and is used only
+ * while that version is active: a policy change never serves the old set. */
+struct tcm_class_cache_entry {
+    __u32 version; /* tcm_runtime.active_set when classified */
+    __s32 index;   /* classify_index's answer: tcm_policy_cfg index, or -1 for no policy */
+};
+#define TCM_CLASS_CACHE_ENTRIES 65536
+/* With fewer shapes than this the probes cost no more than the cache (measured: docs/datapath.md);
+ * the cache is then neither read nor filled. */
+#define TCM_CLASS_CACHE_MIN_MASKS 3
+
 /* What to do with a packet of one colour. */
 enum tcm_action_kind {
     TCM_ACT_KIND_PASS = 0,
@@ -225,7 +238,8 @@ struct tcm_global_counters {
 
 /* Runtime settings: the one entry of the (mmapable, pinned) tcm_runtime map. */
 struct tcm_runtime {
-    __u32 active_set;     /* 0 or 1 */
+    __u32 active_set;     /* the version of the policies: bit 0 is the active set; every switch adds
+                             1, so the value also tells one switch from the next (the cache's tag) */
     __u32 drop_malformed; /* 1: drop malformed packets (default: pass and count) */
 };
 

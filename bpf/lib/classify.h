@@ -2,7 +2,8 @@
 /* classify.h: tuple-space search. Policies with the same match shape (mask) share one hash;
  * a packet probes one lookup per shape of the active set, in order of the best rank under each
  * shape, and stops once no later shape can beat what it found. The probe loop runs under
- * bpf_loop so the verifier checks its body once, whatever the number of shapes. */
+ * bpf_loop so the verifier checks its body once, whatever the number of shapes. With many
+ * shapes, a cache of whole keys (tcm_class_cache) answers a packet of a known key in one lookup. */
 #ifndef TRICOLOR_CLASSIFY_H
 #define TRICOLOR_CLASSIFY_H
 
@@ -46,12 +47,13 @@ static long classify_probe_next_mask(__u32 i, void *arg) {
     return classify_probe_mask(i + 1, arg);
 }
 
-/* The index in tcm_policy_cfg of the policy @key falls under in @set, or -1.
+/* The index in tcm_policy_cfg of the policy @key falls under in policy version @version (its
+ * bit 0 is the set), or -1.
  * A global function, verified once on its own rather than once for every parser path that
  * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, it loaded on
  * Linux 6.1 only until the pipeline grew the --aqm signal and hierarchies. */
-__attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 set) {
-    set &= 1;
+__attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 version) {
+    __u32 set = version & 1;
     if (!key)
         return -1;
     struct tcm_set_info *info = bpf_map_lookup_elem(&tcm_sets, &set);
@@ -59,20 +61,38 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
         return -1;
     struct tcm_probe_ctx ctx = {
         .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
+    /* Many shapes: the answer of an earlier packet with the same key, if it was found in this
+     * version of the policies. A packet that read an older version caches under that older
+     * version, which no later packet reads: the switch itself invalidates the cache. */
+    int cached = ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS;
+    /* A copy on the stack: Linux 6.1 refuses a global function's memory argument as a map key
+     * ("R2 type=mem expected=fp, ..."). */
+    struct tcm_class_key k;
+    __builtin_memcpy(&k, key, sizeof(k));
+    if (cached) {
+        struct tcm_class_cache_entry *c = bpf_map_lookup_elem(&tcm_class_cache, &k);
+        if (c && c->version == version)
+            return c->index;
+    }
     /* The first shape inline: most policy sets have one or two, and a bpf_loop call costs more
      * than a probe. */
     if (ctx.n_masks == 0 || classify_probe_mask(0, &ctx) == 0)
         if (ctx.n_masks > 1)
             bpf_loop(TCM_MAX_MASKS - 1, classify_probe_next_mask, &ctx, 0);
-    if (ctx.best_rank == ~0u)
-        return -1;
-    return set * TCM_MAX_POLICIES + (ctx.best_slot & (TCM_MAX_POLICIES - 1));
+    int index = ctx.best_rank == ~0u
+                    ? -1
+                    : (int)(set * TCM_MAX_POLICIES + (ctx.best_slot & (TCM_MAX_POLICIES - 1)));
+    if (cached) {
+        struct tcm_class_cache_entry e = {.version = version, .index = index};
+        bpf_map_update_elem(&tcm_class_cache, &k, &e, BPF_ANY);
+    }
+    return index;
 }
 
-/* The config of the policy @key falls under in @set, or NULL. */
+/* The config of the policy @key falls under in policy version @version, or NULL. */
 static __always_inline struct tcm_policy *classify_packet(const struct tcm_class_key *key,
-                                                          __u32 set) {
-    int idx = classify_index(key, set);
+                                                          __u32 version) {
+    int idx = classify_index(key, version);
     if (idx < 0)
         return NULL;
     __u32 i = idx;

@@ -32,6 +32,17 @@ struct {
     __type(value, struct tcm_set_info);
 } tcm_sets SEC(".maps");
 
+/* The classification cache (tricolor_abi.h). LRU: a cache may forget, and the least recently
+ * seen keys are the ones to forget; per-CPU lists, so CPUs filling it do not share a lock. Not
+ * pinned: a restarted daemon's programs start with an empty one. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(map_flags, BPF_F_NO_COMMON_LRU);
+    __uint(max_entries, TCM_CLASS_CACHE_ENTRIES);
+    __type(key, struct tcm_class_key);
+    __type(value, struct tcm_class_cache_entry);
+} tcm_class_cache SEC(".maps");
+
 /* Policy configs by set and slot: index set * TCM_MAX_POLICIES + slot. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);

@@ -12,10 +12,11 @@
 #include "chain.h"
 #include "act.h"
 
-/* Benchmark only: spread each run's IPv4 source over 2^20 addresses (10.0.0.0/12) in a
- * scattered order, so one BPF_PROG_TEST_RUN with a repeat count walks a table of a million
- * flows. Frozen in .rodata at load, so production programs do not contain it. */
-const volatile __u8 tcm_bench_spread_src = 0;
+/* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
+ * low 20 bits XORed with a counter's permutation) in a scattered order, so one BPF_PROG_TEST_RUN
+ * with a repeat count walks a table of a million flows, IPv4 or IPv6. Frozen in .rodata at load,
+ * so production programs do not contain it. */
+const volatile __u8 tcm_bench_spread = 0;
 __u32 tcm_bench_counter = 0;
 
 /* What the entry point must do after the pipeline. */
@@ -85,15 +86,18 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         v.drop = res == TCM_PARSE_MALFORMED && rt->drop_malformed;
         return v;
     }
-    if (tcm_bench_spread_src) {
-        /* An odd multiplier permutes the residues mod 2^20: every source once per 2^20 runs. */
-        __u32 n = (tcm_bench_counter++ * 2654435761u) & 0xfffff;
-        p->key.src[3] = bpf_htonl(0x0a000000 | n);
+    if (tcm_bench_spread) {
+        /* An odd multiplier permutes the residues mod 2^20: every address once per 2^20 runs. */
+        __u32 n = bpf_htonl((tcm_bench_counter++ * 2654435761u) & 0xfffff);
+        if (tcm_bench_spread == 1)
+            p->key.src[3] ^= n;
+        else
+            p->key.dst[3] ^= n;
     }
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
-    struct tcm_policy *pol = classify_packet(&p->key, rt->active_set & 1);
+    struct tcm_policy *pol = classify_packet(&p->key, rt->active_set);
     if (!pol) {
         if (g) {
             g->unclassified_packets++;

@@ -219,6 +219,157 @@ void chain_over_admission(const std::vector<uint8_t> &frame) {
                 static_cast<long long>(std::max<int64_t>(worst, 0)));
 }
 
+// Per-flow state at 2^20 flows, against a bare 2^20-entry hash looked up and written in the
+// same scattered order (bench_hash_2e20), for each key kind and family: one data path each,
+// every flow created by a first pass, then rounds alternating the baseline and the subjects.
+void million_flows(bench *b) {
+    int empty_fd = bpf_program__fd(b->progs.bench_empty);
+    int bare_fd = bpf_program__fd(b->progs.bench_hash_2e20);
+    // Steps from the bare hash towards tcm_flows' layout, one change each (bpf/bench.bpf.c).
+    const std::pair<const char *, bpf_program *> steps[] = {
+        {"hash_k44_v8", b->progs.bench_hash_k44_v8},
+        {"hash_k44_v32", b->progs.bench_hash_k44_v32},
+        {"hash_k44_v80", b->progs.bench_hash_k44_v80},
+        {"hash_k44_v80_prealloc", b->progs.bench_hash_k44_v80_prealloc},
+        {"hash_k44_v80_locked", b->progs.bench_hash_k44_v80_locked},
+        {"hash_k44_v80_locked_clock", b->progs.bench_hash_k44_v80_locked_clock},
+        {"hash_k44_v80_clock_first", b->progs.bench_hash_k44_v80_clock_first},
+        {"hash_bare_clock", b->progs.bench_hash_2e20_clock}};
+    struct Case {
+        const char *name;
+        tcm_per per;
+        bool v6;
+    };
+    const Case cases[] = {
+        {"src_v4", TCM_PER_SRC, false},       {"dst_v4", TCM_PER_DST, false},
+        {"5tuple_v4", TCM_PER_5TUPLE, false}, {"src_v6", TCM_PER_SRC, true},
+        {"dst_v6", TCM_PER_DST, true},        {"5tuple_v6", TCM_PER_5TUPLE, true}};
+    auto v4 = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
+    auto v6 = Packet().ipv6("2001:db8::1", "2001:db8:1::1").udp(1000, 2000).l3_size(64).build();
+    std::vector<std::unique_ptr<Datapath>> dps;
+    for (const auto &c : cases) {
+        DatapathOptions o;
+        o.flow_capacity = 1 << 20;
+        // The address that spreads is the key's; the policy matches on the other one.
+        o.bench_spread = c.per == TCM_PER_DST ? 2 : 1;
+        dps.push_back(std::make_unique<Datapath>(o));
+        Policy p = always_green(1, c.per);
+        p.match = {};
+        auto &on = c.per == TCM_PER_DST ? p.match.src : p.match.dst;
+        on = parse_prefix(c.v6 ? "2001:db8::/32" : "198.18.0.0/15").value();
+        if (auto r = dps.back()->apply({p}); !r)
+            throw std::runtime_error(r.error());
+        run_repeat(dps.back()->xdp_prog_fd(), c.v6 ? v6 : v4, 1 << 20);
+    }
+    run_repeat(bare_fd, v4, 1 << 20);
+    for (const auto &[name, prog] : steps)
+        run_repeat(bpf_program__fd(prog), v4, 1 << 20);
+    std::map<std::string, std::vector<double>> ns;
+    for (int round = 0; round < kRounds; ++round) {
+        ns["empty_xdp"].push_back(run_repeat(empty_fd, v4));
+        ns["bare_hash"].push_back(run_repeat(bare_fd, v4));
+        for (const auto &[name, prog] : steps)
+            ns[name].push_back(run_repeat(bpf_program__fd(prog), v4));
+        for (size_t i = 0; i < std::size(cases); ++i)
+            ns[cases[i].name].push_back(run_repeat(dps[i]->xdp_prog_fd(), cases[i].v6 ? v6 : v4));
+    }
+    double bare = median(ns["bare_hash"]);
+    std::printf("%-30s %10s %10s %10s\n", "2^20 flows (median of 7)", "ns/packet", "x bare",
+                "flows");
+    std::printf("%-30s %10.1f %10s\n", "empty XDP", median(ns["empty_xdp"]), "");
+    std::printf("%-30s %10.1f %10.2f\n", "bare 2^20 hash lookup+write", bare, 1.0);
+    std::printf("RESULT name=bare_hash_2e20 ns=%.1f ratio_to_empty=%.2f\n", bare,
+                bare / median(ns["empty_xdp"]));
+    for (const auto &[name, prog] : steps) {
+        double m = median(ns[name]);
+        std::printf("%-30s %10.1f %10.2f\n", name, m, m / bare);
+        std::printf("RESULT name=%s_2e20 ns=%.1f ratio_to_bare=%.2f\n", name, m, m / bare);
+    }
+    for (size_t i = 0; i < std::size(cases); ++i) {
+        double m = median(ns[cases[i].name]);
+        size_t flows = dps[i]->count_flows();
+        std::printf("%-30s %10.1f %10.2f %10zu\n",
+                    fmt::format("green per {} at 2^20", cases[i].name).c_str(), m, m / bare, flows);
+        std::printf("RESULT name=per_%s_2e20 ns=%.1f ratio_to_bare=%.2f flows=%zu target=1.5\n",
+                    cases[i].name, m, m / bare, flows);
+    }
+    std::printf("\n");
+}
+
+// Classification as match shapes grow (docs/spec.md §3's tuple space): @n policies of @n
+// distinct shapes (destination prefixes /1../32, with and without a port), the one that matches
+// ranked last; a matched packet, an unmatched one, and one of a new key every time (the cache
+// misses: the probes' cost plus filling the cache). Ratios to one shape: matched to matched,
+// unmatched (and new keys, also unmatched) to unmatched.
+void classification(int empty_fd) {
+    const int counts[] = {1, 8, 16, 32, 64};
+    // 198.19.255.1 is the destination; a shape's prefix differs from it in its last bit.
+    const uint32_t dst = 0xc613ff01;
+    auto make_set = [&](int n) {
+        std::vector<Policy> set;
+        Policy catcher = always_green(1000, TCM_PER_AGGREGATE);
+        catcher.name = "catcher";
+        catcher.match = {};
+        catcher.match.src = parse_prefix("198.18.0.0/16").value();
+        catcher.priority = 1; // after every other policy
+        for (int i = 0; i + 1 < n; ++i) {
+            Policy p = always_green(i, TCM_PER_AGGREGATE);
+            p.match = {};
+            int len = 32 - i / 2;
+            uint32_t a = (dst ^ (1u << (32 - len))) & (len == 32 ? ~0u : ~((1u << (32 - len)) - 1));
+            p.match.dst = Prefix{false,
+                                 {uint8_t(a >> 24), uint8_t(a >> 16), uint8_t(a >> 8), uint8_t(a)},
+                                 uint8_t(len)};
+            if (i % 2)
+                p.match.dport = PortRange{9, 9};
+            set.push_back(p);
+        }
+        set.push_back(catcher);
+        return set;
+    };
+    auto matched = Packet().ipv4("198.18.0.1", "198.19.255.1").udp(1000, 2000).l3_size(64).build();
+    auto unmatched =
+        Packet().ipv4("198.19.0.1", "198.19.255.1").udp(1000, 2000).l3_size(64).build();
+    std::vector<std::unique_ptr<Datapath>> dps, fresh;
+    for (int n : counts) {
+        DatapathOptions o;
+        o.flow_capacity = 1024;
+        dps.push_back(std::make_unique<Datapath>(o));
+        o.bench_spread = 1; // every packet a new source: a new key for the cache
+        fresh.push_back(std::make_unique<Datapath>(o));
+        for (auto *dp : {dps.back().get(), fresh.back().get()})
+            if (auto r = dp->apply(make_set(n)); !r)
+                throw std::runtime_error(r.error());
+    }
+    std::map<std::string, std::vector<double>> ns;
+    for (int round = 0; round < kRounds; ++round) {
+        ns["empty_xdp"].push_back(run_repeat(empty_fd, matched));
+        for (size_t i = 0; i < std::size(counts); ++i) {
+            ns[fmt::format("matched_{}", counts[i])].push_back(
+                run_repeat(dps[i]->xdp_prog_fd(), matched));
+            ns[fmt::format("unmatched_{}", counts[i])].push_back(
+                run_repeat(dps[i]->xdp_prog_fd(), unmatched));
+            ns[fmt::format("unmatched_new_keys_{}", counts[i])].push_back(
+                run_repeat(fresh[i]->xdp_prog_fd(), unmatched, 1 << 18));
+        }
+    }
+    double one = median(ns["matched_1"]), one_unmatched = median(ns["unmatched_1"]);
+    std::printf("%-30s %10s %10s %10s %10s\n", "shapes (median of 7)", "matched", "unmatched",
+                "new keys", "x 1 shape");
+    for (int n : counts) {
+        double m = median(ns[fmt::format("matched_{}", n)]),
+               u = median(ns[fmt::format("unmatched_{}", n)]),
+               f = median(ns[fmt::format("unmatched_new_keys_{}", n)]);
+        std::printf("%-30d %10.1f %10.1f %10.1f %5.2f/%4.2f\n", n, m, u, f, m / one,
+                    u / one_unmatched);
+        std::printf("RESULT name=classify_%d_shapes matched_ns=%.1f unmatched_ns=%.1f "
+                    "new_keys_ns=%.1f matched_ratio=%.2f unmatched_ratio=%.2f "
+                    "new_keys_ratio=%.2f%s\n",
+                    n, m, u, f, m / one, u / one_unmatched, f / one_unmatched,
+                    n == 64 ? " target=1.2" : "");
+    }
+    std::printf("\n");
+}
 } // namespace
 
 int main() {
@@ -230,12 +381,17 @@ int main() {
     }
     int empty_fd = bpf_program__fd(baseline->progs.bench_empty);
     int clock_fd = bpf_program__fd(baseline->progs.bench_clock);
+    if (std::getenv("TRICOLOR_BENCH_SCALE")) { // only the figures of scale (issue work)
+        million_flows(baseline);
+        classification(empty_fd);
+        return 0;
+    }
 
     DatapathOptions o; // the real clock, as in production
     o.flow_capacity = 1 << 20;
     Datapath none(o), agg(o), per_src(o), agg_aqm(o);
     DatapathOptions spread = o;
-    spread.bench_spread_sources = true;
+    spread.bench_spread = 1;
     Datapath million(spread);
     if (auto r = agg.apply({always_green(1, TCM_PER_AGGREGATE)}); !r)
         throw std::runtime_error(r.error());
@@ -306,6 +462,8 @@ int main() {
         chain_over_admission(frame);
         return 0;
     }
+    million_flows(baseline);
+    classification(empty_fd);
     control_plane(million);
     over_admission(frame);
     chain_over_admission(frame);

@@ -298,6 +298,19 @@ TEST_F(E2E, ApplyReplacesTheWholeSetOrNothing) {
     EXPECT_EQ(bad.exit_code, 2); // a bad value: bad usage, nothing sent
     EXPECT_THAT(bad.err, HasSubstr("policy 'd': PIR 5mbit is below CIR 10mbit"));
     EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"], list);
+    // The daemon refuses it on its own too (a client that does not check first): nothing of
+    // the request is applied, not even its good policy.
+    auto raw = control_request(
+        daemon->socket(),
+        json{{"cmd", "apply"},
+             {"policies",
+              json::array(
+                  {json{{"name", "c"}, {"algo", "srtcm"}, {"cir", "10mbit"}, {"cbs", "15k"}},
+                   json{{"name", "d"}, {"algo", "srtcm"}, {"cir", "fast"}, {"cbs", "15k"}}})}});
+    ASSERT_TRUE(raw.has_value()) << raw.error();
+    EXPECT_EQ((*raw)["ok"], false) << raw->dump();
+    EXPECT_THAT(raw->dump(), HasSubstr("'d'"));
+    EXPECT_EQ(parse_json(ok({"-j", "policy", "list"}))["policies"], list);
     write_file(file, "policies: [\n");
     auto garbage = daemon->ctl({"apply", "-f", file});
     EXPECT_EQ(garbage.exit_code, 2);

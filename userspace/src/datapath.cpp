@@ -94,8 +94,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
-            if (bpf_map__is_internal(m))
-                continue;
+            if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache)
+                continue; // a cache is not state: a new program starts with an empty one
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
                 throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
@@ -103,7 +103,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         }
     }
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
-    impl_->skel->rodata->tcm_bench_spread_src = o.bench_spread_sources ? 1 : 0;
+    impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF data path: " + problem);
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
@@ -273,8 +273,13 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_sets), &next, &info, 0))
         return fail("write the policy set header", err);
 
-    // 4. One store makes the new set active.
-    __atomic_store_n(&impl_->runtime->active_set, next, __ATOMIC_RELEASE);
+    // 4. One store makes the new set active: the version goes up by one, and its bit 0 is the
+    // set. The classification cache serves only entries of the active version; after 2^32
+    // switches a version comes back, so the cache is emptied before it does.
+    const uint32_t version = impl_->runtime->active_set + 1;
+    if (version == 0)
+        clear_class_cache();
+    __atomic_store_n(&impl_->runtime->active_set, version, __ATOMIC_RELEASE);
 
     // 5. The flows of policies that are gone: a scan of the whole flow table, so only when a
     // policy was removed (a plain update keeps every id).
@@ -532,6 +537,30 @@ uint64_t Datapath::now_ns() const {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts); // what bpf_ktime_get_ns() reads
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void Datapath::clear_class_cache() {
+    int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    tcm_class_key key{};
+    while (bpf_map_get_next_key(fd, nullptr, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0) {
+    }
+}
+
+size_t Datapath::class_cache_entries() const {
+    int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    tcm_class_key key{}, next{};
+    size_t n = 0;
+    for (void *prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key, ++n)
+        key = next;
+    return n;
+}
+
+void Datapath::set_version_for_test(uint32_t version) {
+    if (!impl_->testing)
+        throw std::logic_error("set_version_for_test: testing mode only");
+    if ((version & 1) != (impl_->runtime->active_set & 1))
+        throw std::logic_error("set_version_for_test: bit 0 must stay the active set");
+    __atomic_store_n(&impl_->runtime->active_set, version, __ATOMIC_RELEASE);
 }
 
 size_t Datapath::reclaim_idle_flows() {

@@ -46,8 +46,9 @@ struct DatapathOptions {
     std::string pin_dir;
     // Load with the test clock (tcm_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
-    // Benchmark only: each run meters a different IPv4 source of 2^20 (tcm_bench_spread_src).
-    bool bench_spread_sources = false;
+    // Benchmark only: each run meters a different source (1) or destination (2) address of
+    // 2^20 (tcm_bench_spread in bpf/lib/pipeline.h); 0: the packet's own.
+    uint8_t bench_spread = 0;
 };
 
 struct Flow {
@@ -119,12 +120,19 @@ class Datapath {
     FleetLocal fleet_local(uint32_t policy_id) const;
 
     void set_drop_malformed(bool drop);
+    // The version of the policies (tcm_runtime.active_set): bit 0 is the active set, and every
+    // switch adds 1.
     uint32_t active_set() const;
     int xdp_prog_fd() const;
     int tc_prog_fd() const;
 
     // Testing mode only.
     void set_clock(uint64_t now_ns);
+    // Jumps the version of the policies to @version, which must name the active set (bit 0):
+    // as if that many switches had happened (to test what 2^32 switches do).
+    void set_version_for_test(uint32_t version);
+    // Entries in the classification cache (tcm_class_cache).
+    size_t class_cache_entries() const;
     struct TestRun {
         uint32_t retval = 0;
         std::vector<uint8_t> data_out;
@@ -142,6 +150,7 @@ class Datapath {
 
   private:
     void adopt();
+    void clear_class_cache();
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
