@@ -2,9 +2,7 @@
 // --aqm drop|ecn (docs/spec.md §8, bpf/lib/aqm.h) through BPF_PROG_TEST_RUN: where the signal
 // falls, CE only on ECN-capable packets (IPv4 checksum verified, IPv6 traffic class), drops for the
 // rest, nothing once the bucket has refilled, and colours (so §1's bounds) exactly as without.
-#include "packet.hpp"
-#include "test_util.hpp"
-#include "tricolor/datapath.hpp"
+#include "datapath_fixture.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,17 +14,9 @@ using test::Packet;
 
 namespace {
 
-class AqmTest : public ::testing::Test {
+class AqmTest : public test::DatapathFixture {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
-        DatapathOptions o;
-        o.testing = true;
-        o.flow_capacity = 1024;
-        dp = std::make_unique<Datapath>(o);
-        dp->set_clock(1000000000);
-    }
+    uint32_t flow_capacity() const override { return 1024; }
     // srtcm, CIR 8000 bit/s (1000 bytes/s), CBS 8000 bytes, EBS 0: 80 packets of 100 bytes.
     void apply(tcm_aqm_mode aqm, Action red = Action{TCM_ACT_KIND_DROP, 0}) {
         Policy p;
@@ -35,8 +25,7 @@ class AqmTest : public ::testing::Test {
         p.meter = test::meter_params(Algo::srtcm, 8000, 8000, 8000, 0);
         p.aqm = aqm;
         p.actions[TCM_RED] = red;
-        auto r = dp->apply({p});
-        ASSERT_TRUE(r.has_value()) << r.error();
+        DatapathFixture::apply({p});
     }
     static std::vector<uint8_t> frame(uint8_t ecn, bool v6 = false) {
         Packet p;
@@ -46,7 +35,6 @@ class AqmTest : public ::testing::Test {
             p.ipv4("198.18.0.1", "198.18.0.2");
         return p.ecn(ecn).tcp(40000, 5201).l3_size(100).build();
     }
-    std::unique_ptr<Datapath> dp;
 };
 
 uint8_t ecn_of(const std::vector<uint8_t> &f) {

@@ -2,10 +2,8 @@
 // Fleet policies in the data path (docs/spec.md §10) through BPF_PROG_TEST_RUN: the committed
 // bucket starts empty, is refilled only by user-space grants (never by time), folds them in exactly
 // (capped, the excess counted as spilled), and a revoke empties it.
-#include "packet.hpp"
-#include "test_util.hpp"
+#include "datapath_fixture.hpp"
 #include "tricolor/bpf_load.hpp"
-#include "tricolor/datapath.hpp"
 
 #include <gtest/gtest.h>
 
@@ -37,26 +35,13 @@ Policy fleet_policy(Algo algo = Algo::rfc4115, uint64_t ebs = 0) {
     return p;
 }
 
-class FleetDatapathTest : public ::testing::Test {
+class FleetDatapathTest : public test::DatapathFixture {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
-        DatapathOptions o;
-        o.testing = true;
-        o.flow_capacity = 64;
-        dp = std::make_unique<Datapath>(o);
-        dp->set_clock(1000000000);
-    }
-    void apply(const std::vector<Policy> &ps) {
-        auto r = dp->apply(ps);
-        ASSERT_TRUE(r.has_value()) << r.error();
-    }
+    uint32_t flow_capacity() const override { return 64; }
     // One packet; true when it was green (passed with the default actions: red drops,
     // and these policies have no yellow unless E holds tokens).
     uint32_t send() { return dp->run_xdp(pkt).retval; }
     uint64_t green_bytes() { return dp->policy_counters()[7].bytes[TCM_GREEN]; }
-    std::unique_ptr<Datapath> dp;
     std::vector<uint8_t> pkt =
         Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1000, 2000).payload(100).build();
 };

@@ -3,10 +3,8 @@
 // vectors, the bpf engine against the model and the exact reference on random chains, the
 // all-or-nothing rule read back from the buckets, live updates that keep every level, and two
 // CPUs on one 3-level chain.
+#include "datapath_fixture.hpp"
 #include "hier_reference.hpp"
-#include "packet.hpp"
-#include "test_util.hpp"
-#include "tricolor/datapath.hpp"
 #include "tricolor/hier_replay.hpp"
 
 #include <gmock/gmock.h>
@@ -31,21 +29,9 @@ namespace {
 
 constexpr uint64_t kByte = TCM_TOKENS_PER_BYTE;
 
-class HierDatapathTest : public ::testing::Test {
+class HierDatapathTest : public test::DatapathFixture {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
-        DatapathOptions o;
-        o.testing = true;
-        o.flow_capacity = 65536;
-        dp = std::make_unique<Datapath>(o);
-        dp->set_clock(1000000000);
-    }
-    void apply(const std::vector<Policy> &ps) {
-        auto r = dp->apply(ps);
-        ASSERT_TRUE(r.has_value()) << r.error();
-    }
+    uint32_t flow_capacity() const override { return 65536; }
     Datapath::Verdict send(const std::string &src, uint32_t bytes, uint16_t sport = 1000) {
         dp->run_xdp(Packet().ipv4(src, "198.18.9.9").udp(sport, 7000).l3_size(bytes).build());
         return dp->last_verdict();
@@ -63,7 +49,6 @@ class HierDatapathTest : public ::testing::Test {
         }
         return dp->policy_state(policy_id);
     }
-    std::unique_ptr<Datapath> dp;
 };
 
 Policy level(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t cbs,

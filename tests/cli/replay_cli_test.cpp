@@ -2,10 +2,13 @@
 // `tricolorctl replay` as a user runs it: every vector with both engines, stdin, the summary,
 // and every bad input refused with exit 2, a message and no output on stdout.
 #include "test_util.hpp"
+#include "tricolor/policy_spec.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 using namespace tricolor;
 using ::testing::HasSubstr;
@@ -159,6 +162,12 @@ TEST(Completion, CompletesCommandsFlagsAndValues) {
               "--watch --interval --count\n");
     EXPECT_EQ(complete("tricolorctl policy add x --match proto udp --algo ''").out,
               "srtcm trtcm rfc4115\n");
+    // Every option of the policy flag table, --no-* included.
+    std::string words = " " + complete("tricolorctl policy set x --").out;
+    std::ranges::replace(words, '\n', ' ');
+    for (const auto &flag : policy_flags())
+        if (flag.kind != PolicyFlagKind::Name)
+            EXPECT_THAT(words, HasSubstr(" " + policy_flag_option(flag) + " "));
 }
 
 // Usage errors exit 2, and under -j they are JSON on stderr, CLI11's own included.
@@ -206,6 +215,14 @@ TEST(ManPages, AreWrittenByHandAndComplete) {
                                 ".SH \"EXIT STATUS\"", ".SH EXAMPLES"})
         EXPECT_THAT(ctl, HasSubstr(section));
     EXPECT_THAT(ctl, Not(HasSubstr("Positionals:")));
+    // Every option of the policy flag table, as roff spells it (\- for each dash).
+    for (const auto &flag : policy_flags()) {
+        std::string roff;
+        for (char c : policy_flag_option(flag))
+            roff += c == '-' ? std::string("\\-") : std::string(1, c);
+        if (flag.kind != PolicyFlagKind::Name)
+            EXPECT_THAT(ctl, HasSubstr(roff));
+    }
     std::string d = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolord.8");
     for (const char *section : {".SH SIGNALS", ".SH FILES", ".SH \"EXIT STATUS\"", "\\-\\-state"})
         EXPECT_THAT(d, HasSubstr(section));

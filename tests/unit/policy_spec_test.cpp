@@ -233,3 +233,37 @@ TEST(PolicySpec, FleetIsAFlag) {
     ASSERT_FALSE(bad.has_value());
     EXPECT_THAT(bad.error(), HasSubstr("fleet"));
 }
+
+// The one table of policy flags (tricolorctl policy add|set): its keys are the fields, each
+// once and in its order; a --no-KEY row undoes a flag or a text field given before it; and
+// to_policy reads every field the table makes (none of them is an "unknown field").
+TEST(PolicySpec, TheFlagTableMakesTheFieldsAndEveryWayBack) {
+    std::vector<std::string> keys, options;
+    for (const auto &flag : policy_flags()) {
+        options.push_back(policy_flag_option(flag));
+        if (flag.kind == PolicyFlagKind::Off || flag.kind == PolicyFlagKind::Clear) {
+            auto field = std::ranges::find_if(policy_flags(), [&](const PolicyFlag &f) {
+                return f.key == flag.key && f.kind != flag.kind;
+            });
+            ASSERT_NE(field, policy_flags().end()) << flag.key;
+            EXPECT_EQ(field->kind,
+                      flag.kind == PolicyFlagKind::Off ? PolicyFlagKind::On : PolicyFlagKind::Text)
+                << flag.key;
+        } else {
+            EXPECT_EQ(std::ranges::count(keys, flag.key), 0) << flag.key;
+            keys.emplace_back(flag.key);
+        }
+    }
+    EXPECT_EQ(keys, policy_fields());
+    EXPECT_EQ(options.front(), "NAME");
+    EXPECT_THAT(options, ::testing::IsSupersetOf({"--cir", "--color-aware", "--no-color-aware",
+                                                  "--only-parent", "--no-parent", "--start"}));
+
+    json spec = json::object();
+    for (const auto &key : policy_fields())
+        spec[key] = key == "match" ? json::object() : json("x");
+    auto p = to_policy(spec, 1);
+    ASSERT_FALSE(p.has_value());
+    EXPECT_THAT(p.error(), ::testing::Not(HasSubstr("unknown field")));
+    EXPECT_THAT(to_policy(json{{"nonesuch", 1}}, 1).error(), HasSubstr("nonesuch: unknown field"));
+}

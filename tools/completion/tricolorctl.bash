@@ -16,7 +16,7 @@ _tricolorctl() {
     local commands="attach detach policy apply stats flows status replay"
     local policy_flags="--algo --cir --cbs --ebs --pir --pbs --eir --match --priority --per
         --green --yellow --red --color-aware --color-map --packet-mode --length --overhead
-        --shape --aqm --parent --only-parent --coupling --start"
+        --shape --aqm --fleet --parent --only-parent --coupling --start"
     local cmd="" sub="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
@@ -70,8 +70,8 @@ _tricolorctl() {
         if [[ -z $sub ]]; then
             COMPREPLY=($(compgen -W "add set del list show" -- "$cur"))
         elif [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$policy_flags --no-color-aware --no-packet-mode --no-parent
-                --no-only-parent --no-coupling" -- "$cur"))
+            COMPREPLY=($(compgen -W "$policy_flags --no-fleet --no-color-aware --no-packet-mode
+                --no-parent --no-only-parent --no-coupling" -- "$cur"))
         elif [[ $sub == set || $sub == del || $sub == show ]]; then
             COMPREPLY=($(compgen -W "$(_tricolorctl_policies)" -- "$cur"))
         fi ;;

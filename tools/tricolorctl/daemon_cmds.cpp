@@ -31,121 +31,92 @@ using nlohmann::json;
 
 namespace {
 
+// What the user gave for each row of policy_flags() (the table that makes the options).
 struct PolicyFlags {
+    struct Given {
+        std::optional<std::string> text;                        // Text
+        std::vector<std::pair<std::string, std::string>> match; // Match
+        bool set = false;                                       // On, Off, Clear
+    };
     std::string name;
-    std::optional<std::string> algo, cir, cbs, ebs, pir, pbs, eir, priority, per, green, yellow,
-        red, color_map, length, overhead, shape, aqm, parent, start;
-    std::vector<std::pair<std::string, std::string>> match;
-    bool color_aware = false, no_color_aware = false, packet_mode = false, no_packet_mode = false;
-    bool fleet = false, no_fleet = false;
-    bool only_parent = false, no_only_parent = false, coupling = false, no_coupling = false,
-         no_parent = false; // hierarchies (docs/spec.md §9)
+    std::vector<Given> given = std::vector<Given>(policy_flags().size());
 };
 
-void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool required) {
-    cmd->add_option("NAME", f.name, "Policy name")->required();
-    auto *algo = cmd->add_option("--algo", f.algo, "srtcm, trtcm or rfc4115")
-                     ->check(CLI::IsMember({"srtcm", "trtcm", "rfc4115"}));
-    auto *cir = cmd->add_option("--cir", f.cir, "Committed rate (e.g. 10mbit)");
-    auto *cbs = cmd->add_option("--cbs", f.cbs, "Committed burst (e.g. 15k)");
-    if (required) {
-        algo->required();
-        cir->required();
-        cbs->required();
-    }
-    cmd->add_option("--ebs", f.ebs, "Excess burst (srtcm, rfc4115)");
-    cmd->add_option("--pir", f.pir, "Peak rate (trtcm)");
-    cmd->add_option("--pbs", f.pbs, "Peak burst (trtcm)");
-    cmd->add_option("--eir", f.eir, "Excess rate (rfc4115)");
-    cmd->add_option("--match", f.match,
-                    "KEY VALUE: src|dst PREFIX, proto tcp|udp|icmp|N, sport|dport PORT[-PORT], "
-                    "dscp N, vlan N, iface NAME (repeatable; all must hold)");
-    cmd->add_option("--priority", f.priority, "Lower first; ties go to the longest prefix");
-    cmd->add_option("--per", f.per, "aggregate, src, dst, src/N, dst/N or 5tuple");
-    cmd->add_option("--green", f.green, "Action for green: pass, drop, dscp:X, mark:N, ...");
-    cmd->add_option("--yellow", f.yellow, "Action for yellow");
-    cmd->add_option("--red", f.red, "Action for red");
-    cmd->add_flag("--color-aware", f.color_aware, "Take the incoming colour from DSCP");
-    cmd->add_option("--color-map", f.color_map, "DSCP to colour map (af)");
-    cmd->add_flag("--packet-mode", f.packet_mode, "Meter packets: rates in pps, sizes in packets");
-    cmd->add_option("--length", f.length, "l3 (default) or l2");
-    cmd->add_option("--overhead", f.overhead, "Bytes added to every packet");
-    cmd->add_option("--shape", f.shape,
-                    "off, sockets (pace this host's TCP sockets) or edt (fq departure times)");
-    cmd->add_option("--aqm", f.aqm, "off, drop or ecn: an early signal as the bucket drains");
-    cmd->add_flag("--fleet", f.fleet,
-                  "Share the committed bucket with every host of the fleet (tricolord --fleet)");
-    cmd->add_option("--parent", f.parent, "Meter through this policy's buckets as well (§9)");
-    cmd->add_flag("--only-parent", f.only_parent, "Match no traffic: a parent of others only");
-    cmd->add_flag("--coupling", f.coupling, "rfc4115: what overflows C goes to E (MEF CF=1)");
-    cmd->add_option("--start", f.start, "A new flow's buckets start full (default) or empty")
-        ->check(CLI::IsMember({"full", "empty"}));
-    if (!required) {
-        cmd->add_flag("--no-fleet", f.no_fleet, "Back to a bucket of this host's own");
-        cmd->add_flag("--no-color-aware", f.no_color_aware, "Back to colour-blind");
-        cmd->add_flag("--no-packet-mode", f.no_packet_mode, "Back to byte mode");
-        cmd->add_flag("--no-parent", f.no_parent, "Leave the parent: a top-level policy again");
-        cmd->add_flag("--no-only-parent", f.no_only_parent, "Match traffic again");
-        cmd->add_flag("--no-coupling", f.no_coupling, "Back to uncoupled rfc4115");
+// The options of `policy add` (@add) or `policy set`, one per row of policy_flags().
+void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool add) {
+    const auto &rows = policy_flags();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const PolicyFlag &row = rows[i];
+        PolicyFlags::Given &g = f.given[i];
+        std::string option = policy_flag_option(row), help(row.help);
+        CLI::Option *opt = nullptr;
+        switch (row.kind) {
+        case PolicyFlagKind::Name:
+            opt = cmd->add_option(option, f.name, help)->required();
+            break;
+        case PolicyFlagKind::Text:
+            opt = cmd->add_option(option, g.text, help);
+            break;
+        case PolicyFlagKind::Match:
+            opt = cmd->add_option(option, g.match, help);
+            break;
+        case PolicyFlagKind::On:
+            opt = cmd->add_flag(option, g.set, help);
+            break;
+        case PolicyFlagKind::Off:
+        case PolicyFlagKind::Clear:
+            if (!add)
+                opt = cmd->add_flag(option, g.set, help);
+            break;
+        }
+        if (!opt)
+            continue;
+        if (!row.choices.empty())
+            opt->check(CLI::IsMember(row.choices));
+        if (add && row.required_on_add)
+            opt->required();
     }
 }
 
-// The fields the user gave, as a policy object (or a patch of one).
+// The fields the user gave, as a policy object (@full, for add) or a patch of one (for set).
+// Later rows win: --no-parent after --parent leaves no parent.
 json policy_json(const PolicyFlags &f, bool full) {
     json j = json::object();
-    if (full)
-        j["name"] = f.name;
-    auto put = [&](const char *key, const std::optional<std::string> &v) {
-        if (v)
-            j[key] = *v;
-    };
-    put("algo", f.algo);
-    put("cir", f.cir);
-    put("cbs", f.cbs);
-    put("ebs", f.ebs);
-    put("pir", f.pir);
-    put("pbs", f.pbs);
-    put("eir", f.eir);
-    put("per", f.per);
-    put("green", f.green);
-    put("yellow", f.yellow);
-    put("red", f.red);
-    put("color_map", f.color_map);
-    put("length", f.length);
-    put("priority", f.priority);
-    put("overhead", f.overhead);
-    put("shape", f.shape);
-    put("aqm", f.aqm);
-    if (!f.match.empty()) {
-        json m = json::object();
-        for (const auto &[k, v] : f.match)
-            m[k] = v;
-        j["match"] = m;
+    const auto &rows = policy_flags();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const PolicyFlags::Given &g = f.given[i];
+        std::string key(rows[i].key);
+        switch (rows[i].kind) {
+        case PolicyFlagKind::Name:
+            if (full)
+                j[key] = f.name;
+            break;
+        case PolicyFlagKind::Text:
+            if (g.text)
+                j[key] = *g.text;
+            break;
+        case PolicyFlagKind::Match:
+            if (!g.match.empty()) {
+                json m = json::object();
+                for (const auto &[k, v] : g.match)
+                    m[k] = v;
+                j[key] = m;
+            }
+            break;
+        case PolicyFlagKind::On:
+            if (g.set)
+                j[key] = true;
+            break;
+        case PolicyFlagKind::Off:
+            if (g.set)
+                j[key] = false;
+            break;
+        case PolicyFlagKind::Clear:
+            if (g.set)
+                j[key] = nullptr; // merge_policy removes a null field
+            break;
+        }
     }
-    if (f.color_aware)
-        j["color_aware"] = true;
-    if (f.no_color_aware)
-        j["color_aware"] = false;
-    if (f.fleet)
-        j["fleet"] = true;
-    if (f.no_fleet)
-        j["fleet"] = false;
-    if (f.packet_mode)
-        j["packet_mode"] = true;
-    if (f.no_packet_mode)
-        j["packet_mode"] = false;
-    put("parent", f.parent);
-    put("start", f.start);
-    if (f.no_parent)
-        j["parent"] = nullptr; // merge_policy removes a null field
-    if (f.only_parent)
-        j["only_parent"] = true;
-    if (f.no_only_parent)
-        j["only_parent"] = false;
-    if (f.coupling)
-        j["coupling"] = true;
-    if (f.no_coupling)
-        j["coupling"] = false;
     return j;
 }
 

@@ -13,12 +13,71 @@ namespace tricolor {
 
 using nlohmann::json;
 
+const std::vector<PolicyFlag> &policy_flags() {
+    using enum PolicyFlagKind;
+    static const std::vector<PolicyFlag> flags = {
+        {"name", Name, "Policy name", true},
+        {"algo", Text, "srtcm, trtcm or rfc4115", true, {"srtcm", "trtcm", "rfc4115"}},
+        {"cir", Text, "Committed rate (e.g. 10mbit)", true},
+        {"cbs", Text, "Committed burst (e.g. 15k)", true},
+        {"ebs", Text, "Excess burst (srtcm, rfc4115)"},
+        {"pir", Text, "Peak rate (trtcm)"},
+        {"pbs", Text, "Peak burst (trtcm)"},
+        {"eir", Text, "Excess rate (rfc4115)"},
+        {"match", Match,
+         "KEY VALUE: src|dst PREFIX, proto tcp|udp|icmp|N, sport|dport PORT[-PORT], dscp N, "
+         "vlan N, iface NAME (repeatable; all must hold)"},
+        {"priority", Text, "Lower first; ties go to the longest prefix"},
+        {"per", Text, "aggregate, src, dst, src/N, dst/N or 5tuple"},
+        {"green", Text, "Action for green: pass, drop, dscp:X, mark:N, ..."},
+        {"yellow", Text, "Action for yellow"},
+        {"red", Text, "Action for red"},
+        {"color_aware", On, "Take the incoming colour from DSCP"},
+        {"color_map", Text, "DSCP to colour map (af)"},
+        {"packet_mode", On, "Meter packets: rates in pps, sizes in packets"},
+        {"length", Text, "l3 (default) or l2"},
+        {"overhead", Text, "Bytes added to every packet"},
+        {"shape", Text, "off, sockets (pace this host's TCP sockets) or edt (fq departure times)"},
+        {"aqm", Text, "off, drop or ecn: an early signal as the bucket drains"},
+        {"fleet", On,
+         "Share the committed bucket with every host of the fleet (tricolord --fleet)"},
+        {"parent", Text, "Meter through this policy's buckets as well (§9)"}, // docs/spec.md §9
+        {"only_parent", On, "Match no traffic: a parent of others only"},
+        {"coupling", On, "rfc4115: what overflows C goes to E (MEF CF=1)"},
+        {"start",
+         Text,
+         "A new flow's buckets start full (default) or empty",
+         false,
+         {"full", "empty"}},
+        // The way back, on `policy set` only (listed last, as its --help has them).
+        {"fleet", Off, "Back to a bucket of this host's own"},
+        {"color_aware", Off, "Back to colour-blind"},
+        {"packet_mode", Off, "Back to byte mode"},
+        {"parent", Clear, "Leave the parent: a top-level policy again"},
+        {"only_parent", Off, "Match traffic again"},
+        {"coupling", Off, "Back to uncoupled rfc4115"},
+    };
+    return flags;
+}
+
+std::string policy_flag_option(const PolicyFlag &flag) {
+    if (flag.kind == PolicyFlagKind::Name)
+        return "NAME";
+    bool negated = flag.kind == PolicyFlagKind::Off || flag.kind == PolicyFlagKind::Clear;
+    std::string option = negated ? "--no-" : "--";
+    for (char c : flag.key)
+        option += c == '_' ? '-' : c;
+    return option;
+}
+
 const std::vector<std::string> &policy_fields() {
-    static const std::vector<std::string> fields = {
-        "name",        "algo",      "cir",         "cbs",      "ebs",      "pir",    "pbs",
-        "eir",         "match",     "priority",    "per",      "green",    "yellow", "red",
-        "color_aware", "color_map", "packet_mode", "length",   "overhead", "shape",  "aqm",
-        "fleet",       "parent",    "only_parent", "coupling", "start"};
+    static const std::vector<std::string> fields = [] {
+        std::vector<std::string> keys;
+        for (const auto &flag : policy_flags())
+            if (flag.kind != PolicyFlagKind::Off && flag.kind != PolicyFlagKind::Clear)
+                keys.emplace_back(flag.key);
+        return keys;
+    }();
     return fields;
 }
 

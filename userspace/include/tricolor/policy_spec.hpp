@@ -10,12 +10,39 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tricolor {
 
-// The fields a policy object may have, in the order `policy show` prints them.
+// What a policy flag of `tricolorctl policy add|set` puts in the policy object.
+enum class PolicyFlagKind : uint8_t {
+    Name,  // the positional NAME: "name" (on add; set names the policy it changes)
+    Text,  // --KEY VALUE: the value as typed, a string
+    Match, // --match KEY VALUE, repeatable: an object of them under "match"
+    On,    // --KEY: true
+    Off,   // --no-KEY, on set only: false
+    Clear, // --no-KEY, on set only: null, which merge_policy() takes as "remove the field"
+};
+
+// One row per flag, as xdp-tools' DEFINE_OPTION: the CLI's options (in this order, so their
+// --help), the JSON the CLI sends and policy_fields() are all made from this table; to_policy()
+// checks the values. The option is the key spelled with dashes: "color_aware" is --color-aware,
+// and its Off row --no-color-aware.
+struct PolicyFlag {
+    std::string_view key; // the field of the policy object
+    PolicyFlagKind kind;
+    std::string_view help;              // the option's --help text
+    bool required_on_add = false;       // `policy add` needs it (set takes any of them)
+    std::vector<std::string> choices{}; // the only values the CLI takes (none: to_policy checks)
+};
+const std::vector<PolicyFlag> &policy_flags();
+// The CLI spelling of @flag: NAME, --cir, --no-fleet.
+std::string policy_flag_option(const PolicyFlag &flag);
+
+// The fields a policy object may have (the table's keys), in the order `policy show` prints them.
 const std::vector<std::string> &policy_fields();
 // The fields under "match".
 const std::vector<std::string> &match_fields();

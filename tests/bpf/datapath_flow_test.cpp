@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// Per-flow state and updates in the data path (bpf/tricolor.bpf.c) through BPF_PROG_TEST_RUN:
+// per-key modes, a full table, listing, policy updates that keep tokens and counters, refused
+// applies, table limits, two CPUs on one flow, and pinning across a restart.
+#include "datapath_fixture.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include <unistd.h>
+
+using namespace tricolor;
+using namespace tricolor::test; // DatapathTest, Packet, policy(), prefix(), v4udp()
+
+namespace {
+
+// ---- per-flow state, updates ------------------------------------------------------------------
+
+TEST_F(DatapathTest, PerSourceKeysGiveOneFlowPerSender) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0);
+    p.per = TCM_PER_SRC;
+    apply({p});
+    for (int rep = 0; rep < 2; ++rep)
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+            dp->run_xdp(Packet().ipv4(src, "198.19.0.1").udp(rep, 2).l3_size(600).build());
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows) {
+        EXPECT_EQ(f.key.policy_id, 1u);
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 1u); // 1000-byte bucket: one 600-byte packet
+        EXPECT_EQ(f.state.counters.packets[TCM_RED], 1u);
+    }
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TCM_GREEN], 3u);
+    EXPECT_EQ(c.packets[TCM_RED], 3u);
+    // An update keeps the flows; removing the policy takes them away.
+    apply({p});
+    EXPECT_EQ(dp->flows().size(), 3u);
+    apply({});
+    EXPECT_TRUE(dp->flows().empty());
+}
+
+TEST_F(DatapathTest, PolicyUpdateKeepsTokensCappedAndCounters) {
+    Policy p = policy(1, "p", Algo::srtcm, 8000, 3000, 0);
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    dp->run_xdp(frame); // 2000 tokens left
+    p.meter.cbs = 1500; // shrink: tokens are capped to 1500
+    apply({p});
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // 1500 -> 500
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP); // 500 < 1000
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TCM_GREEN], 2u); // counters kept across the update
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
+    EXPECT_EQ(dp->policy_state(1).meter.c_tokens, 500 * TCM_TOKENS_PER_BYTE);
+    // A policy removed and added again is new: full buckets, zero counters.
+    apply({});
+    apply({p});
+    EXPECT_EQ(packets(1), 0u);
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
+}
+
+TEST_F(DatapathTest, RefusedApplyChangesNothing) {
+    Policy good = policy(1, "good");
+    apply({good});
+    uint32_t set = dp->active_set();
+    Policy bad = policy(2, "bad");
+    bad.meter.cbs = 0;
+    Policy dup = policy(1, "dup-id");
+    auto r = dp->apply({good, bad, dup});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'bad': CBS 0 bytes"));
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("policy 'dup-id': id 1 is used twice"));
+    EXPECT_EQ(dp->active_set(), set);
+    dp->run_xdp(v4udp().build());
+    EXPECT_EQ(packets(1), 1u);
+}
+
+TEST_F(DatapathTest, TooManyShapesIsRefused) {
+    std::vector<Policy> ps;
+    for (uint32_t i = 0; i < 70; ++i) {
+        Policy p = policy(i, "p" + std::to_string(i));
+        p.match.dst = Prefix{false, {198, 18, 0, 0}, static_cast<uint8_t>(i % 33)};
+        p.match.dport = PortRange{uint16_t(i), uint16_t(i)};
+        p.match.src = Prefix{false, {}, static_cast<uint8_t>(i / 33)};
+        ps.push_back(p);
+    }
+    auto r = dp->apply(ps);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("distinct match shapes"));
+}
+
+TEST_F(DatapathTest, SixteenThousandPoliciesClassify) {
+    std::vector<Policy> ps;
+    for (uint32_t i = 0; i < TCM_MAX_POLICIES; ++i) {
+        Policy p = policy(i, "p" + std::to_string(i));
+        p.match.dst = Prefix{false, {198, 18, uint8_t(i >> 8), uint8_t(i & 0xff)}, 32};
+        ps.push_back(p);
+    }
+    apply(ps);
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.18.12.34").udp(1, 2).build());
+    EXPECT_EQ(packets(12 * 256 + 34), 1u);
+}
+
+// ---- concurrency --------------------------------------------------------------------------------
+
+// Two threads on different CPUs hammer one aggregate flow with the clock stopped: the meter
+// may admit at most what the buckets hold, exactly, however the runs interleave.
+TEST_F(DatapathTest, TwoCpusOnOneFlowNeverOverAdmit) {
+    if (std::thread::hardware_concurrency() < 2)
+        GTEST_SKIP() << "needs two CPUs";
+    Policy p = policy(1, "shared", Algo::srtcm, 8, 64 * 1000, 64 * 1000); // 1 B/s
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build();
+    test::run_on_two_cpus(dp->xdp_prog_fd(), frame, 200000);
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[0] + c.packets[1] + c.packets[2], 400000u);
+    EXPECT_LE(c.bytes[TCM_GREEN], 64000u);  // never more than CBS...
+    EXPECT_LE(c.bytes[TCM_YELLOW], 64000u); // ...or EBS
+    // ...and nothing short of them but what a lock timeout coloured red (each could have
+    // taken 100 bytes): with no timeouts, exactly CBS and EBS.
+    uint64_t timeouts = dp->global_counters().lock_timeouts;
+    EXPECT_GE(c.bytes[TCM_GREEN] + c.bytes[TCM_YELLOW] + 100 * timeouts, 128000u);
+    EXPECT_EQ(dp->policy_state(1).counters.bytes[TCM_GREEN], c.bytes[TCM_GREEN]);
+}
+
+class SmallTableTest : public DatapathTest {
+  protected:
+    uint32_t flow_capacity() const override { return 4; }
+};
+
+// A full table never hands out a fresh burst: new flows are metered in the policy's aggregate
+// bucket and counted; flows whose buckets are full can be reclaimed without changing a colour.
+TEST_F(SmallTableTest, FullTableFallsBackToTheAggregateBucketAndReclaimsIdleFlows) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1000, 0); // 1000 B/s, 1000 B buckets
+    p.per = TCM_PER_SRC;
+    apply({p});
+    auto from = [](int i) {
+        return Packet()
+            .ipv4("198.18.0." + std::to_string(i), "198.19.0.1")
+            .udp(1, 2)
+            .l3_size(600)
+            .build();
+    };
+    for (int i = 1; i <= 4; ++i)
+        EXPECT_EQ(dp->run_xdp(from(i)).retval, XDP_PASS);
+    EXPECT_EQ(dp->flows().size(), 4u);
+    // Sources 5 and 6 find no room: they share the aggregate bucket (1000 bytes: one passes).
+    EXPECT_EQ(dp->run_xdp(from(5)).retval, XDP_PASS);
+    EXPECT_EQ(dp->run_xdp(from(6)).retval, XDP_DROP);
+    EXPECT_EQ(dp->global_counters().table_full, 2u);
+    EXPECT_EQ(dp->flows().size(), 4u);
+    EXPECT_EQ(dp->policy_state(1).counters.packets[TCM_GREEN], 1u);
+
+    // 0.4 s later each flow holds 400 + 400 = 800 of 1000 bytes: not idle, nothing reclaimed.
+    dp->set_clock(1400000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 0u);
+    // At 0.6 s they are full again: all four go, and a new source gets a flow of its own.
+    dp->set_clock(1600000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 4u);
+    EXPECT_EQ(dp->flows().size(), 0u);
+    EXPECT_EQ(dp->run_xdp(from(7)).retval, XDP_PASS);
+    EXPECT_EQ(dp->flows().size(), 1u);
+    EXPECT_EQ(dp->global_counters().table_full, 2u);
+}
+
+TEST_F(DatapathTest, PerKeyModes) {
+    struct Mode {
+        const char *name;
+        tcm_per per;
+        uint8_t prefix4;
+        size_t flows; // from the six packets below
+    };
+    // Sources .1 .2 in 198.18.0.0/24 and .1 in 198.18.1.0/24, each to two destinations.
+    for (const Mode &m : {Mode{"src", TCM_PER_SRC, 32, 3}, Mode{"src/24", TCM_PER_SRC, 24, 2},
+                          Mode{"dst", TCM_PER_DST, 32, 2}, Mode{"dst/8", TCM_PER_DST, 8, 1},
+                          Mode{"5tuple", TCM_PER_5TUPLE, 32, 6}}) {
+        SCOPED_TRACE(m.name);
+        Policy p = policy(1, m.name, Algo::srtcm, 8000, 100000, 0);
+        p.per = m.per;
+        p.prefix4 = m.prefix4;
+        apply({});
+        apply({p});
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.1.1"})
+            for (const char *dst : {"198.19.0.1", "198.19.0.2"})
+                dp->run_xdp(Packet().ipv4(src, dst).udp(1, 2).build());
+        EXPECT_EQ(dp->flows().size(), m.flows);
+    }
+}
+
+TEST_F(DatapathTest, ListsMoreFlowsThanOneBatch) {
+    Policy p = policy(1, "5tuple", Algo::srtcm, 8000, 100000, 0);
+    p.per = TCM_PER_5TUPLE;
+    apply({p});
+    for (uint16_t port = 1; port <= 5000; ++port)
+        dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(port, 2).build());
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 5000u);
+    std::set<uint16_t> ports;
+    for (const auto &f : flows)
+        ports.insert(f.key.sport);
+    EXPECT_EQ(ports.size(), 5000u); // each once, across batches of 4096
+}
+
+TEST_F(DatapathTest, UpsertAndRemoveOnePolicyAtATime) {
+    ASSERT_TRUE(dp->upsert(policy(1, "a")).has_value());
+    ASSERT_TRUE(dp->upsert(policy(2, "b")).has_value());
+    EXPECT_EQ(dp->policies().size(), 2u);
+    dp->run_xdp(v4udp().build());
+    Policy changed = policy(1, "a", Algo::srtcm, 16000000);
+    ASSERT_TRUE(dp->upsert(changed).has_value());
+    EXPECT_EQ(dp->policies().size(), 2u);
+    EXPECT_EQ(dp->policies()[0].meter.cir, 16000000u);
+    EXPECT_EQ(packets(1) + packets(2), 1u); // counters kept across the update
+    auto bad = policy(3, "b");              // a second "b"
+    EXPECT_THAT(dp->upsert(bad).error(), ::testing::HasSubstr("the name is used twice"));
+    EXPECT_EQ(dp->policies().size(), 2u);
+    ASSERT_TRUE(dp->remove(2).has_value());
+    EXPECT_EQ(dp->policies().size(), 1u);
+    EXPECT_THAT(dp->remove(2).error(), ::testing::HasSubstr("no policy with id 2"));
+}
+
+// What a daemon restart relies on: a new Datapath on the same pin directory finds the active
+// set, every counter and every token where the old one left them.
+TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
+    TRICOLOR_REQUIRE_ROOT();
+    quiet_libbpf_logging();
+    std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
+    Datapath::remove_pins(pin);
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 64;
+    o.pin_dir = pin;
+    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    {
+        Datapath a(o);
+        EXPECT_FALSE(a.adopted());
+        ASSERT_TRUE(a.apply({p}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 2000 left
+    }
+    {
+        Datapath b(o);
+        EXPECT_TRUE(b.adopted());
+        ASSERT_EQ(b.policies().size(), 1u);
+        EXPECT_EQ(b.policies()[0].id, 3u);
+        EXPECT_EQ(b.policies()[0].name, "kept");
+        b.set_clock(5000000000);
+        // Still policing before any apply: the pinned set is the active one.
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS); // 1000 left
+        ASSERT_TRUE(b.apply({p}).has_value());        // same id: kept
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS); // 0 left
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_DROP);
+        auto c = b.policy_counters()[3];
+        EXPECT_EQ(c.packets[TCM_GREEN], 3u); // one counted by a, two by b
+        EXPECT_EQ(c.packets[TCM_RED], 1u);
+    }
+    {
+        DatapathOptions bigger = o;
+        bigger.flow_capacity = 128;
+        try {
+            Datapath c(bigger);
+            ADD_FAILURE() << "a pinned table of another capacity must be refused";
+        } catch (const std::runtime_error &e) {
+            EXPECT_THAT(e.what(), ::testing::HasSubstr("do not match this build"));
+        }
+    }
+    Datapath::remove_pins(pin);
+    EXPECT_FALSE(std::filesystem::exists(pin));
+}
+
+} // namespace

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// Metering in the data path (bpf/tricolor.bpf.c) through BPF_PROG_TEST_RUN: colours equal to
+// the vectors' expected files, counters and default actions, L2 length and overhead, colour-aware
+// DSCP, multi-buffer frames.
+#include "datapath_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+using namespace tricolor;
+using namespace tricolor::test; // DatapathTest, Packet, policy(), prefix(), v4udp()
+
+namespace {
+
+// ---- metering ---------------------------------------------------------------------------------
+
+// The data path colours every vector's trace as the vector's .expected file says (computed by
+// an exact rational model, independent of meter.h). An IPv4/UDP packet cannot be shorter than
+// its 28 bytes of headers, so a byte-mode vector with shorter packets is scaled: every length,
+// rate and bucket size times k. Tokens are then k times as many on both sides of every
+// comparison (cost len*k*8e9 against CBS*k*8e9 + CIR*k*dt, fill times ceil(k*S/(k*R))
+// unchanged), so each colour is exactly the vector's.
+TEST_F(DatapathTest, ColoursEqualTheExpectedFilesOnTheVectors) {
+    auto vectors = test::load_vectors();
+    ASSERT_GE(vectors.size(), 8u);
+    size_t checked = 0;
+    for (const auto &v : vectors) {
+        SCOPED_TRACE(v.name);
+        auto parsed = parse_meter_spec(test::spec_from_args(v.args));
+        ASSERT_TRUE(parsed.has_value());
+        std::istringstream in(test::read_file(v.trace_path));
+        auto trace = parse_trace(in).value();
+        std::vector<std::string> expected;
+        std::istringstream ex(v.expected);
+        for (std::string line; std::getline(ex, line);)
+            if (!line.empty())
+                expected.push_back(line.substr(line.rfind(',') + 1));
+        ASSERT_EQ(expected.size(), trace.size());
+        ASSERT_GE(trace.size(), 100u);
+        Policy p;
+        p.id = 7;
+        p.name = v.name;
+        p.meter = parsed->params;
+        uint32_t shortest = std::ranges::min(trace, {}, &TracePacket::bytes).bytes;
+        uint64_t k = p.meter.packet_mode ? 1 : (28 + shortest - 1) / shortest;
+        auto scale = [k](std::optional<uint64_t> &x) {
+            if (x)
+                *x *= k;
+        };
+        p.meter.cir *= k;
+        p.meter.cbs *= k;
+        scale(p.meter.ebs);
+        scale(p.meter.pir);
+        scale(p.meter.pbs);
+        scale(p.meter.eir);
+        // Each colour rewrites its own DSCP (CS1, CS2, CS3) and passes: the output tells the
+        // colour of every packet; the counters must agree at the end.
+        const uint8_t out_dscp[3] = {8, 16, 24};
+        for (int col = 0; col < 3; ++col)
+            p.actions[col] = parse_action("dscp:" + std::to_string(out_dscp[col])).value();
+        apply({});
+        apply({p}); // a fresh id each vector: buckets start full
+        uint64_t counts[3] = {};
+        for (size_t i = 0; i < trace.size(); ++i) {
+            const auto &pk = trace[i];
+            // Packet mode ignores the length: any IP packet will do.
+            uint32_t len = p.meter.packet_mode ? std::max<uint32_t>(pk.bytes, 28) : pk.bytes * k;
+            dp->set_clock(pk.time_ns);
+            uint8_t dscp = pk.color == Color::green ? 10 : pk.color == Color::yellow ? 12 : 14;
+            auto r = dp->run_xdp(Packet()
+                                     .ipv4("198.18.0.1", "198.18.0.2")
+                                     .dscp(dscp)
+                                     .udp(1, 2)
+                                     .l3_size(len)
+                                     .build());
+            auto want = parse_color(expected[i]);
+            ASSERT_TRUE(want.has_value()) << expected[i];
+            counts[static_cast<int>(*want)]++;
+            ASSERT_EQ(r.retval, XDP_PASS);
+            ASSERT_GT(r.data_out.size(), 15u);
+            ASSERT_EQ(r.data_out[15] >> 2, out_dscp[static_cast<int>(*want)])
+                << "packet " << i + 1 << " t=" << pk.time_ns << " len=" << pk.bytes << ": expected "
+                << expected[i];
+        }
+        auto c = dp->policy_counters()[7];
+        for (int col = 0; col < 3; ++col)
+            EXPECT_EQ(c.packets[col], counts[col]) << "colour " << col;
+        ++checked;
+    }
+    EXPECT_EQ(checked, vectors.size());
+}
+
+TEST_F(DatapathTest, CountersAndDefaultActionsPerColour) {
+    Policy p = policy(1, "small", Algo::srtcm, 8000, 1000, 1000); // 1000 B/s: no refill here
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // green
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS); // yellow
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP); // red: dropped by default
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TCM_GREEN], 1u);
+    EXPECT_EQ(c.packets[TCM_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
+    EXPECT_EQ(c.bytes[TCM_GREEN], 1000u);
+    EXPECT_EQ(c.bytes[TCM_RED], 1000u);
+    dp->set_clock(1000000000 + 1000000000); // one second: 1000 bytes back
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
+    EXPECT_EQ(dp->policy_counters()[1].packets[TCM_GREEN], 2u);
+}
+
+TEST_F(DatapathTest, L2LengthAndOverhead) {
+    Policy p = policy(1, "l2", Algo::srtcm, 8000, 1000000, 0);
+    p.length = TCM_LEN_L2;
+    p.overhead = 24;
+    apply({p});
+    dp->run_xdp(Packet().vlan(3).ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(100).build());
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 18u + 100 + 24);
+}
+
+TEST_F(DatapathTest, ColourAwareTakesDscpThroughTheMap) {
+    Policy p = policy(1, "aware", Algo::srtcm, 8000, 100000, 100000);
+    p.meter.color_aware = true;
+    apply({p});
+    auto send = [&](uint8_t dscp) {
+        dp->run_xdp(
+            Packet().ipv4("198.18.0.1", "198.18.0.2").dscp(dscp).udp(1, 2).l3_size(100).build());
+    };
+    send(10); // AF11 green
+    send(12); // AF12 yellow
+    send(14); // AF13 red
+    send(46); // EF: green under the AF map
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TCM_GREEN], 2u);
+    EXPECT_EQ(c.packets[TCM_YELLOW], 1u);
+    EXPECT_EQ(c.packets[TCM_RED], 1u);
+}
+
+TEST_F(DatapathTest, MultiBufferFramesAreChargedTheirFullLength) {
+    apply({policy(1, "jumbo", Algo::srtcm, 8000, 100000, 0)});
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(9000).build();
+    ASSERT_GT(frame.size(), 4096u); // more than the linear part of a test-run XDP buffer
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
+    EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 9000u);
+    EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
+}
+
+} // namespace

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_fixture.hpp: the one fixture of the BPF suites that drive the data path through
+// BPF_PROG_TEST_RUN (datapath_*, aqm, fleet, hierarchy): a real Datapath in testing mode (its
+// own maps, the test clock at 1 s) for each test, root required. The suites differ only in the
+// flow table's size, so that is the one thing they override. Beside it, what the datapath_*
+// files share: a policy with the meter they mostly want, prefixes, a UDP packet.
+#pragma once
+
+#include "packet.hpp"
+#include "test_util.hpp"
+#include "tricolor/datapath.hpp"
+
+#include <gtest/gtest.h>
+
+#include <linux/bpf.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tricolor::test {
+
+class DatapathFixture : public ::testing::Test {
+  protected:
+    virtual uint32_t flow_capacity() const { return 8192; }
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        DatapathOptions o;
+        o.testing = true;
+        o.flow_capacity = flow_capacity();
+        dp = std::make_unique<Datapath>(o);
+        dp->set_clock(1000000000);
+    }
+    void apply(const std::vector<Policy> &ps) {
+        auto r = dp->apply(ps);
+        ASSERT_TRUE(r.has_value()) << r.error();
+    }
+    // Packets of every colour counted against policy @id.
+    uint64_t packets(uint32_t id) {
+        auto c = dp->policy_counters()[id];
+        return c.packets[0] + c.packets[1] + c.packets[2];
+    }
+    std::unique_ptr<Datapath> dp;
+};
+
+// The datapath_* suites' fixture: the shared one with its default table (8192 flows).
+using DatapathTest = DatapathFixture;
+
+// Policy @id named @name, matching everything: @algo at @cir bit/s with a @cbs-byte committed
+// bucket and a second bucket (test::meter_params) of @second bytes, trtcm's at twice @cir.
+inline Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t cir = 8000000,
+                     uint64_t cbs = 3000, uint64_t second = 3000) {
+    Policy p;
+    p.id = id;
+    p.name = std::move(name);
+    p.meter = meter_params(algo, cir, cbs, algo == Algo::trtcm ? cir * 2 : cir, second);
+    return p;
+}
+
+inline Prefix prefix(const char *text) {
+    return parse_prefix(text).value();
+}
+
+// IPv4/UDP from 198.18.0.1:1000 to 198.19.0.2:2000, 100 bytes of payload (128 IP bytes).
+inline Packet v4udp() {
+    return Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1000, 2000).payload(100);
+}
+
+} // namespace tricolor::test
