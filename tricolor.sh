@@ -198,7 +198,7 @@ run_benches() {
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
     tests/bench/rate_bench.sh "$BUILD_DIR"
-    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0 and 20 ms"
+    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0, 20 and 100 ms"
     rm -f "$BUILD_DIR/tcp_bench.tsv"
     TSV="$BUILD_DIR/tcp_bench.tsv" tests/bench/tcp_bench.sh "$BUILD_DIR"
     python3 tests/bench/tcp_plot.py "$BUILD_DIR/tcp_bench.tsv" "$BUILD_DIR/tcp_goodput_vs_cbs.svg"

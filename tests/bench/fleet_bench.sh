@@ -34,7 +34,7 @@ NS=tcfleet-r
 R="ip netns exec $NS"
 DIR=/run/tricolor-fleet-bench
 cleanup() {
-    [ -f "$DIR/redis.pid" ] && kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true
+    if [ -f "$DIR/redis.pid" ]; then kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true; fi
     ip netns del "$NS" 2>/dev/null || true
     rm -rf "$DIR"
 }
