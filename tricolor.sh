@@ -198,13 +198,25 @@ run_benches() {
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
     tests/bench/rate_bench.sh "$BUILD_DIR"
-    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0 and 20 ms"
+    echo "== TCP through the policer (--shape, --aqm) against HTB and TBF, RTT 0, 20 and 100 ms"
     rm -f "$BUILD_DIR/tcp_bench.tsv"
     TSV="$BUILD_DIR/tcp_bench.tsv" tests/bench/tcp_bench.sh "$BUILD_DIR"
     python3 tests/bench/tcp_plot.py "$BUILD_DIR/tcp_bench.tsv" "$BUILD_DIR/tcp_goodput_vs_cbs.svg"
     echo "plot: $BUILD_DIR/tcp_goodput_vs_cbs.svg (docs/tcp_goodput_vs_cbs.svg is a committed run)"
+    echo "== TCP: BBR senders, RTT 0, one flow: --shape sockets and the hard policer"
+    CC=bbr ID_SUFFIX=_bbr RTTS=0 MODES="police sockets" FLOWS_LIST=1 \
+        tests/bench/tcp_bench.sh "$BUILD_DIR"
+    echo "== TCP: 20 s runs, RTT 20 ms, CBS 64 KiB, one flow: hard policer and --aqm ecn, twice"
+    local r
+    for r in a b; do
+        SECONDS_EACH=20 RTTS=20 CBS_LIST=64 MODES="xdp aqm_ecn" FLOWS_LIST=1 ID_SUFFIX=_20s_$r \
+            tests/bench/tcp_bench.sh "$BUILD_DIR"
+    done
+    echo "== the delay line natively (no netem in this kernel)"
+    HOWS=delayline ID_SUFFIX=_native tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
+    echo "== fleet-wide limits: three hosts, one Redis; the fleet script's cost"
     tests/bench/fleet_bench.sh "$BUILD_DIR"
     echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"

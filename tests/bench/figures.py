@@ -213,6 +213,34 @@ def block_meter(res):
                  rows, names)
 
 
+TCP_MODES = [("htb", "HTB"), ("tbf", "TBF"), ("police", "police (tc egress)"),
+             ("sockets", "--shape sockets"), ("xdp", "police (XDP)"), ("aqm_drop", "--aqm drop"),
+             ("aqm_ecn", "--aqm ecn")]
+TCP_ID = re.compile(r"^tcp_rtt(\d+)_cbs(\d+)k_([a-z_]+)_f(\d+)$")
+
+
+def block_tcp(res):
+    """tests/bench/tcp_bench.sh's matrix, one row an (RTT, CBS, flows), one column a mode; a
+    cell is goodput as % of CIR / retransmits (/ Jain's index, with more than one flow). Rows
+    are every (RTT, CBS, flows) the results hold (ids with a suffix, such as _bbr, are not
+    part of it); every mode of a row must be there."""
+    keys = sorted({(int(m[1]), int(m[2]), int(m[4])) for m in map(TCP_ID.match, res) if m})
+    if not keys:
+        raise Missing("no RESULT name=tcp_rtt<R>_cbs<K>k_<mode>_f<N>")
+    rows, names = [], []
+    for rtt, cbs, flows in keys:
+        row = [f"{rtt} ms", f"{cbs} KiB", str(flows)]
+        for mode, _ in TCP_MODES:
+            n = f"tcp_rtt{rtt}_cbs{cbs}k_{mode}_f{flows}"
+            names.append(n)
+            cell = f"{value(res, n, 'pct_cir')}% / {value(res, n, 'retransmits')}"
+            if flows > 1:
+                cell += f" / {value(res, n, 'jain')}"
+            row.append(cell)
+        rows.append(row)
+    return table(res, ["RTT", "CBS", "flows"] + [label for _, label in TCP_MODES], rows, names)
+
+
 def block_table(res, args):
     """The generic table: one row a RESULT id, one column a key, values as the bench printed."""
     opts = dict(a.split("=", 1) for a in args.split() if "=" in a)
@@ -225,7 +253,7 @@ def block_table(res, args):
 
 
 BLOCKS = {"datapath": block_datapath, "chains": block_chains, "invariants": block_invariants,
-          "control": block_control, "meter": block_meter}
+          "control": block_control, "meter": block_meter, "tcp": block_tcp}
 BLOCK_RE = re.compile(r"(<!-- figures:([a-z0-9_-]+)((?: [^>]*?)?) -->\n)(.*?)(<!-- /figures -->)",
                       re.S)
 INLINE_RE = re.compile(r"(<!-- fig:([A-Za-z0-9_.-]+)\.([A-Za-z0-9_]+) -->)([^<]*)(<!-- /fig -->)")

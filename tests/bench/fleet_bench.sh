@@ -6,12 +6,63 @@
 # hosts (and the exact never-over check over every pair of samples), exchanges per second per
 # host and Redis's CPU, then Redis killed for 5 s and restarted under each fallback mode.
 # The driver is the Fleet.DISABLED_Bench case of the e2e binary (tests/e2e/fleet_e2e_test.cpp),
-# which cleans up after itself; this prints its BENCH lines.
+# which cleans up after itself; this prints its BENCH and RESULT lines:
+#   RESULT name=fleet_use seconds= min_pct= mean_pct= min_after_move_pct= never_over= pairs=
+#   RESULT name=fleet_load exchanges_per_s_per_host= redis_cpu_pct= evalsha_usec_per_call=
+#          failed= fallbacks=
+#   RESULT name=fleet_redis_down_<share|closed|open> gap_s= gap_pct= back_ms= next_2s_pct=
+# Then the script's own cost: redis-benchmark -c 50 runs EVALSHA of userspace/src/fleet.lua for
+# one fleet policy from NODES (1000, then 10000) distinct nodes against a redis-server in
+# namespace tcfleet-r (its loopback only), and prints
+#   RESULT name=fleet_script_<N>_nodes exchanges_per_s= usec_per_call= hosts_at_50ms=
+#          hosts_at_200ms=
+# where hosts_at_P is how many host-policies one such Redis serves at a period of P ms.
+# Environment: SCRIPT_REQUESTS (200000 exchanges per node count).
 set -euo pipefail
 BUILD_DIR=${1:-build}
+SCRIPT_REQUESTS=${SCRIPT_REQUESTS:-200000}
+LUA="$(dirname "$(readlink -f "$0")")/../../userspace/src/fleet.lua"
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 command -v redis-server >/dev/null || { echo "fleet_bench: redis-server is not installed" >&2; exit 1; }
 echo "== fleet: 3 hosts, CIR 8 Mbit/s, CBS 100 kB, exchanges every 50 ms, lease 1 s"
 "$BUILD_DIR/tests/e2e_tests" --gtest_also_run_disabled_tests --gtest_filter='Fleet.DISABLED_Bench' |
-    tee /tmp/tricolor-fleet-bench.log | grep -E '^BENCH|FAILED|Failure' || true
+    tee /tmp/tricolor-fleet-bench.log | grep -E '^BENCH|^RESULT|FAILED|Failure' || true
 grep -q '^\[  PASSED  \] 1 test' /tmp/tricolor-fleet-bench.log
+
+echo "== fleet script: redis-benchmark -c 50, EVALSHA of fleet.lua, one policy, N nodes"
+NS=tcfleet-r
+R="ip netns exec $NS"
+DIR=/run/tricolor-fleet-bench
+cleanup() {
+    if [ -f "$DIR/redis.pid" ]; then kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true; fi
+    ip netns del "$NS" 2>/dev/null || true
+    rm -rf "$DIR"
+}
+cleanup
+trap cleanup EXIT
+mkdir -p "$DIR"
+ip netns add "$NS"
+$R ip link set lo up
+$R redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    --pidfile "$DIR/redis.pid" --dir "$DIR" --logfile "$DIR/redis.log"
+for _ in $(seq 50); do $R redis-cli ping >/dev/null 2>&1 && break; sleep 0.1; done
+sha=$($R redis-cli script load "$(cat "$LUA")")
+[[ "$sha" =~ ^[0-9a-f]{40}$ ]] || { echo "fleet_bench: SCRIPT LOAD failed: $sha" >&2; exit 1; }
+# One policy: CIR 8 Mbit/s, CBS 100 kB in the script's units (10^-6 bit); every node reports
+# nothing held and asks for 1000 units, lease 1 s.
+for nodes in 1000 10000; do
+    $R redis-cli flushall >/dev/null
+    # One exchange by hand: the script answers {grant, tokens, out, hosts, ...}, not an error.
+    $R redis-cli evalsha "$sha" 3 'tricolor:{b}:bucket' 'tricolor:{b}:held' 'tricolor:{b}:seen' \
+        node:check 8000000 800000000000 0 1000 1000000 0 | grep -qv ERR ||
+        { echo "fleet_bench: EVALSHA failed" >&2; exit 1; }
+    $R redis-cli config resetstat >/dev/null
+    rps=$($R redis-benchmark -c 50 -n "$SCRIPT_REQUESTS" -r "$nodes" --csv \
+        evalsha "$sha" 3 'tricolor:{b}:bucket' 'tricolor:{b}:held' 'tricolor:{b}:seen' \
+        'node:__rand_int__' 8000000 800000000000 0 1000 1000000 0 |
+        awk -F'"' 'NR == 2 {print $4}')
+    usec=$($R redis-cli info commandstats | sed -n 's/.*cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+    read -r at50 at200 < <(python3 -c "r = $rps; print(f'{r * 0.05:.0f} {r * 0.2:.0f}')")
+    echo "RESULT name=fleet_script_${nodes}_nodes exchanges_per_s=${rps%.*} usec_per_call=$usec" \
+        "hosts_at_50ms=$at50 hosts_at_200ms=$at200"
+done

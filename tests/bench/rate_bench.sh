@@ -76,7 +76,7 @@ for proto in udp tcp; do
         per=$(python3 -c "print(f'{$jiffies * 10 / max($bps / 1e6 * $SECONDS_EACH, 1e-9):.3f}')")
         if [ "$method" = none ]; then
             printf "%-9s %-4s %18s %10s %16s\n" "$method" "$proto" "$mbit" "-" "$per"
-            echo "RESULT name=rate_${proto}_none delivered_mbit=$mbit cpu_ms_per_mbit=$per"
+            echo "RESULT name=rate_${proto}_none delivered_mbit=$mbit rel_error=— cpu_ms_per_mbit=$per"
             continue
         fi
         err=$(python3 -c "print(f'{($bps - $RATE_MBIT*1e6) / ($RATE_MBIT*1e6) * 100:+.2f}%')")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 # tcp_bench.sh BUILD_DIR: TCP through tricolor (docs/spec.md §8) against HTB and TBF, same run.
-# CUBIC flows (iperf3) from tcpb-a (198.18.170.1, the sender) to tcpb-b (198.18.170.2) through
+# CUBIC flows (iperf3; CC below) from tcpb-a (198.18.170.1, the sender) to tcpb-b (198.18.170.2) through
 # a wire with a one-way delay of RTT/2 (tests/tools/delayline in tcpb-a-m; RTT 0 is the same
 # relay without delay); a tricolord in each end namespace. Each case prints
 #   RESULT name=tcp_rtt<R>_cbs<K>k_<mode>_f<N> goodput_mbit= pct_cir= retransmits= jain=
@@ -15,8 +15,10 @@
 #   aqm_drop the same with --aqm drop; aqm_ecn with --aqm ecn (the sender negotiates ECN)
 # Environment: RATE_MBIT (20), SECONDS_EACH (8), RTTS ("0 20 100", ms; 100 is the delay line at
 # 50 ms each way), CBS_LIST ("16 64", KiB),
-# FLOWS_LIST ("1 4"), MODES ("police sockets htb tbf"), TSV (a file to append the rows to,
-# for tests/bench/tcp_plot.py).
+# FLOWS_LIST ("1 4"), MODES ("htb tbf police sockets xdp aqm_drop aqm_ecn"), CC (the senders'
+# congestion control, cubic), ID_SUFFIX (appended to every RESULT name, so that a second
+# matrix, e.g. CC=bbr ID_SUFFIX=_bbr or longer runs, keeps its own ids), TSV (a file to append
+# the rows to, for tests/bench/tcp_plot.py).
 set -euo pipefail
 BUILD_DIR=$1
 RATE_MBIT=${RATE_MBIT:-20}
@@ -25,6 +27,8 @@ RTTS=${RTTS:-"0 20 100"}
 CBS_LIST=${CBS_LIST:-"16 64"}
 FLOWS_LIST=${FLOWS_LIST:-"1 4"}
 MODES=${MODES:-"htb tbf police sockets xdp aqm_drop aqm_ecn"}
+CC=${CC:-cubic}
+ID_SUFFIX=${ID_SUFFIX:-}
 TSV=${TSV:-}
 DIR=/run/tricolor-tcpbench
 DIR_B=/run/tricolor-tcpbench-b
@@ -63,7 +67,7 @@ setup() { # MODE CBS_BYTES
 
 # Prints "goodput_bps retransmits jain".
 run() { # FLOWS
-    $A iperf3 -C cubic -c 198.18.170.2 -P "$1" -t "$SECONDS_EACH" -J | python3 -c '
+    $A iperf3 -C "$CC" -c 198.18.170.2 -P "$1" -t "$SECONDS_EACH" -J | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 e = d["end"]
@@ -97,7 +101,8 @@ for rtt in $RTTS; do
                 pct=$(python3 -c "print(f'{$bps/($RATE_MBIT*1e6)*100:.1f}')")
                 printf "%-6s %-6s %-8s %-5s %14s %8s %8s %6s\n" "${rtt}ms" "${cbs}k" "$mode" \
                     "$flows" "$mbit" "$pct" "$retr" "$jain"
-                echo "RESULT name=tcp_rtt${rtt}_cbs${cbs}k_${mode}_f${flows} goodput_mbit=$mbit" \
+                echo "RESULT name=tcp_rtt${rtt}_cbs${cbs}k_${mode}_f${flows}$ID_SUFFIX" \
+                    "goodput_mbit=$mbit" \
                     "pct_cir=$pct retransmits=$retr jain=$jain"
                 [ -n "$TSV" ] && printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$rtt" "$cbs" "$mode" \
                     "$flows" "$pct" "$retr" "$jain" >>"$TSV"

@@ -303,6 +303,12 @@ std::string evalsha_stats(const RedisServer &r) {
     return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
 }
 
+// "usec_per_call=113.52" of an INFO commandstats line; -1 when absent.
+double usec_per_call(const std::string &stats) {
+    auto at = stats.find("usec_per_call=");
+    return at == std::string::npos ? -1.0 : std::stod(stats.substr(at + 14));
+}
+
 // Green throughput over every 2 s window of @samples (samples every ~100 ms), as a fraction
 // of CIR: the lowest, and the lowest of the windows that start within @after_ns of a move.
 struct Use {
@@ -386,6 +392,7 @@ TEST_F(Fleet, DISABLED_Bench) {
         failures += f["failures"].get<uint64_t>();
     }
     expect_never_over(samples);
+    bool held = !HasFailure();
     Use u = windows(samples, moves, t0, t1);
     std::printf("BENCH use: %.2f s at 2x CIR, demand moving every %.0f s: 2 s windows "
                 "min %.1f%%, mean %.1f%%, min of windows starting within 1 s after a move "
@@ -395,6 +402,16 @@ TEST_F(Fleet, DISABLED_Bench) {
                 "%llu failed exchanges, %llu fallbacks\n",
                 static_cast<double>(ex) / secs / hosts.size(), cpu / secs * 100,
                 evalsha_stats(redis).c_str(), static_cast<unsigned long long>(failures),
+                static_cast<unsigned long long>(fallbacks));
+    // The same figures for the docs (tests/bench/figures.py).
+    std::printf("RESULT name=fleet_use seconds=%.2f min_pct=%.1f mean_pct=%.1f "
+                "min_after_move_pct=%.1f never_over=%s pairs=%zu\n",
+                secs, u.min * 100, u.mean * 100, u.min_after_move * 100, held ? "held" : "broken",
+                samples.size() * (samples.size() - 1) / 2);
+    std::printf("RESULT name=fleet_load exchanges_per_s_per_host=%.1f redis_cpu_pct=%.1f "
+                "evalsha_usec_per_call=%.1f failed=%llu fallbacks=%llu\n",
+                static_cast<double>(ex) / secs / hosts.size(), cpu / secs * 100,
+                usec_per_call(evalsha_stats(redis)), static_cast<unsigned long long>(failures),
                 static_cast<unsigned long long>(fallbacks));
 
     // Redis killed for 5 s and restarted, per fallback mode: demand on all three hosts
@@ -438,6 +455,10 @@ TEST_F(Fleet, DISABLED_Bench) {
                       (kCir * static_cast<double>(after.first_ns - after0.last_ns) / 1e9);
         std::printf("BENCH redis-down %s: green during the %.1f s gap %.1f%% of CIR*gap; back "
                     "to leasing %.0f ms after the restart; the next 2 s %.1f%% of CIR\n",
+                    mode.c_str(), gap_s, in_gap * 100,
+                    recovered ? static_cast<double>(recovered - back) / 1e6 : -1.0, post * 100);
+        std::printf("RESULT name=fleet_redis_down_%s gap_s=%.1f gap_pct=%.1f back_ms=%.0f "
+                    "next_2s_pct=%.1f\n",
                     mode.c_str(), gap_s, in_gap * 100,
                     recovered ? static_cast<double>(recovered - back) / 1e6 : -1.0, post * 100);
     }
