@@ -95,21 +95,21 @@ mutant colour-map-word bpf/lib/act.h \
     's/pol->color_map\[\(dscp >> 5\) & 1\]/pol->color_map[0]/' \
     "colour-aware: DSCPs 32-63 read the colour map of 0-31" \
     "bpf:*ColourAware*"
-mutant rank-name-not-prefix userspace/src/rules.cpp \
-    's/-static_cast<int>\(specificity\((\w)->match\)\)/0/g' \
+mutant rank-name-not-prefix userspace/src/policy_sets.cpp \
+    's/-static_cast<int>\(specificity\(p\.match\)\)/0/' \
     "rank: ties at equal priority go to the name, not the longer prefix" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
-mutant rank-no-priority userspace/src/rules.cpp \
-    's/std::tuple\((\w)->priority,/std::tuple(0u,/g' \
+mutant rank-no-priority userspace/src/policy_sets.cpp \
+    's/return \{p\.priority,/return {0u,/' \
     "rank: priority ignored" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
 mutant rank-longest-single userspace/src/rules.cpp \
     's/return \(m\.src \? m\.src->len : 0\) \+ \(m\.dst \? m\.dst->len : 0\);/return std::max<unsigned>(m.src ? m.src->len : 0, m.dst ? m.dst->len : 0);/' \
     "rank: the longest single prefix instead of src + dst bits" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
-mutant rank-name-reversed userspace/src/rules.cpp \
-    's/a->name\);/NAME_A/; s/b->name\);/a->name);/; s/NAME_A/b->name);/' \
-    "rank: at equal priority and prefix, the later name wins" \
+mutant rank-name-reversed userspace/src/policy_sets.cpp \
+    's/specificity\(p\.match\)\), p\.name\};/specificity(p.match)), std::string(1, static_cast<char>(255 - static_cast<unsigned char>(p.name[0])))};/' \
+    "rank: at equal priority and prefix, the later name (by its first letter) wins" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
 mutant probe-last-match bpf/lib/classify.h \
     's/if \(r && r->rank < ctx->best_rank\)/if (r)/' \
@@ -123,6 +123,14 @@ mutant cache-wrap-kept userspace/src/datapath.cpp \
     's/if \(version == 0\)\s*clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \
     "bpf:ClassCacheTest.*"
+mutant sets-other-not-dirty userspace/src/policy_sets.cpp \
+    's/other\.dirty_ids\.insert\(impl_->touched_ids\.begin\(\), impl_->touched_ids\.end\(\)\);//' \
+    "policy sets: the set active during a change is not told what it missed" \
+    "bpf:PolicySetsTest.*"
+mutant sets-masks-unordered userspace/src/policy_sets.cpp \
+    's/std::ranges::sort\(out, \[\]\(const auto &a, const auto &b\) \{ return a\.first < b\.first; \}\);//' \
+    "policy sets: masks probed in the order of their keys, not of the best rank under each" \
+    "bpf:PolicySetsTest.*:bpf:DatapathTest.Classification*"
 mutant per-key-mask bpf/lib/flow.h \
     's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \
@@ -152,7 +160,7 @@ mutant daemon-partial-apply userspace/daemon/daemon.cpp \
     "daemon applies the good policies of a set with bad ones (not all or nothing)" \
     "e2e:*ApplyReplacesTheWholeSetOrNothing*:*SighupReloadsTheConfigAllOrNothing*:*EveryBadInputIsRefused*"
 mutant fresh-id-kept userspace/src/datapath.cpp \
-    's/\(impl_->active\.contains\(p\.id\) \? kept : fresh\)/(true ? kept : fresh)/' \
+    's/if \(was == impl_->active\.end\(\)\)(\s*)fresh\.insert/if (false)$1fresh.insert/' \
     "a policy removed and added again keeps its old tokens and counters" \
     "bpf:*PolicyUpdateKeepsTokensCappedAndCounters*"
 mutant attach-always-clsact userspace/src/attach.cpp \

@@ -115,24 +115,27 @@ struct tcm_class_key {
 
 /* A classifier entry: one mask's masked key in one policy set. */
 struct tcm_rule_key {
-    __u32 set_mask; /* set << 16 | mask index */
+    __u32 set_mask; /* set << 16 | the mask's id (tcm_mask.id) */
     struct tcm_class_key key;
 };
 
 struct tcm_rule {
-    __u32 slot; /* index of the policy's config in tcm_policy_cfg for this set */
-    __u32 rank; /* total order of the set's policies: lower wins (priority, then specificity) */
+    __u32 slot; /* the policy's id: its config is tcm_policy_cfg[set * TCM_MAX_POLICIES + slot] */
+    __u32 rank; /* total order of the set's policies: lower wins (priority, then specificity).
+                 * Sparse, so that one policy can be added between two without renumbering. */
 };
 
 struct tcm_mask {
     struct tcm_class_key mask;
     __u32 min_rank; /* best rank of any rule under this mask: masks are probed in this order */
-    __u32 pad;
+    __u32 id;       /* names the mask in its rules' keys: it stays when the probe order changes,
+                     * so a change of order rewrites this array, not the rules (0 in pins of
+                     * before this field, where the rules were keyed by position) */
 };
 
 struct tcm_set_info {
     __u32 n_masks;
-    __u32 n_policies;
+    __u32 n_policies; /* 1 + the highest slot in use */
 };
 
 /* The classification cache: the policy a packet's whole tcm_class_key fell under, so a set of

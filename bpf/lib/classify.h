@@ -31,7 +31,7 @@ static __always_inline long classify_probe_mask(__u32 i, void *arg) {
     const __u32 *words = (const __u32 *)ctx->key;
     const __u32 *mw = (const __u32 *)&m->mask;
     __u32 *kw = (__u32 *)&rk.key;
-    rk.set_mask = (ctx->set & 1) << 16 | i;
+    rk.set_mask = (ctx->set & 1) << 16 | m->id;
 #pragma unroll
     for (int w = 0; w < TCM_CLASS_KEY_WORDS; w++)
         kw[w] = words[w] & mw[w];

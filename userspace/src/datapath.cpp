@@ -3,6 +3,7 @@
 // set (rules.hpp) into the inactive half of the maps and flips it active with one store, and
 // reads counters, flows and state back.
 #include "tricolor/datapath.hpp"
+#include "tricolor/policy_sets.hpp"
 #include "tricolor/rules.hpp"
 #include "tricolor/bpf_load.hpp"
 #include "tricolor/hierarchy.hpp"
@@ -16,7 +17,9 @@
 #include <ctime>
 #include <filesystem>
 
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <set>
 #include <stdexcept>
@@ -57,6 +60,11 @@ struct Datapath::Impl {
     tcm_fleet_grant *fleet = nullptr;  // the mmapped tcm_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
     size_t counted_flows = 0;          // as of the last reclaim pass or count_flows()
+    std::unique_ptr<PolicySets> sets;  // the model of the set and what each set's maps hold
+    // The model is the active set: false after adopting pins, until a change is applied.
+    bool in_sync = true;
+    // Adopted pins: the flow table may hold flows of ids no set holds.
+    bool flows_unclean = false;
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
@@ -125,20 +133,45 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
     impl_->fleet = static_cast<tcm_fleet_grant *>(mem);
+    auto *maps = &impl_->skel->maps;
+    impl_->sets = std::make_unique<PolicySets>(
+        PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),
+                         impl_->fd(maps->tcm_rules), impl_->fd(maps->tcm_sets)},
+        !impl_->adopted);
     if (impl_->adopted)
         adopt();
 }
 
 void Datapath::adopt() {
+    impl_->in_sync = false;
+    impl_->flows_unclean = true;
     // The active set's ids and names: apply() keeps their buckets and counters.
     uint32_t set = impl_->runtime->active_set & 1;
     tcm_set_info info{};
     if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_sets), &set, &info) != 0)
         return;
+    // Pins of before tcm_mask.id keyed each mask's rules by its position and left the field 0:
+    // name each mask by its position, which the program running now ignores, so that this
+    // program reads the set right once it is attached, before anything is applied.
+    int masks_fd = impl_->fd(impl_->skel->maps.tcm_masks);
+    std::vector<std::pair<uint32_t, tcm_mask>> masks;
+    for (uint32_t i = 0; i < info.n_masks && i < TCM_MAX_MASKS; ++i) {
+        uint32_t idx = set * TCM_MAX_MASKS + i;
+        tcm_mask m{};
+        if (bpf_map_lookup_elem(masks_fd, &idx, &m) == 0)
+            masks.emplace_back(idx, m);
+    }
+    if (masks.size() > 1 && std::ranges::all_of(masks, [](auto &m) { return m.second.id == 0; }))
+        for (auto &[idx, m] : masks) {
+            m.id = idx % TCM_MAX_MASKS;
+            bpf_map_update_elem(masks_fd, &idx, &m, 0);
+        }
     for (uint32_t slot = 0; slot < info.n_policies && slot < TCM_MAX_POLICIES; ++slot) {
         uint32_t idx = set * TCM_MAX_POLICIES + slot;
         tcm_policy cfg{};
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_cfg), &idx, &cfg) != 0)
+        // A slot is a policy's id: the slots between hold none (a zero config, no name).
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_cfg), &idx, &cfg) != 0 ||
+            cfg.name[0] == 0)
             continue;
         Policy p;
         p.id = cfg.policy_id;
@@ -174,91 +207,68 @@ Result<void> Datapath::check(const std::vector<Policy> &policies) const {
 Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     if (auto ok = check(policies); !ok)
         return ok;
+    SetChange c;
+    std::set<uint32_t> ids;
+    for (const auto &p : policies) {
+        ids.insert(p.id);
+        auto it = impl_->active.find(p.id);
+        if (it == impl_->active.end() || !(it->second == p))
+            c.upserts.push_back(p);
+    }
+    for (const auto &[id, p] : impl_->active)
+        if (!ids.contains(id))
+            c.removes.push_back(id);
+    return commit(c, &policies);
+}
+
+Result<void> Datapath::upsert(const Policy &policy) {
+    if (auto it = impl_->active.find(policy.id); it != impl_->active.end() && it->second == policy)
+        return {};
+    if (!impl_->in_sync) { // adopted: the next change writes a set whole anyway
+        auto set = policies();
+        auto it = std::ranges::find(set, policy.id, &Policy::id);
+        if (it != set.end())
+            *it = policy;
+        else
+            set.push_back(policy);
+        return apply(set);
+    }
+    SetChange c{{policy}, {}};
+    if (auto errors = impl_->sets->problems(c); !errors.empty())
+        return std::unexpected(join_lines(errors));
+    return commit(c, nullptr);
+}
+
+Result<void> Datapath::remove(uint32_t policy_id) {
+    if (!impl_->active.contains(policy_id))
+        return std::unexpected(fmt::format("no policy with id {}", policy_id));
+    if (!impl_->in_sync) {
+        auto set = policies();
+        std::erase_if(set, [&](const Policy &p) { return p.id == policy_id; });
+        return apply(set);
+    }
+    SetChange c{{}, {policy_id}};
+    if (auto errors = impl_->sets->problems(c); !errors.empty())
+        return std::unexpected(join_lines(errors));
+    return commit(c, nullptr);
+}
+
+// Writes @c (checked) into the inactive set and makes it active. @all: the whole set after
+// the change, when the caller has it.
+Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all) {
     auto *skel = impl_->skel;
     const uint32_t active = impl_->runtime->active_set & 1, next = active ^ 1;
-    auto fail = [&](std::string_view what, int err) {
-        return std::unexpected(fmt::format("cannot {}: {} (the active policy set is unchanged)",
-                                           what, errno_text(err)));
-    };
 
-    CompiledRules rules = compile_rules(policies);
-    const auto &masks = rules.masks;
-
-    // 1. Clear what an earlier apply left in the inactive set.
-    int rules_fd = impl_->fd(skel->maps.tcm_rules);
-    {
-        std::vector<tcm_rule_key> stale;
-        tcm_rule_key k{}, next_key{};
-        void *prev = nullptr;
-        while (bpf_map_get_next_key(rules_fd, prev, &next_key) == 0) {
-            if ((next_key.set_mask >> 16) == next)
-                stale.push_back(next_key);
-            k = next_key;
-            prev = &k;
-        }
-        for (const auto &s : stale)
-            bpf_map_delete_elem(rules_fd, &s);
-    }
-    // 2. Configs, masks and rules of the inactive set; a parent is named by its slot.
-    std::map<std::string, uint32_t> slot_of;
-    for (uint32_t slot = 0; slot < policies.size(); ++slot)
-        slot_of[policies[slot].name] = slot;
-    for (uint32_t slot = 0; slot < policies.size(); ++slot) {
-        const Policy &p = policies[slot];
-        tcm_policy cfg{};
-        cfg.meter = make_meter_config(p.meter);
-        if (p.fleet) {
-            // C is refilled by grants only (bpf/lib/fleet.h), never by time.
-            cfg.meter.flags |= TCM_METER_F_FLEET;
-            cfg.meter.c_rate = 0;
-            cfg.meter.c_fill_ns = ~0ull;
-        }
-        for (int d = 0; d < 64; ++d)
-            cfg.color_map[d / 32] |= static_cast<uint64_t>(p.color_map[d]) << (2 * (d % 32));
-        for (int c = 0; c < TCM_NR_COLORS; ++c)
-            cfg.action[c] = {static_cast<uint32_t>(p.actions[c].kind), p.actions[c].value};
-        cfg.policy_id = p.id;
-        cfg.per = static_cast<uint8_t>(p.per);
-        cfg.prefix4 = p.prefix4;
-        cfg.prefix6 = p.prefix6;
-        cfg.length_mode = static_cast<uint8_t>(p.length);
-        cfg.overhead = p.overhead;
-        cfg.aqm = static_cast<uint8_t>(p.aqm);
-        if (!p.parent.empty())
-            cfg.parent = next * TCM_MAX_POLICIES + slot_of.at(p.parent) + 1;
-        std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
-        uint32_t idx = next * TCM_MAX_POLICIES + slot;
-        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_cfg), &idx, &cfg, 0))
-            return fail("write a policy config", err);
-    }
-    std::map<tcm_class_key, uint32_t, ClassKeyLess> mask_index;
-    for (uint32_t i = 0; i < masks.size(); ++i) {
-        tcm_mask m{};
-        m.mask = masks[i].second;
-        m.min_rank = masks[i].first;
-        mask_index[m.mask] = i;
-        uint32_t idx = next * TCM_MAX_MASKS + i;
-        if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_masks), &idx, &m, 0))
-            return fail("write a classifier mask", err);
-    }
-    for (const auto &e : rules.entries) {
-        tcm_rule_key rk{};
-        rk.set_mask = next << 16 | mask_index[e.mask];
-        rk.key = e.key;
-        tcm_rule r{e.slot, e.rank};
-        if (int err = bpf_map_update_elem(rules_fd, &rk, &r, 0))
-            return fail("write a classifier rule", err);
-    }
-    // 3. Fresh state, counters and no flows for ids that were not active: an id can be reused.
+    // 1. Fresh state and counters for ids that were not active (an id can be reused); a policy
+    // that starts (or stops) being a fleet policy holds no tokens from before.
     int ncpus = libbpf_num_possible_cpus();
     std::vector<tcm_counters> zero_counters(ncpus);
-    std::set<uint32_t> fresh, kept;
-    for (const auto &p : policies)
-        (impl_->active.contains(p.id) ? kept : fresh).insert(p.id);
-    for (const auto &p : policies) {
-        // A policy that starts (or stops) being a fleet policy holds no tokens from before.
+    std::set<uint32_t> fresh;
+    for (const auto &p : c.upserts) {
         auto was = impl_->active.find(p.id);
-        if (fresh.contains(p.id) || (was != impl_->active.end() && was->second.fleet != p.fleet))
+        if (was == impl_->active.end())
+            fresh.insert(p.id);
+        if (was == impl_->active.end() || was->second.fleet != p.fleet)
             fleet_revoke(p.id);
     }
     for (uint32_t id : fresh) {
@@ -266,31 +276,79 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_state), &id, &zero, 0);
         bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_stats), &id, zero_counters.data(), 0);
     }
+    // The flows of an id are deleted when it leaves the set (5. below), so a fresh id has none;
+    // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
     int flows_fd = impl_->fd(skel->maps.tcm_flows);
-    if (!fresh.empty())
-        delete_flows_if(flows_fd, [&](uint32_t id) { return fresh.contains(id); });
-    tcm_set_info info{static_cast<uint32_t>(masks.size()), static_cast<uint32_t>(policies.size())};
-    if (int err = bpf_map_update_elem(impl_->fd(skel->maps.tcm_sets), &next, &info, 0))
-        return fail("write the policy set header", err);
+    if (impl_->flows_unclean && !fresh.empty())
+        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_->active.contains(id); });
 
-    // 4. One store makes the new set active: the version goes up by one, and its bit 0 is the
+    // 2. The inactive set brought up to the new one: only what differs, unless much changed
+    // (or the maps were adopted), when the ranks are laid out afresh and the set written whole.
+    const bool bulk = !impl_->in_sync || c.upserts.size() + c.removes.size() >
+                                             std::max<size_t>(64, impl_->active.size() / 4);
+    Result<void> written;
+    if (bulk) {
+        std::vector<Policy> whole;
+        if (!all) {
+            std::map<uint32_t, Policy> after = impl_->active;
+            for (uint32_t id : c.removes)
+                after.erase(id);
+            for (const auto &p : c.upserts)
+                after[p.id] = p;
+            for (auto &[id, p] : after)
+                whole.push_back(std::move(p));
+        }
+        written = impl_->sets->rebuild(next, all ? *all : whole);
+    } else {
+        written = impl_->sets->write(next, c);
+    }
+    if (!written) {
+        impl_->in_sync = impl_->in_sync && !bulk;
+        return written;
+    }
+
+    // 3. One store makes the new set active: the version goes up by one, and its bit 0 is the
     // set. The classification cache serves only entries of the active version; after 2^32
     // switches a version comes back, so the cache is emptied before it does.
     const uint32_t version = impl_->runtime->active_set + 1;
     if (version == 0)
         clear_class_cache();
     __atomic_store_n(&impl_->runtime->active_set, version, __ATOMIC_RELEASE);
+    impl_->sets->switched(next);
+
+    // 4. The active map of policies.
+    std::set<uint32_t> removed;
+    for (uint32_t id : c.removes)
+        if (impl_->active.erase(id))
+            removed.insert(id);
+    if (all) {
+        std::set<uint32_t> ids;
+        for (const auto &p : *all)
+            ids.insert(p.id);
+        for (auto it = impl_->active.begin(); it != impl_->active.end();)
+            if (!ids.contains(it->first)) {
+                removed.insert(it->first);
+                it = impl_->active.erase(it);
+            } else {
+                ++it;
+            }
+    }
+    std::map<uint32_t, const Policy *> changed;
+    for (const auto &p : c.upserts)
+        changed[p.id] = &(impl_->active[p.id] = p);
 
     // 5. The flows of policies that are gone: a scan of the whole flow table, so only when a
-    // policy was removed (a plain update keeps every id).
-    if (std::ranges::any_of(impl_->active, [&](const auto &a) { return !kept.contains(a.first); }))
-        delete_flows_if(flows_fd,
-                        [&](uint32_t id) { return !kept.contains(id) && !fresh.contains(id); });
+    // policy was removed (a plain update keeps every id). After adopting pins, every id no set
+    // holds.
+    if (impl_->flows_unclean)
+        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_->active.contains(id); });
+    else if (!removed.empty())
+        delete_flows_if(flows_fd, [&](uint32_t id) { return removed.contains(id); });
+    impl_->flows_unclean = false;
 
     // 6. --shape sockets: each policy's pacing rate; a change bumps its generation so that its
     // sockets re-read their share, and so does a policy that left (its sockets go unpaced).
     int shape_fd = impl_->fd(skel->maps.tcm_shape_cfg);
-    uint32_t shaping = 0;
     auto write_shape = [&](uint32_t id, uint64_t rate, uint32_t per_socket) {
         tcm_shape_cfg old{};
         bpf_map_lookup_elem(shape_fd, &id, &old);
@@ -299,19 +357,24 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         tcm_shape_cfg cfg{rate, per_socket, old.gen + 1};
         bpf_map_update_elem(shape_fd, &id, &cfg, 0);
     };
-    for (const auto &p : policies) {
-        bool on = p.shape == TCM_SHAPE_SOCKETS;
-        shaping += on;
-        write_shape(p.id, on ? shape_payload_rate(p) : 0, p.per == TCM_PER_5TUPLE);
+    for (const auto &[id, p] : changed) {
+        bool on = p->shape == TCM_SHAPE_SOCKETS;
+        write_shape(id, on ? shape_payload_rate(*p) : 0, p->per == TCM_PER_5TUPLE);
     }
+    for (uint32_t id : removed)
+        write_shape(id, 0, 0);
+    uint32_t shaping = 0;
     for (const auto &[id, p] : impl_->active)
-        if (!kept.contains(id) && !fresh.contains(id))
-            write_shape(id, 0, 0);
+        shaping += p.shape == TCM_SHAPE_SOCKETS;
     __atomic_store_n(&skel->bss->tcm_shape_policies, shaping, __ATOMIC_RELEASE);
+    impl_->in_sync = true;
 
-    impl_->active.clear();
-    for (const auto &p : policies)
-        impl_->active[p.id] = p;
+    // 7. After a rebuild the other set is far behind the new one. Once no packet can still be
+    // reading it (an RCU grace period, which membarrier(MEMBARRIER_CMD_GLOBAL) waits for: the
+    // programs run under RCU), it is brought up too, so that the next change of one policy
+    // writes only what it changes. Without the grace period, that change catches it up.
+    if (bulk && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+        (void)impl_->sets->catch_up(active);
     return {};
 }
 
@@ -403,25 +466,6 @@ std::vector<Policy> Datapath::policies() const {
     for (const auto &[id, p] : impl_->active)
         out.push_back(p);
     return out;
-}
-
-Result<void> Datapath::upsert(const Policy &policy) {
-    auto set = policies();
-    auto it = std::ranges::find(set, policy.id, &Policy::id);
-    if (it != set.end())
-        *it = policy;
-    else
-        set.push_back(policy);
-    return apply(set);
-}
-
-Result<void> Datapath::remove(uint32_t policy_id) {
-    auto set = policies();
-    auto it = std::ranges::find(set, policy_id, &Policy::id);
-    if (it == set.end())
-        return std::unexpected(fmt::format("no policy with id {}", policy_id));
-    set.erase(it);
-    return apply(set);
 }
 
 std::map<uint32_t, tcm_counters> Datapath::policy_counters() const {
@@ -553,6 +597,10 @@ size_t Datapath::class_cache_entries() const {
     for (void *prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key, ++n)
         key = next;
     return n;
+}
+
+size_t Datapath::last_set_writes() const {
+    return impl_->sets->last_map_writes();
 }
 
 void Datapath::set_version_for_test(uint32_t version) {

@@ -53,10 +53,6 @@ std::vector<std::pair<uint16_t, uint16_t>> port_prefixes(PortRange r) {
     return out;
 }
 
-unsigned specificity(const Match &m) {
-    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
-}
-
 // (mask, masked key): one classifier rule.
 struct RuleKeyLess {
     bool operator()(const std::pair<tcm_class_key, tcm_class_key> &a,
@@ -68,6 +64,10 @@ struct RuleKeyLess {
 };
 
 } // namespace
+
+unsigned specificity(const Match &m) {
+    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
+}
 
 std::vector<RuleEntry> rule_entries(const Policy &p, uint32_t slot, uint32_t rank) {
     if (p.only_parent)
@@ -123,46 +123,72 @@ std::vector<RuleEntry> rule_entries(const Policy &p, uint32_t slot, uint32_t ran
     return out;
 }
 
+std::vector<std::string> policy_problems(const Policy &p) {
+    std::vector<std::string> out;
+    auto fail = [&](const std::string &why) {
+        out.push_back(fmt::format("policy '{}': {}", p.name, why));
+    };
+    if (p.id >= TCM_MAX_POLICIES)
+        fail(fmt::format("id {} is not below {}", p.id, TCM_MAX_POLICIES));
+    auto v = validate(p.meter);
+    for (const auto &e : v.errors)
+        fail(e);
+    const Match &m = p.match;
+    if (m.src && m.dst && m.src->ipv6 != m.dst->ipv6)
+        fail("src and dst prefixes are of different families");
+    if (m.dscp && *m.dscp > 63)
+        fail(fmt::format("dscp {} is not 0 to 63", *m.dscp));
+    if (m.vlan && *m.vlan > 4095)
+        fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
+    if (p.prefix4 > 32 || p.prefix6 > 128)
+        fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
+    if (p.fleet && p.per != TCM_PER_AGGREGATE)
+        fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
+    for (const auto &a : p.actions)
+        if (a.kind == TCM_ACT_KIND_DSCP && a.value > 63)
+            fail(fmt::format("dscp:{} is not 0 to 63", a.value));
+    if (size_t n = rule_entries(p, 0, 0).size(); n > kMaxEntriesPerPolicy)
+        fail(fmt::format("its port ranges expand to {} classifier entries (at most {}): "
+                         "split the policy or widen the ranges",
+                         n, kMaxEntriesPerPolicy));
+    return out;
+}
+
+std::string too_many_policies(size_t n) {
+    return fmt::format("{} policies: at most {}", n, TCM_MAX_POLICIES);
+}
+
+std::string too_many_shapes(size_t n) {
+    return fmt::format(
+        "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
+        "the data path probes at most {}",
+        n, TCM_MAX_MASKS);
+}
+
+std::string too_many_entries(size_t n) {
+    return fmt::format("the policies expand to {} classifier entries; at most {}", n,
+                       TCM_MAX_RULES / TCM_NR_SETS);
+}
+
 std::vector<std::string> policy_set_problems(const std::vector<Policy> &policies) {
     std::vector<std::string> errors;
     std::set<uint32_t> ids;
     std::set<std::string> names;
     if (policies.size() > TCM_MAX_POLICIES)
-        errors.push_back(fmt::format("{} policies: at most {}", policies.size(), TCM_MAX_POLICIES));
+        errors.push_back(too_many_policies(policies.size()));
     size_t rules = 0;
     std::set<tcm_class_key, ClassKeyLess> masks;
     for (const auto &p : policies) {
         auto fail = [&](const std::string &why) {
             errors.push_back(fmt::format("policy '{}': {}", p.name, why));
         };
-        if (p.id >= TCM_MAX_POLICIES)
-            fail(fmt::format("id {} is not below {}", p.id, TCM_MAX_POLICIES));
+        for (auto &e : policy_problems(p))
+            errors.push_back(std::move(e));
         if (!ids.insert(p.id).second)
             fail(fmt::format("id {} is used twice", p.id));
         if (!names.insert(p.name).second)
             fail("the name is used twice");
-        auto v = validate(p.meter);
-        for (const auto &e : v.errors)
-            fail(e);
-        const Match &m = p.match;
-        if (m.src && m.dst && m.src->ipv6 != m.dst->ipv6)
-            fail("src and dst prefixes are of different families");
-        if (m.dscp && *m.dscp > 63)
-            fail(fmt::format("dscp {} is not 0 to 63", *m.dscp));
-        if (m.vlan && *m.vlan > 4095)
-            fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
-        if (p.prefix4 > 32 || p.prefix6 > 128)
-            fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
-        if (p.fleet && p.per != TCM_PER_AGGREGATE)
-            fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
-        for (const auto &a : p.actions)
-            if (a.kind == TCM_ACT_KIND_DSCP && a.value > 63)
-                fail(fmt::format("dscp:{} is not 0 to 63", a.value));
         auto es = rule_entries(p, 0, 0);
-        if (es.size() > kMaxEntriesPerPolicy)
-            fail(fmt::format("its port ranges expand to {} classifier entries (at most {}): "
-                             "split the policy or widen the ranges",
-                             es.size(), kMaxEntriesPerPolicy));
         rules += es.size();
         for (const auto &e : es)
             masks.insert(e.mask);
@@ -170,52 +196,10 @@ std::vector<std::string> policy_set_problems(const std::vector<Policy> &policies
     for (auto &e : hierarchy_errors(policies))
         errors.push_back(std::move(e));
     if (masks.size() > TCM_MAX_MASKS)
-        errors.push_back(fmt::format(
-            "the policies use {} distinct match shapes (prefix lengths, port ranges, fields); "
-            "the data path probes at most {}",
-            masks.size(), TCM_MAX_MASKS));
+        errors.push_back(too_many_shapes(masks.size()));
     if (rules > TCM_MAX_RULES / TCM_NR_SETS)
-        errors.push_back(fmt::format("the policies expand to {} classifier entries; at most {}",
-                                     rules, TCM_MAX_RULES / TCM_NR_SETS));
+        errors.push_back(too_many_entries(rules));
     return errors;
-}
-
-CompiledRules compile_rules(const std::vector<Policy> &policies) {
-    // Rank: priority, then the longer prefix, then the name: a total order.
-    std::vector<const Policy *> order;
-    for (const auto &p : policies)
-        order.push_back(&p);
-    std::ranges::sort(order, [](const Policy *a, const Policy *b) {
-        auto ka = std::tuple(a->priority, -static_cast<int>(specificity(a->match)), a->name);
-        auto kb = std::tuple(b->priority, -static_cast<int>(specificity(b->match)), b->name);
-        return ka < kb;
-    });
-    std::vector<RuleEntry> entries;
-    for (uint32_t rank = 0; rank < order.size(); ++rank) {
-        auto slot = static_cast<uint32_t>(order[rank] - policies.data());
-        auto es = rule_entries(*order[rank], slot, rank);
-        entries.insert(entries.end(), es.begin(), es.end());
-    }
-    // Masks in order of the best rank they hold.
-    std::map<tcm_class_key, uint32_t, ClassKeyLess> min_rank;
-    for (const auto &e : entries) {
-        auto [it, fresh] = min_rank.emplace(e.mask, e.rank);
-        if (!fresh)
-            it->second = std::min(it->second, e.rank);
-    }
-    std::vector<std::pair<uint32_t, tcm_class_key>> masks;
-    for (const auto &[m, r] : min_rank)
-        masks.emplace_back(r, m);
-    std::ranges::sort(masks, [](const auto &a, const auto &b) { return a.first < b.first; });
-    // Two policies with the same match: only the better rank can ever win. Entries come in rank
-    // order, so the first of a (mask, key) is the one to keep.
-    CompiledRules out;
-    std::set<std::pair<tcm_class_key, tcm_class_key>, RuleKeyLess> written;
-    for (const auto &e : entries)
-        if (written.emplace(e.mask, e.key).second)
-            out.entries.push_back(e);
-    out.masks = std::move(masks);
-    return out;
 }
 
 } // namespace tricolor

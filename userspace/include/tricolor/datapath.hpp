@@ -51,6 +51,8 @@ struct DatapathOptions {
     uint8_t bench_spread = 0;
 };
 
+struct SetChange; // policy_sets.hpp
+
 struct Flow {
     tcm_flow_key key;
     tcm_flow state;
@@ -64,11 +66,12 @@ class Datapath {
     Datapath &operator=(const Datapath &) = delete;
 
     // Replaces the whole policy set, all or nothing: everything is checked first, then the
-    // inactive set is built and made active with one store. Policies whose id was already
-    // active keep their buckets and counters; new ids start from zero.
+    // inactive set is brought up to it and made active with one store. Policies whose id was
+    // already active keep their buckets and counters; new ids start from zero.
     Result<void> apply(const std::vector<Policy> &policies);
-    // One policy at a time, each an apply of the whole set with that change: atomic too.
-    // upsert adds the policy or replaces the one with its id (keeping its tokens and counters).
+    // One policy at a time, atomic too, checking and writing only what the change touches
+    // (policy_sets.hpp). upsert adds the policy or replaces the one with its id (keeping its
+    // tokens and counters).
     Result<void> upsert(const Policy &policy);
     Result<void> remove(uint32_t policy_id);
     std::vector<Policy> policies() const; // the active set, by id
@@ -133,6 +136,8 @@ class Datapath {
     void set_version_for_test(uint32_t version);
     // Entries in the classification cache (tcm_class_cache).
     size_t class_cache_entries() const;
+    // Map entries the last change wrote into the policy sets (updates and deletes).
+    size_t last_set_writes() const;
     struct TestRun {
         uint32_t retval = 0;
         std::vector<uint8_t> data_out;
@@ -150,6 +155,7 @@ class Datapath {
 
   private:
     void adopt();
+    Result<void> commit(const SetChange &c, const std::vector<Policy> *all);
     void clear_class_cache();
     struct Impl;
     std::unique_ptr<Impl> impl_;

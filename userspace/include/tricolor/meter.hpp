@@ -48,6 +48,8 @@ struct MeterParams {
     bool packet_mode = false;
     bool coupling = false; // rfc4115 only: MEF 10.3 CF=1, C's overflow goes to E (docs/spec.md §9)
     bool start_empty = false; // a new flow's buckets start empty (docs/spec.md §9 `start: empty`)
+
+    bool operator==(const MeterParams &) const = default;
 };
 
 struct Validation {

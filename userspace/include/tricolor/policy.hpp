@@ -23,6 +23,7 @@ struct Prefix {
     bool ipv6 = false;
     std::array<uint8_t, 16> addr{}; // IPv4 in the first 4 bytes
     uint8_t len = 0;
+    bool operator==(const Prefix &) const = default;
 };
 // "198.18.0.0/15", "2001:db8::/32", or a bare address (a host prefix).
 Result<Prefix> parse_prefix(std::string_view text);
@@ -30,6 +31,7 @@ std::string to_string(const Prefix &p);
 
 struct PortRange {
     uint16_t lo = 0, hi = 65535;
+    bool operator==(const PortRange &) const = default;
 };
 // "80" or "1024-65535".
 Result<PortRange> parse_port_range(std::string_view text);
@@ -41,11 +43,13 @@ struct Match {
     std::optional<uint8_t> dscp;
     std::optional<uint16_t> vlan;
     std::optional<uint32_t> ifindex;
+    bool operator==(const Match &) const = default;
 };
 
 struct Action {
     tcm_action_kind kind = TCM_ACT_KIND_PASS;
     uint32_t value = 0;
+    bool operator==(const Action &) const = default;
 };
 // "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
 Result<Action> parse_action(std::string_view text);
@@ -76,6 +80,8 @@ struct Policy {
     // the same policy set; empty: none). An only_parent policy matches no traffic itself.
     std::string parent;
     bool only_parent = false;
+
+    bool operator==(const Policy &) const = default;
 };
 
 // The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
