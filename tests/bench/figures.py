@@ -183,13 +183,20 @@ def block_invariants(res):
 
 
 def block_control(res):
-    names = ["apply_10k_policies", "stats_10k_policies", "list_1M_flows"]
+    names = ["apply_16k_policies", "stats_16k_policies", "change_one_of_16k_policies",
+             "remove_one_of_16k_policies", "add_one_of_16k_policies", "list_1M_flows"]
+    one = lambda n: (num(res, n, "us", "{:.0f}") + " µs",
+                     num(res, n, "ratio", "{:.1f}") + " × one `bpf_map_update_elem`")
     rows = [
-        ("apply a set of 10k policies (configs, rules, masks, fresh state; one atomic switch)",
-         num(res, names[0], "ms"), num(res, names[0], "ratio", "{:.2f}") + " × 10k `bpf_map_update_elem`"),
-        ("read the counters of 10k policies (batched, summed over CPUs)",
-         num(res, names[1], "ms", "{:.1f}"), num(res, names[1], "ratio", "{:.2f}") + " × 10k `bpf_map_lookup_elem`"),
-        ("list 2²⁰ flows (batched)", num(res, names[2], "ms"), "—"),
+        ("apply a set of 16k policies (configs, rules, masks, fresh state; one atomic switch)",
+         num(res, names[0], "ms"), num(res, names[0], "ratio", "{:.2f}") + " × 16k `bpf_map_update_elem`"),
+        ("read the counters of 16k policies (batched, summed over CPUs)",
+         num(res, names[1], "ms", "{:.1f}"), num(res, names[1], "ratio", "{:.2f}") + " × 16k `bpf_map_lookup_elem`"),
+        ("change one policy of 16k (checks, the inactive set's differences, one atomic switch)",
+         *one(names[2])),
+        ("remove one policy of 16k", *one(names[3])),
+        ("add one policy to 16k", *one(names[4])),
+        ("list 2²⁰ flows (batched)", num(res, names[5], "ms"), "—"),
     ]
     return table(res, ["operation", "ms", "× baseline"], rows, names)
 

@@ -94,6 +94,7 @@ TEST_F(E2E, PolicyLifecycle) {
     EXPECT_TRUE(status["attachments"][0]["attached"].get<bool>());
     // The change persisted to the daemon's state file; the config file is the user's alone.
     EXPECT_FALSE(std::filesystem::exists(daemon->config()));
+    daemon->settle_state();
     auto cfg = yaml_to_json(read_file(daemon->state())).value();
     EXPECT_EQ(cfg["policies"][0]["cir"], "20mbit");
     EXPECT_EQ(cfg["attachments"][0]["iface"], lab->host_if);
@@ -106,6 +107,7 @@ TEST_F(E2E, PolicyLifecycle) {
 TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
     ok({"policy", "add", "base", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});
     std::string before = ok({"-j", "policy", "list"}).out;
+    daemon->settle_state();
     std::string config_before = read_file(daemon->state());
     struct Bad {
         std::vector<std::string> args;

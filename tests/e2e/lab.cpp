@@ -202,6 +202,12 @@ void Daemon::terminate() {
     pid_ = -1;
 }
 
+void Daemon::settle_state() const {
+    for (int i = 0; i < 500 && std::filesystem::exists(state() + ".journal"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(std::filesystem::exists(state() + ".journal")) << "the journal was not folded";
+}
+
 void Daemon::hup() {
     kill(pid_, SIGHUP);
 }

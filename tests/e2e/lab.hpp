@@ -48,6 +48,9 @@ class Daemon {
     std::string socket() const { return dir_ + "/sock"; }
     std::string config() const { return dir_ + "/tricolor.yaml"; }
     std::string state() const { return dir_ + "/state.yaml"; }
+    // Waits (up to 5 s) until the daemon has folded its state journal into the state file,
+    // which it does once changes pause; then state() holds every change.
+    void settle_state() const;
     std::string dir() const { return dir_; }
     int pid() const { return pid_; }
     std::string pin_dir() const { return pin_dir_; }

@@ -175,7 +175,16 @@ namespace fs = std::filesystem;
 struct Doc {
     std::vector<json> specs;
     std::vector<AttachmentSpec> attachments;
+    uint64_t text_hash = 0; // of the file as read: names the state a journal extends
 };
+
+// FNV-1a: tells one state file's text from another's, nothing more.
+uint64_t text_hash(std::string_view text) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : text)
+        h = (h ^ c) * 1099511628211ull;
+    return h;
+}
 
 // Empty optional: there is no such file.
 Result<std::optional<Doc>> read_doc(const std::string &path) {
@@ -209,6 +218,7 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
         if (key != "policies" && key != "attachments")
             return std::unexpected(fmt::format("{}: unknown section '{}'", path, key));
     Doc doc;
+    doc.text_hash = text_hash(text);
     if (cfg.contains("policies") && !cfg["policies"].is_null()) {
         if (!cfg["policies"].is_array())
             return std::unexpected(fmt::format("{}: policies must be a list", path));
@@ -355,6 +365,55 @@ class Daemon::IdAllocator {
     uint32_t cursor_ = 0;
 };
 
+Daemon::Entry Daemon::make_entry(uint32_t id, const json &spec, const Policy &p) {
+    return {id, spec, p.name,
+            fmt::format("{}|{}", p.priority, spec.value("match", json::object()).dump())};
+}
+
+Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
+                                   std::vector<std::string> *warnings) const {
+    auto p = to_policy(spec, id);
+    if (!p)
+        return p;
+    const std::string &name = p->name;
+    if (warnings) {
+        bool xdp_only = !attachments_.empty() &&
+                        std::ranges::none_of(attachments_, [](const AttachmentSpec &a) {
+                            return a.hook == Hook::tc;
+                        });
+        for (const auto &w : validate(p->meter).warnings)
+            warnings->push_back(fmt::format("policy '{}': {}", name, w));
+        if (p->meter.algo == Algo::rfc4115 && !spec.contains("eir"))
+            warnings->push_back(
+                fmt::format("policy '{}': rfc4115 without --eir: EIR is 0, so E never refills and "
+                            "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
+                            name));
+        for (const auto &a : p->actions)
+            if (xdp_only && (a.kind == TCM_ACT_KIND_MARK || a.kind == TCM_ACT_KIND_PRIORITY))
+                warnings->push_back(
+                    fmt::format("policy '{}': {} only acts on tc attachments; on XDP the packet "
+                                "passes",
+                                name, to_string(a)));
+    }
+    std::vector<std::string> errors;
+    if (p->fleet && !fleet_)
+        errors.push_back(fmt::format("policy '{}': fleet needs tricolord --fleet "
+                                     "redis://HOST:PORT (this daemon is in no fleet)",
+                                     name));
+    if (auto why = shape_problem(*p, attachments_); !why.empty())
+        errors.push_back(why);
+    if (!errors.empty())
+        return std::unexpected(join_lines(errors));
+    return p;
+}
+
+std::string Daemon::same_match_warning(const std::string &later, const std::string &first) {
+    return fmt::format("policy '{}': same match and priority as '{}', which wins the tie by "
+                       "name: '{}' will never match (give it a lower --priority or a narrower "
+                       "--match)",
+                       later, first, later);
+}
+
 Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
                                          std::vector<std::string> *warnings,
                                          const std::string &warn_about) {
@@ -365,10 +424,6 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
     auto concerns = [&](const std::string &name) {
         return warn_about.empty() || name == warn_about;
     };
-    bool xdp_only =
-        !attachments_.empty() && std::ranges::none_of(attachments_, [](const AttachmentSpec &a) {
-            return a.hook == Hook::tc;
-        });
     for (const auto &spec : specs) {
         std::string name = spec.is_object() ? spec.value("name", "") : "";
         if (!name.empty() && !names.insert(name).second) {
@@ -376,60 +431,124 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
             continue;
         }
         uint32_t id = id_for(name);
-        auto p = to_policy(spec, id);
+        auto p = prepare_one(spec, id, warnings && concerns(name) ? warnings : nullptr);
         if (!p) {
             errors.push_back(p.error());
             continue;
         }
-        if (warnings && concerns(name)) {
-            for (const auto &w : validate(p->meter).warnings)
-                warnings->push_back(fmt::format("policy '{}': {}", name, w));
-            if (p->meter.algo == Algo::rfc4115 && !spec.contains("eir"))
-                warnings->push_back(fmt::format(
-                    "policy '{}': rfc4115 without --eir: EIR is 0, so E never refills and "
-                    "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
-                    name));
-            for (const auto &a : p->actions)
-                if (xdp_only && (a.kind == TCM_ACT_KIND_MARK || a.kind == TCM_ACT_KIND_PRIORITY))
-                    warnings->push_back(fmt::format(
-                        "policy '{}': {} only acts on tc attachments; on XDP the packet passes",
-                        name, to_string(a)));
-        }
-        if (p->fleet && !fleet_)
-            errors.push_back(fmt::format("policy '{}': fleet needs tricolord --fleet "
-                                         "redis://HOST:PORT (this daemon is in no fleet)",
-                                         name));
-        if (auto why = shape_problem(*p, attachments_); !why.empty()) {
-            errors.push_back(why);
-            continue;
-        }
-        out.entries.push_back({id, spec});
-        out.policies.push_back(*p);
+        out.entries.push_back(make_entry(id, spec, *p));
+        out.policies.push_back(std::move(*p));
     }
     if (!errors.empty())
         return std::unexpected(join_lines(errors));
     // Two policies with the same match and priority: the name breaks the tie, always the same
     // way, so every later name never sees a packet.
     if (warnings) {
-        std::map<std::pair<uint32_t, std::string>, std::vector<std::string>> same;
-        for (size_t i = 0; i < out.entries.size(); ++i)
-            same[{out.policies[i].priority,
-                  out.entries[i].spec.value("match", json::object()).dump()}]
-                .push_back(out.policies[i].name);
+        std::map<std::string, std::vector<std::string>> same;
+        for (const auto &e : out.entries)
+            same[e.match_key].push_back(e.name);
         for (auto &[key, group] : same) {
             if (group.size() < 2)
                 continue;
             std::ranges::sort(group);
             for (size_t k = 1; k < group.size(); ++k)
                 if (concerns(group[0]) || concerns(group[k]))
-                    warnings->push_back(fmt::format(
-                        "policy '{}': same match and priority as '{}', which wins the tie by "
-                        "name: '{}' will never match (give it a lower --priority or a narrower "
-                        "--match)",
-                        group[k], group[0], group[k]));
+                    warnings->push_back(same_match_warning(group[k], group[0]));
         }
     }
     return out;
+}
+
+// One policy added or changed (@spec) or deleted (no @spec): checked on its own and against the
+// set around it, one record appended to the state journal, one atomic change of the data path.
+// A change to one policy of thousands costs that policy's, not the set's.
+Result<void> Daemon::change_one(const std::string &name, const json *spec,
+                                std::vector<std::string> *warnings) {
+    auto at = std::ranges::find(policies_, name, &Entry::name);
+    if (!spec && at == policies_.end())
+        return std::unexpected(fmt::format("no policy named '{}'", name));
+    uint32_t id = 0;
+    if (at != policies_.end()) {
+        id = at->id;
+    } else if (auto a = adopted_ids_.find(name); a != adopted_ids_.end()) {
+        id = a->second;
+    } else {
+        std::vector<bool> used(TCM_MAX_POLICIES + 1);
+        for (const auto &e : policies_)
+            used[std::min<uint32_t>(e.id, TCM_MAX_POLICIES)] = true;
+        for (const auto &[n, i] : adopted_ids_)
+            used[std::min<uint32_t>(i, TCM_MAX_POLICIES)] = true;
+        while (id < TCM_MAX_POLICIES && used[id])
+            ++id;
+    }
+    std::optional<Policy> policy;
+    if (spec) {
+        auto p = prepare_one(*spec, id, warnings);
+        if (!p)
+            return std::unexpected(p.error());
+        policy = std::move(*p);
+        if (warnings) {
+            std::string key = make_entry(id, *spec, *policy).match_key;
+            for (const auto &e : policies_)
+                if (e.name != name && e.match_key == key)
+                    warnings->push_back(e.name < name ? same_match_warning(name, e.name)
+                                                      : same_match_warning(e.name, name));
+        }
+        if (policy->shape == TCM_SHAPE_SOCKETS) {
+            dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+            if (!sockops_attached(link_dir()))
+                if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+                    return std::unexpected(r.error());
+        }
+    }
+    // Recorded before it is applied: one journal line, or (with no state file to extend) the
+    // state written whole. A change that cannot be recorded is refused.
+    bool journaled = false;
+    if (state_hash_) {
+        auto logged = journal_append(spec ? json{{"put", *spec}} : json{{"del", name}});
+        if (!logged)
+            return std::unexpected(logged.error());
+        journaled = *logged;
+    }
+    if (!journaled) {
+        std::vector<json> after;
+        for (const auto &e : policies_)
+            if (e.name != name)
+                after.push_back(e.spec);
+            else if (spec)
+                after.push_back(*spec);
+        if (spec && at == policies_.end())
+            after.push_back(*spec);
+        if (auto s = stage(state_json(after, attachments_)); !s)
+            return s;
+    }
+    {
+        // The fleet agent must not grant into a set being changed.
+        std::unique_lock<std::mutex> hold;
+        if (fleet_)
+            hold = fleet_->hold();
+        auto r = policy ? dp_->upsert(*policy) : dp_->remove(id);
+        if (!r) {
+            if (journaled)
+                journal_undo();
+            else
+                unstage();
+            return r;
+        }
+    }
+    if (fleet_)
+        fleet_->set_policies(dp_->policies());
+    if (!spec)
+        policies_.erase(at);
+    else if (at != policies_.end())
+        *at = make_entry(id, *spec, *policy);
+    else
+        policies_.push_back(make_entry(id, *spec, *policy));
+    adopted_ids_.erase(name);
+    if (!journaled)
+        if (auto c = commit(); !c && warnings)
+            warnings->push_back(c.error());
+    return {};
 }
 
 Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
@@ -515,6 +634,7 @@ Result<void> Daemon::stage(const json &state) const {
                        options_.config +
                        " instead; see tricolord --help for which of the two a start applies.\n" +
                        json_to_yaml(state);
+    staged_hash_ = text_hash(text);
     auto fail = [&](const std::string &what) -> Result<void> {
         int err = errno;
         unlink(tmp.c_str());
@@ -550,6 +670,14 @@ Result<void> Daemon::commit() const {
     if (rename(tmp.c_str(), options_.state.c_str()) < 0)
         return std::unexpected(fmt::format("applied, but cannot replace {}: {}", options_.state,
                                            std::strerror(errno)));
+    state_hash_ = staged_hash_;
+    // The state file holds every change now: the journal goes (one left by a crash right here
+    // names the state before, and is ignored).
+    if (journal_fd_ >= 0)
+        close(journal_fd_);
+    journal_fd_ = -1;
+    journal_records_ = 0;
+    unlink(journal_path().c_str());
     fs::path parent = fs::path(options_.state).parent_path();
     if (int dir = open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         dir >= 0) {
@@ -557,6 +685,93 @@ Result<void> Daemon::commit() const {
         close(dir);
     }
     return {};
+}
+
+std::string Daemon::journal_path() const {
+    return options_.state + ".journal";
+}
+
+namespace {
+
+bool write_all(int fd, std::string_view text) {
+    for (size_t off = 0; off < text.size();) {
+        ssize_t n = write(fd, text.data() + off, text.size() - off);
+        if (n < 0)
+            return false;
+        off += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+void fsync_parent(const std::string &path) {
+    fs::path parent = fs::path(path).parent_path();
+    if (int dir = open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        dir >= 0) {
+        fsync(dir);
+        close(dir);
+    }
+}
+
+} // namespace
+
+Result<bool> Daemon::journal_append(const json &record) {
+    if (!state_hash_)
+        return false; // no state file this daemon wrote or read: nothing to extend
+    std::string path = journal_path();
+    auto fail = [&](const std::string &what) -> Result<bool> {
+        return std::unexpected(fmt::format("cannot write the state journal {}: {}: {}; nothing "
+                                           "changed",
+                                           path, what, std::strerror(errno)));
+    };
+    if (journal_fd_ < 0) {
+        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return fail("open");
+        std::string head = json{{"extends", fmt::format("{:016x}", *state_hash_)}}.dump() + "\n";
+        if (!write_all(fd, head) || fsync(fd) < 0) {
+            int err = errno;
+            close(fd);
+            unlink(path.c_str());
+            errno = err;
+            return fail("write");
+        }
+        fsync_parent(path);
+        journal_fd_ = fd;
+        journal_records_ = 0;
+    }
+    journal_before_ = lseek(journal_fd_, 0, SEEK_END);
+    std::string line = record.dump() + "\n";
+    if (!write_all(journal_fd_, line) || fdatasync(journal_fd_) < 0) {
+        int err = errno;
+        if (ftruncate(journal_fd_, journal_before_) == 0)
+            fdatasync(journal_fd_);
+        errno = err;
+        return fail("write");
+    }
+    ++journal_records_;
+    last_change_ = std::chrono::steady_clock::now();
+    return true;
+}
+
+void Daemon::journal_undo() {
+    if (journal_fd_ < 0 || journal_records_ == 0)
+        return;
+    if (ftruncate(journal_fd_, journal_before_) == 0)
+        fdatasync(journal_fd_);
+    --journal_records_;
+}
+
+void Daemon::compact_state(bool now) {
+    std::lock_guard lock(mu_);
+    if (journal_records_ == 0)
+        return;
+    if (!now && std::chrono::steady_clock::now() - last_change_ < std::chrono::milliseconds(500))
+        return; // changes are still coming: one write when they pause
+    auto s = stage(state_json(specs(), attachments_));
+    if (s)
+        s = commit();
+    if (!s)
+        unstage(); // the journal stays, and is tried again
 }
 
 void Daemon::unstage() const {
@@ -570,10 +785,31 @@ Result<void> Daemon::load_at_start() {
         return std::unexpected(fmt::format("{} (the daemon's state file: remove it to start from "
                                            "{})",
                                            st.error(), options_.config));
-    std::error_code e1, e2;
+    // Changes since the state file was last written whole, if the journal extends that file.
+    std::vector<json> journal;
+    bool journal_valid = false;
+    {
+        std::ifstream in(journal_path());
+        std::string line;
+        if (*st && std::getline(in, line)) {
+            auto head = json::parse(line, nullptr, false);
+            journal_valid = head.is_object() &&
+                            head.value("extends", "") == fmt::format("{:016x}", (*st)->text_hash);
+            // A torn last line (a crash while appending) was never acknowledged: it ends there.
+            while (journal_valid && std::getline(in, line) && !in.eof()) {
+                auto rec = json::parse(line, nullptr, false);
+                if (!rec.is_object() || rec.is_discarded())
+                    break;
+                journal.push_back(std::move(rec));
+            }
+        }
+    }
+    std::error_code e1, e2, e3;
     bool cfg_exists = !cfg || *cfg;
-    bool use_state = *st && (!cfg_exists || fs::last_write_time(options_.state, e1) >=
-                                                fs::last_write_time(options_.config, e2));
+    auto state_time = fs::last_write_time(options_.state, e1);
+    if (journal_valid && !journal.empty())
+        state_time = std::max(state_time, fs::last_write_time(journal_path(), e3));
+    bool use_state = *st && (!cfg_exists || state_time >= fs::last_write_time(options_.config, e2));
     Doc doc;
     if (!cfg && !use_state) {
         if (!*st)
@@ -586,6 +822,22 @@ Result<void> Daemon::load_at_start() {
     }
     if (use_state) {
         doc = **st;
+        for (const auto &rec : journal) {
+            if (rec.contains("put") && rec["put"].is_object()) {
+                std::string name = rec["put"].value("name", "");
+                auto it = std::ranges::find_if(doc.specs, [&](const json &j) {
+                    return j.is_object() && j.value("name", "") == name;
+                });
+                if (it != doc.specs.end())
+                    *it = rec["put"];
+                else
+                    doc.specs.push_back(rec["put"]);
+            } else if (rec.contains("del") && rec["del"].is_string()) {
+                std::erase_if(doc.specs, [&](const json &j) {
+                    return j.is_object() && j.value("name", "") == rec["del"];
+                });
+            }
+        }
         started_from_ = "state";
         startup_notes.push_back(
             !cfg ? fmt::format("applying the state {}: the config {} does not check (below)",
@@ -640,12 +892,17 @@ Result<void> Daemon::load_at_start() {
             a.mode = r->mode;
         attachments_.push_back(a);
     }
-    if (!use_state || std::ranges::any_of(attachments_, [](auto &a) { return a.ifindex; })) {
+    if (use_state)
+        state_hash_ = (*st)->text_hash;
+    if (!use_state || !journal.empty() ||
+        std::ranges::any_of(attachments_, [](auto &a) { return a.ifindex; })) {
         auto s = stage(state_json(specs(), attachments_));
         if (s)
             s = commit();
         if (!s)
             startup_warnings.push_back(s.error());
+    } else {
+        unlink(journal_path().c_str()); // stale: it extends another state than this one
     }
     dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     return {};
@@ -1005,15 +1262,10 @@ json Daemon::cmd_policy_add(const json &r) {
     if (it == r.end() || !it->is_object())
         return error("the request needs \"policy\" (an object)");
     std::string name = it->value("name", "");
-    for (const auto &e : policies_)
-        if (e.spec.value("name", "") == name)
-            return error(fmt::format("policy '{}' exists: use policy set to change it", name));
-    std::vector<json> specs;
-    for (const auto &e : policies_)
-        specs.push_back(e.spec);
-    specs.push_back(*it);
+    if (std::ranges::find(policies_, name, &Entry::name) != policies_.end())
+        return error(fmt::format("policy '{}' exists: use policy set to change it", name));
     std::vector<std::string> warnings;
-    if (auto res = apply_specs(specs, false, &warnings, name); !res)
+    if (auto res = change_one(name, &*it, &warnings); !res)
         return error(res.error());
     return ok(warnings_body(warnings));
 }
@@ -1027,20 +1279,12 @@ json Daemon::cmd_policy_set(const json &r) {
         return error("the request needs \"patch\" (an object of fields to change)");
     if (patch->contains("name") && (*patch)["name"] != *name)
         return error("a policy cannot be renamed: delete it and add it under the new name");
-    std::vector<json> specs;
-    bool found = false;
-    for (const auto &e : policies_) {
-        if (e.spec.value("name", "") == *name) {
-            specs.push_back(merge_policy(e.spec, *patch));
-            found = true;
-        } else {
-            specs.push_back(e.spec);
-        }
-    }
-    if (!found)
+    auto at = std::ranges::find(policies_, *name, &Entry::name);
+    if (at == policies_.end())
         return error(fmt::format("no policy named '{}'", *name));
+    json spec = merge_policy(at->spec, *patch);
     std::vector<std::string> warnings;
-    if (auto res = apply_specs(specs, false, &warnings, *name); !res)
+    if (auto res = change_one(*name, &spec, &warnings); !res)
         return error(res.error());
     return ok(warnings_body(warnings));
 }
@@ -1049,17 +1293,7 @@ json Daemon::cmd_policy_del(const json &r) {
     auto name = need_string(r, "name");
     if (!name)
         return error(name.error());
-    std::vector<json> specs;
-    bool found = false;
-    for (const auto &e : policies_) {
-        if (e.spec.value("name", "") == *name)
-            found = true;
-        else
-            specs.push_back(e.spec);
-    }
-    if (!found)
-        return error(fmt::format("no policy named '{}'", *name));
-    if (auto res = apply_specs(specs, false, nullptr); !res)
+    if (auto res = change_one(*name, nullptr, nullptr); !res)
         return error(res.error());
     return ok();
 }

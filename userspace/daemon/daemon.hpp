@@ -14,8 +14,10 @@
 
 #include <prometheus/metric_family.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,9 @@ class Daemon {
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
     std::vector<prometheus::MetricFamily> fleet_metrics() const; // empty without --fleet
+    // Writes the state file whole and drops the journal, once no change came for half a second
+    // (@now: at once). Called by the main loop.
+    void compact_state(bool now = false);
     // Where the metrics are served, once known (for status).
     void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
@@ -85,7 +90,11 @@ class Daemon {
     struct Entry {
         uint32_t id;
         nlohmann::json spec;
+        std::string name;
+        std::string match_key; // priority and match: two alike means one never matches
     };
+    static Entry make_entry(uint32_t id, const nlohmann::json &spec, const Policy &p);
+    static std::string same_match_warning(const std::string &later, const std::string &first);
 
     struct Prepared {
         std::vector<Entry> entries;
@@ -95,6 +104,12 @@ class Daemon {
     Result<Prepared> prepare(const std::vector<nlohmann::json> &specs,
                              std::vector<std::string> *warnings,
                              const std::string &warn_about = "");
+    // One spec on its own: its policy, and warnings about it when @warnings.
+    Result<Policy> prepare_one(const nlohmann::json &spec, uint32_t id,
+                               std::vector<std::string> *warnings) const;
+    // Adds or replaces (@spec) or deletes (null) the policy @name: see daemon.cpp.
+    Result<void> change_one(const std::string &name, const nlohmann::json *spec,
+                            std::vector<std::string> *warnings);
     Result<void> apply_specs(const std::vector<nlohmann::json> &specs, bool dry_run,
                              std::vector<std::string> *warnings,
                              const std::string &warn_about = "");
@@ -106,6 +121,14 @@ class Daemon {
     Result<void> stage(const nlohmann::json &state) const;
     Result<void> commit() const;
     void unstage() const;
+    // The state journal, <state>.journal: one JSON record a line ({"put": spec} or
+    // {"del": name}) after a header naming the text of the state file it extends, each fsynced
+    // before its change is applied, so that a change of one policy writes one line rather than
+    // the whole set. commit() folds it away; so does compact_state() once changes pause.
+    // append: false when there is no state file to extend (the caller writes the state whole).
+    Result<bool> journal_append(const nlohmann::json &record);
+    void journal_undo(); // the last record, whose change the data path refused
+    std::string journal_path() const;
     nlohmann::json state_json(const std::vector<nlohmann::json> &specs,
                               const std::vector<AttachmentSpec> &attachments) const;
     std::vector<nlohmann::json> specs() const;
@@ -132,6 +155,12 @@ class Daemon {
     std::string metrics_address_;
     std::string started_from_; // "config", "state" or "nothing"
     uint64_t reclaimed_total_ = 0;
+    mutable int journal_fd_ = -1;
+    mutable off_t journal_before_ = 0; // its size before the last record
+    mutable size_t journal_records_ = 0;
+    mutable std::optional<uint64_t> state_hash_;  // of the state file's text, written or read
+    mutable std::optional<uint64_t> staged_hash_; // of the text stage() wrote
+    std::chrono::steady_clock::time_point last_change_;
     // Requests come from the socket loop, scrapes from the exposer's thread.
     mutable std::mutex mu_;
     // Last: stopped before the data path it grants to.

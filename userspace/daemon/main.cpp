@@ -501,8 +501,10 @@ int main(int argc, char **argv) {
         pollfd fds[2] = {{listen_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
         auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(next_reclaim - clock::now());
-        int timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+        // At most a quarter second, so the state journal is folded soon after changes pause.
+        int timeout = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 250));
         int ready = poll(fds, 2, timeout);
+        daemon->compact_state();
         if (clock::now() >= next_reclaim) {
             // A flow whose buckets are full again is indistinguishable from a new one: deleting
             // it changes no colour and keeps room in the table for flows that need it.
