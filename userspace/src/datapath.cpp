@@ -65,6 +65,7 @@ struct Datapath::Impl {
     bool in_sync = true;
     // Adopted pins: the flow table may hold flows of ids no set holds.
     bool flows_unclean = false;
+    uint32_t shaping = 0; // active policies with --shape sockets
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
@@ -271,10 +272,21 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
         if (was == impl_->active.end() || was->second.fleet != p.fleet)
             fleet_revoke(p.id);
     }
-    for (uint32_t id : fresh) {
-        tcm_flow zero{};
-        bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_state), &id, &zero, 0);
-        bpf_map_update_elem(impl_->fd(skel->maps.tcm_policy_stats), &id, zero_counters.data(), 0);
+    if (!fresh.empty()) {
+        // In two batches (a fresh set of 16k policies is 32k entries), else one by one.
+        std::vector<uint32_t> ids(fresh.begin(), fresh.end());
+        std::vector<tcm_flow> states(ids.size());
+        std::vector<tcm_counters> counters(ids.size() * ncpus);
+        int state_fd = impl_->fd(skel->maps.tcm_policy_state);
+        int stats_fd = impl_->fd(skel->maps.tcm_policy_stats);
+        uint32_t n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(state_fd, ids.data(), states.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(state_fd, &id, &states[0], 0);
+        n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(stats_fd, ids.data(), counters.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(stats_fd, &id, zero_counters.data(), 0);
     }
     // The flows of an id are deleted when it leaves the set (5. below), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
@@ -318,9 +330,19 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
 
     // 4. The active map of policies.
     std::set<uint32_t> removed;
+    int shaping_delta = 0; // policies with --shape sockets, counted as they change
+    auto shapes = [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS ? 1 : 0; };
     for (uint32_t id : c.removes)
-        if (impl_->active.erase(id))
+        if (auto it = impl_->active.find(id); it != impl_->active.end()) {
+            shaping_delta -= shapes(it->second);
+            impl_->active.erase(it);
             removed.insert(id);
+        }
+    for (const auto &p : c.upserts)
+        if (auto it = impl_->active.find(p.id); it != impl_->active.end())
+            shaping_delta -= shapes(it->second);
+    for (const auto &p : c.upserts)
+        shaping_delta += shapes(p);
     if (all) {
         std::set<uint32_t> ids;
         for (const auto &p : *all)
@@ -363,10 +385,14 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
     }
     for (uint32_t id : removed)
         write_shape(id, 0, 0);
-    uint32_t shaping = 0;
-    for (const auto &[id, p] : impl_->active)
-        shaping += p.shape == TCM_SHAPE_SOCKETS;
-    __atomic_store_n(&skel->bss->tcm_shape_policies, shaping, __ATOMIC_RELEASE);
+    if (all || c.upserts.size() + removed.size() > 1) {
+        impl_->shaping = 0;
+        for (const auto &[id, p] : impl_->active)
+            impl_->shaping += p.shape == TCM_SHAPE_SOCKETS;
+    } else {
+        impl_->shaping += shaping_delta;
+    }
+    __atomic_store_n(&skel->bss->tcm_shape_policies, impl_->shaping, __ATOMIC_RELEASE);
     impl_->in_sync = true;
 
     // 7. After a rebuild the other set is far behind the new one. Once no packet can still be

@@ -267,57 +267,95 @@ struct PolicySets::Impl {
             if (want != items.end() && have != im.cfgs.end() &&
                 same(want->second.cfg, have->second))
                 continue;
-            tcm_policy cfg = want == items.end() ? tcm_policy{} : cfg_in_set(want->second.cfg, set);
-            uint32_t idx = set * TCM_MAX_POLICIES + id;
-            if (int err = update(maps.cfg, &idx, &cfg))
-                return fail("write a policy config", err);
+            pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + id);
+            pending.cfgs.push_back(want == items.end() ? tcm_policy{}
+                                                       : cfg_in_set(want->second.cfg, set));
             if (want == items.end())
                 im.cfgs.erase(have);
             else
                 im.cfgs[id] = want->second.cfg;
         }
         for (const auto &r : im.dirty_rules)
-            if (auto res = sync_rule(set, r); !res)
-                return res;
+            sync_rule(set, r);
         im.dirty_ids.clear();
         im.dirty_rules.clear();
+        if (auto res = flush(); !res)
+            return res;
         return sync_masks(set);
     }
 
-    Result<void> sync_rule(uint32_t set, const RuleId &r) {
+    // Queues what rule @r of set @set needs (flush() writes it).
+    void sync_rule(uint32_t set, const RuleId &r) {
         Image &im = images[set];
         auto want = claims.find(r);
         auto have = im.rules.find(r);
         if (want == claims.end() && have == im.rules.end())
-            return {};
+            return;
         tcm_rule_key rk{};
         rk.key = r.key;
         if (want == claims.end()) {
             rk.set_mask = set << 16 | im.mask_id.at(r.mask);
-            ++writes;
-            if (int err = bpf_map_delete_elem(maps.rules, &rk); err && err != -ENOENT)
-                return fail("delete a classifier rule", err);
+            pending.rule_dels.push_back(rk);
             im.rules.erase(have);
             --im.mask_rules[r.mask];
-            return {};
+            return;
         }
         // Two policies with the same match: only the better rank can ever win.
         const auto &[rank, id] = *want->second.begin();
         tcm_rule rule{id, rank};
         if (have != im.rules.end() && have->second.slot == id && have->second.rank == rank)
-            return {};
+            return;
         auto mid = im.mask_id.find(r.mask);
         if (mid == im.mask_id.end())
             mid = im.mask_id.emplace(r.mask, alloc_mask_id(im)).first;
         rk.set_mask = set << 16 | mid->second;
-        if (int err = update(maps.rules, &rk, &rule))
-            return fail("write a classifier rule", err);
+        pending.rule_keys.push_back(rk);
+        pending.rules.push_back(rule);
         if (have == im.rules.end()) {
             im.rules.emplace(r, rule);
             ++im.mask_rules[r.mask];
         } else {
             have->second = rule;
         }
+    }
+
+    // What sync queued: rule deletions first (a set written whole deletes and rewrites keys),
+    // then configs and rules, each in one batch where the kernel has batches (one syscall
+    // instead of one per entry: a set of 16k policies is 32k entries).
+    struct Pending {
+        std::vector<uint32_t> cfg_keys;
+        std::vector<tcm_policy> cfgs;
+        std::vector<tcm_rule_key> rule_keys;
+        std::vector<tcm_rule> rules;
+        std::vector<tcm_rule_key> rule_dels;
+    } pending;
+
+    template <typename K, typename V>
+    int update_all(int fd, const std::vector<K> &keys, const std::vector<V> &values) {
+        writes += keys.size();
+        if (keys.empty())
+            return 0;
+        uint32_t count = static_cast<uint32_t>(keys.size());
+        int err = bpf_map_update_batch(fd, keys.data(), values.data(), &count, nullptr);
+        if (err == 0 || (err != -EINVAL && err != -ENOTSUP && err != -EOPNOTSUPP))
+            return err;
+        for (size_t i = 0; i < keys.size(); ++i) // no batches for this map on this kernel
+            if ((err = bpf_map_update_elem(fd, &keys[i], &values[i], 0)))
+                return err;
+        return 0;
+    }
+
+    Result<void> flush() {
+        Pending p = std::move(pending);
+        pending = {};
+        writes += p.rule_dels.size();
+        for (const auto &k : p.rule_dels)
+            if (int err = bpf_map_delete_elem(maps.rules, &k); err && err != -ENOENT)
+                return fail("delete a classifier rule", err);
+        if (int err = update_all(maps.cfg, p.cfg_keys, p.cfgs))
+            return fail("write a policy config", err);
+        if (int err = update_all(maps.rules, p.rule_keys, p.rules))
+            return fail("write a classifier rule", err);
         return {};
     }
 
@@ -373,16 +411,12 @@ struct PolicySets::Impl {
             k = next;
             prev = &k;
         }
-        for (const auto &s : stale) {
-            ++writes;
-            bpf_map_delete_elem(maps.rules, &s);
-        }
+        pending.rule_dels = std::move(stale);
         for (uint32_t slot = 0; slot < TCM_MAX_POLICIES; ++slot) {
             auto it = items.find(slot);
-            tcm_policy cfg = it == items.end() ? tcm_policy{} : cfg_in_set(it->second.cfg, set);
-            uint32_t idx = set * TCM_MAX_POLICIES + slot;
-            if (int err = update(maps.cfg, &idx, &cfg))
-                return fail("write a policy config", err);
+            pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + slot);
+            pending.cfgs.push_back(it == items.end() ? tcm_policy{}
+                                                     : cfg_in_set(it->second.cfg, set));
             if (it != items.end())
                 im.cfgs[slot] = it->second.cfg;
         }
@@ -392,8 +426,9 @@ struct PolicySets::Impl {
         for (uint32_t i = 0; i < order_now.size(); ++i)
             im.mask_id[order_now[i].second] = i;
         for (const auto &[r, claimants] : claims)
-            if (auto res = sync_rule(set, r); !res)
-                return res;
+            sync_rule(set, r);
+        if (auto res = flush(); !res)
+            return res;
         im.info = tcm_set_info{~0u, ~0u}; // written by sync_masks
         if (auto res = sync_masks(set); !res)
             return res;
