@@ -9,7 +9,7 @@
 # changes nothing), so the ratio is what a change costs over asking. Prints
 #   RESULT name=policy_apply_<N> ms=
 #   RESULT name=policy_<add|set|del>_at_<N> median_ms= p90_ms= max_ms= ratio_to_status=
-#   RESULT name=policy_status_at_<N> median_ms=
+#   RESULT name=policy_status_at_<N> median_ms= p90_ms= max_ms= ratio_to_status=1.00
 # and the state file's folding (the journal written whole once changes pause):
 #   RESULT name=policy_state_fold_<N> ms=
 set -euo pipefail
@@ -75,7 +75,7 @@ print(f"RESULT name=policy_{name}_at_{n} median_ms={med:.2f} p90_ms={p90:.2f} ma
 EOF
 }
 STATUS_MEDIAN=$(printf '%s\n' "${STATUS[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int(NR/2)+1]/1000}')
-echo "RESULT name=policy_status_at_${N} median_ms=${STATUS_MEDIAN}"
+stats status "${STATUS[@]}"
 stats add "${ADD[@]}"
 stats set "${SET[@]}"
 stats del "${DEL[@]}"

@@ -142,7 +142,8 @@ class Runner {
         }
         if (!res->value("ok", false)) {
             fail(res->value("error", std::string("refused")));
-            exit_code = kExitRefused;
+            // The daemon found the request's values bad (not refused a good change): usage.
+            exit_code = res->value("usage", false) ? kExitUsage : kExitRefused;
             return std::nullopt;
         }
         res->erase("ok");
@@ -459,14 +460,8 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             runner->fail("policy set: give at least one field to change");
             return kExitUsage;
         }
-        // The patch over the policy as it is: bad values are bad usage (exit 2), nothing sent.
-        auto cur = runner->call({{"cmd", "policy_show"}, {"name", set_f->name}}, rc);
-        if (!cur)
-            return rc;
-        if (auto p = to_policy(merge_policy((*cur)["policy"], patch), 0); !p) {
-            runner->fail(p.error());
-            return kExitUsage;
-        }
+        // One round trip: the daemon merges the patch over the policy as it is, and answers
+        // bad values of the result as bad usage (exit 2), changing nothing.
         auto r = runner->call({{"cmd", "policy_set"}, {"name", set_f->name}, {"patch", patch}}, rc);
         if (r && runner->json_out())
             std::cout << r->dump() << "\n";

@@ -1283,6 +1283,11 @@ json Daemon::cmd_policy_set(const json &r) {
     if (at == policies_.end())
         return error(fmt::format("no policy named '{}'", *name));
     json spec = merge_policy(at->spec, *patch);
+    if (auto p = to_policy(spec, at->id); !p) {
+        json out = error(p.error());
+        out["usage"] = true; // bad values, not a refused change: tricolorctl exits 2
+        return out;
+    }
     std::vector<std::string> warnings;
     if (auto res = change_one(*name, &spec, &warnings); !res)
         return error(res.error());
