@@ -131,6 +131,10 @@ mutant sets-masks-unordered userspace/src/policy_sets.cpp \
     's/std::ranges::sort\(out, \[\]\(const auto &a, const auto &b\) \{ return a\.first < b\.first; \}\);//' \
     "policy sets: masks probed in the order of their keys, not of the best rank under each" \
     "bpf:PolicySetsTest.*:bpf:DatapathTest.Classification*"
+mutant sets-orphans-unchecked userspace/src/policy_sets.cpp \
+    's/for \(const Policy \*child : children_of\(name\)\)\s*add_tree\(child\);//' \
+    "policy sets: deleting a parent does not check the children it leaves" \
+    "bpf:PolicySetsTest.*"
 mutant per-key-mask bpf/lib/flow.h \
     's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \

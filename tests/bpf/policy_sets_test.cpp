@@ -5,6 +5,8 @@
 // here from the rules of docs/spec.md (priority, then the longer prefix, then the name).
 #include "datapath_fixture.hpp"
 
+#include <gmock/gmock.h>
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
@@ -188,6 +190,95 @@ TEST_F(PolicySetsTest, OneChangeAmongThousandsWritesAFewEntries) {
         EXPECT_EQ(dp->last_verdict().policy_id, set.contains(id) ? std::optional(id) : std::nullopt)
             << dst;
     }
+}
+
+} // namespace tricolor::test
+
+namespace tricolor::test {
+
+// A change of one policy is checked against the set around it, as a whole set would be: each
+// refusal says what apply() of the whole set would say, and changes nothing.
+TEST_F(PolicySetsTest, OneChangeIsRefusedAsTheWholeSetWouldBe) {
+    Policy parent = policy(1, "link"), child = policy(2, "user");
+    child.parent = "link";
+    child.match.dst = prefix("198.18.0.0/24");
+    ASSERT_TRUE(dp->upsert(parent).has_value());
+    ASSERT_TRUE(dp->upsert(child).has_value());
+    std::map<uint32_t, Policy> set{{1, parent}, {2, child}};
+    auto whole = [&](std::optional<Policy> up, std::optional<uint32_t> del) {
+        std::map<uint32_t, Policy> s = set;
+        if (up)
+            s[up->id] = *up;
+        if (del)
+            s.erase(*del);
+        std::vector<Policy> v;
+        for (const auto &[id, p] : s)
+            v.push_back(p);
+        return v;
+    };
+    struct Bad {
+        const char *what;
+        std::optional<Policy> up;
+        std::optional<uint32_t> del;
+        const char *says;
+    };
+    Policy orphan = policy(3, "orphan");
+    orphan.parent = "nope";
+    Policy loop = parent;
+    loop.parent = "user";
+    Policy twin = policy(4, "user");
+    std::vector<Bad> bad = {
+        {"a parent that does not exist", orphan, {}, "its parent 'nope' does not exist"},
+        {"a parent deleted under its child", {}, 1u, "policy 'user': its parent 'link' does not"},
+        {"a cycle", loop, {}, "form a cycle of parents"},
+        {"a name another id holds", twin, {}, "the name is used twice"},
+    };
+    // A chain one level deeper than the data path meters.
+    Policy prev = child;
+    std::vector<Policy> chain;
+    for (uint32_t level = 2; level < TCM_MAX_LEVELS; ++level) {
+        Policy p = policy(10 + level, fmt::format("level{}", level));
+        p.parent = prev.name;
+        ASSERT_TRUE(dp->upsert(p).has_value());
+        set[p.id] = p;
+        prev = p;
+    }
+    Policy deep = policy(40, "too-deep");
+    deep.parent = prev.name;
+    bad.push_back({"a chain too deep", deep, {}, "levels; at most"});
+    expect_classified(set, "before");
+    uint32_t version = dp->active_set();
+    for (const auto &b : bad) {
+        SCOPED_TRACE(b.what);
+        auto one = b.up ? dp->upsert(*b.up) : dp->remove(*b.del);
+        ASSERT_FALSE(one.has_value());
+        EXPECT_THAT(one.error(), ::testing::HasSubstr(b.says));
+        auto all = dp->check(whole(b.up, b.del));
+        ASSERT_FALSE(all.has_value());
+        EXPECT_THAT(all.error(), ::testing::HasSubstr(b.says));
+        EXPECT_EQ(dp->active_set(), version); // nothing switched
+        expect_classified(set, b.what);
+    }
+}
+
+// The maps' limits count the set after the change: 64 match shapes fit, a 65th is refused.
+TEST_F(PolicySetsTest, TheShapesLimitCountsTheSetAfterTheChange) {
+    for (uint32_t len = 1; len <= TCM_MAX_MASKS; ++len) {
+        Policy p = policy(len, fmt::format("len{}", len));
+        p.match.dst = Prefix{false, {198, 18, 0, 0}, static_cast<uint8_t>(len % 33)};
+        if (len > 32)
+            p.match.dport = PortRange{80, 80};
+        ASSERT_TRUE(dp->upsert(p).has_value()) << len;
+    }
+    Policy extra = policy(100, "extra");
+    extra.match.proto = 17;
+    auto r = dp->upsert(extra);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_THAT(r.error(), ::testing::HasSubstr("65 distinct match shapes"));
+    // Replacing one policy's shape by a new one keeps the count at 64.
+    extra.id = 1;
+    extra.name = "len1";
+    EXPECT_TRUE(dp->upsert(extra).has_value());
 }
 
 } // namespace tricolor::test
