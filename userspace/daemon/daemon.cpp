@@ -632,8 +632,15 @@ Result<void> Daemon::stage(const json &state) const {
     std::string text = "# tricolord's state: what runs now, written by the daemon on every change\n"
                        "# made through tricolorctl. Edit " +
                        options_.config +
-                       " instead; see tricolord --help for which of the two a start applies.\n" +
-                       json_to_yaml(state);
+                       " instead; see tricolord --help for which of the two a start applies.\n";
+    // One line a policy, each a JSON object (which YAML reads as a flow mapping): written in
+    // a few ms for 16k policies, where a block-style YAML emitter takes half a second.
+    for (const char *section : {"policies", "attachments"}) {
+        const json &list = state.at(section);
+        text += fmt::format("{}:{}\n", section, list.empty() ? " []" : "");
+        for (const auto &item : list)
+            text += "  - " + item.dump() + "\n";
+    }
     staged_hash_ = text_hash(text);
     auto fail = [&](const std::string &what) -> Result<void> {
         int err = errno;
