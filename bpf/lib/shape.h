@@ -7,8 +7,7 @@
  * paced with SO_MAX_PACING_RATE (which also turns on the kernel's TCP pacing and sizes TSO
  * bursts to about 1 ms at that rate) to its share of the policy's rate:
  *
- *     share = rate / N     (rate: the policy's CIR as Linux's pacing counts TCP, a segment's payload
- *                           and TCP header, less 1/74 for IPv6; per 5-tuple: the whole rate)
+ *     share = rate / N     (rate: the policy's CIR as TCP payload; per 5-tuple: the whole rate)
  *
  * N counts the policy's *active* sockets: a socket joins once it has had TCM_SHAPE_ACTIVE_BYTES
  * acknowledged (a bulk sender, not a control connection or an idle keep-alive), and leaves when
@@ -143,10 +142,6 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops,
     __u32 n = st->sockets + (ss->counted == 0 ? 1 : 0);
     if (!cfg->per_socket && n > 1 && n < 0x80000000u)
         share /= n; /* only when the count or the configuration changed */
-    /* The rate counts 1480 bytes of TCP segment per 1500 of IPv4 packet; an IPv6 packet is 20
-     * bytes longer for the same segment (userspace/src/policy.cpp, shape_payload_rate). */
-    if (skops->family == AF_INET6)
-        share -= share / 74;
     /* 0 (no longer shaped) and anything beyond 32 bits: unlimited. */
     __u32 rate = (share == 0 || share >= 0xffffffffull) ? 0xffffffffu : (__u32)share;
     if (rate == ss->rate)

@@ -167,16 +167,12 @@ std::array<Color, 64> af_color_map() {
 uint64_t shape_payload_rate(const Policy &p) {
     if (p.meter.packet_mode)
         return 0;
-    // Linux's TCP pacing counts a segment as its payload and TCP header (1448 + 32 with
-    // timestamps, 1460 + 20 without: 1480 either way), not the IP header and what the policy
-    // meters beyond it: a full IPv4 segment is 1500 bytes of L3, 14 more with --length l2, and
-    // the policy's overhead. Paced at 99.5% of CIR on the wire (the 0.5% a margin for the
-    // pacing timer), the paced sender's goodput is what HTB's at CIR is. IPv6 segments carry 20
-    // more bytes of IP header: bpf/lib/shape.h takes them off the share of an IPv6 socket.
-    const uint64_t counted = 1480;
-    uint64_t wire = 1500 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
-    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * counted * 995;
-    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 1000));
+    // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
+    // more of Ethernet with --length l2, and the policy's overhead.
+    const uint64_t payload = 1448;
+    uint64_t wire = payload + 52 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
+    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
+    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
     return std::max<uint64_t>(rate, 1);
 }
 
