@@ -194,6 +194,8 @@ cmd=${1:-}
 run_benches() {
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
+    echo "== flows --top 10 at 2^20 flows end to end: tricolorctl, the socket, the daemon"
+    "$BUILD_DIR/tests/flows_top_bench"
     echo "== meter core in user space: tricolor against DPDK rte_meter"
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"
