@@ -196,6 +196,8 @@ run_benches() {
     "$BUILD_DIR/tests/datapath_bench"
     echo "== control plane at 16k policies, end to end through tricolorctl"
     tests/bench/policy_bench.sh "$BUILD_DIR"
+    echo "== flows --top 10 at 2^20 flows end to end: tricolorctl, the socket, the daemon"
+    "$BUILD_DIR/tests/flows_top_bench"
     echo "== meter core in user space: tricolor against DPDK rte_meter"
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"

@@ -268,6 +268,33 @@ mutant metrics-no-parent userspace/daemon/daemon.cpp \
     "metrics: per-policy counters lose their parent label" \
     "e2e:E2E.MetricsScrapedOverHttpMatchStats"
 
+# flows --top from the heavy hitters (#12; docs/datapath.md, "flows --top at 2^20").
+TOP_BPF='bpf:FlowTopTest.*:SmallHotMapTest.*:FlowTopPinned.*'
+mutant hot-not-recorded bpf/lib/hot.h \
+    's/if \(total - \*\(volatile __u64 \*\)&tcm_hot_threshold < len\)/if (0)/' \
+    "flows --top: the data path never records a flow that crosses the threshold" \
+    "$TOP_BPF e2e:Operator.FlowsTopFromTheHeavyHittersIsWhatAWalkLists"
+mutant hot-every-packet bpf/lib/hot.h \
+    's/if \(total - \*\(volatile __u64 \*\)&tcm_hot_threshold < len\)/if (total >= *(volatile __u64 *)\&tcm_hot_threshold)/' \
+    "flows --top: every packet of a flow at or above the threshold inserts it, not the crossing one" \
+    "$TOP_BPF"
+mutant hot-walk-strict userspace/src/datapath.cpp \
+    's/if \(bytes >= pass\.threshold\) \{/if (bytes > pass.threshold) {/' \
+    "flows --top: the walk keeps the flows above the threshold, not those exactly at it" \
+    "$TOP_BPF"
+mutant hot-lowered-kept userspace/src/datapath.cpp \
+    's/bool keep = hot\.valid && t >= hot\.threshold;/bool keep = hot.valid;/' \
+    "flows --top: a pass that lowers the threshold keeps answering from the heavy hitters" \
+    "$TOP_BPF"
+mutant hot-overflow-trusted userspace/src/datapath.cpp \
+    's/if \(!live \|\| live->size\(\) >= impl_->hot_capacity \|\| foreign_flow_writers\(\)\)/if (!live || foreign_flow_writers())/; s/if \(__atomic_load_n\(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST\) != 0 \|\|/if (/' \
+    "flows --top: answers from a heavy-hitter map that refused inserts" \
+    "$TOP_BPF"
+mutant reclaim-no-recheck userspace/src/datapath.cpp \
+    's/now\.meter\.last_ns != f\.state\.meter\.last_ns \|\| now\.flags != f\.state\.flags \|\|\s*std::memcmp\(&now\.counters, &f\.state\.counters, sizeof\(now\.counters\)\) != 0\)/0)/' \
+    "reclaim: a flow that saw a packet after the walk read it is deleted all the same (a fresh burst)" \
+    "bpf:ReclaimPassTest.*"
+
 # ---- machinery ---------------------------------------------------------------------------
 
 usage() { sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }

@@ -218,6 +218,10 @@ struct tcm_flow_key {
 
 #define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
+/* Capacity of tcm_flow_hot (bpf/lib/hot.h), the flows whose bytes crossed the threshold user
+ * space set for `flows --top` (docs/datapath.md, "flows --top at 2^20"), unless set at load. */
+#define TCM_FLOW_HOT_ENTRIES 16384
+
 /* A bucket pair with its lock and counters: the value of the flow table and of the
  * aggregate-state array. 32 bytes of state (lock, flags, meter) and 48 of counters. */
 struct tcm_flow {

@@ -21,6 +21,7 @@
 #define TRICOLOR_CHAIN_H
 
 #include "flow.h"
+#include "hot.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
  * as its own `length` and `overhead` say (chain_level_len, docs/spec.md §3). */
@@ -157,8 +158,10 @@ static __always_inline void chain_fleet(const struct tcm_policy *lvl, struct tcm
     fleet_fold(lvl, f, now);
 }
 
-/* Counts the packet at level @i by its final colour and releases the level's lock. */
+/* Counts the packet at level @i by its final colour and releases the level's lock; then, with
+ * the flow's bytes as the lock left them, notes a flow that became a heavy hitter (hot.h). */
 static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                       const struct tcm_class_key *key,
                                        const struct tcm_chain_in *in, __u32 color) {
     if (!lvl || !f)
         return;
@@ -166,8 +169,11 @@ static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_
     f->flags |= TCM_FLOW_F_STARTED;
     f->counters.packets[color]++;
     f->counters.bytes[color] += len;
+    __u64 total =
+        f->counters.bytes[TCM_GREEN] + f->counters.bytes[TCM_YELLOW] + f->counters.bytes[TCM_RED];
     flow_unlock(f);
     chain_count(lvl, color, in->segs, len);
+    flow_hot_check(lvl, key, total, len);
 }
 
 /* Meters the packet through @pol and its parents and counts it at every level by its final
@@ -273,13 +279,13 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
     color = meter_color_index(color);
     /* --aqm looks at the matched policy's own bucket (aqm.h), under its lock. */
     __u32 signal = pol->aqm && aqm_step(pol, f0, color) ? TCM_METER_SIGNAL : 0;
-    chain_done(lp[0], lf[0], in, color);
+    chain_done(lp[0], lf[0], key, in, color);
     if (n > 1)
-        chain_done(lp[1], lf[1], in, color);
+        chain_done(lp[1], lf[1], key, in, color);
     if (n > 2)
-        chain_done(lp[2], lf[2], in, color);
+        chain_done(lp[2], lf[2], key, in, color);
     if (n > 3)
-        chain_done(lp[3], lf[3], in, color);
+        chain_done(lp[3], lf[3], key, in, color);
     return color | signal;
 }
 

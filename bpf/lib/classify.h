@@ -65,11 +65,11 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
      * version of the policies. A packet that read an older version caches under that older
      * version, which no later packet reads: the switch itself invalidates the cache. */
     int cached = ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS;
-    /* A copy on the stack: Linux 6.1 refuses a global function's memory argument as a map key
-     * ("R2 type=mem expected=fp, ..."). */
     struct tcm_class_key k;
-    __builtin_memcpy(&k, key, sizeof(k));
     if (cached) {
+        /* A copy on the stack, made only when the cache is used: Linux 6.1 refuses a global
+         * function's memory argument as a map key ("R2 type=mem expected=fp, ..."). */
+        __builtin_memcpy(&k, key, sizeof(k));
         struct tcm_class_cache_entry *c = bpf_map_lookup_elem(&tcm_class_cache, &k);
         if (c && c->version == version)
             return c->index;

@@ -79,6 +79,17 @@ struct {
     __type(value, struct tcm_flow);
 } tcm_flows SEC(".maps");
 
+/* The heavy hitters of tcm_flows (hot.h): keys of the flows whose bytes crossed the threshold
+ * user space set. A plain preallocated hash, not LRU: a full map refuses an insert, which is
+ * counted, where an LRU would forget a heavy hitter without a word. Sized at load
+ * (bpf_map__set_max_entries). Not pinned: it goes with this program's threshold. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, TCM_FLOW_HOT_ENTRIES);
+    __type(key, struct tcm_flow_key);
+    __type(value, __u8);
+} tcm_flow_hot SEC(".maps");
+
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);

@@ -3,6 +3,8 @@
 // empty XDP program measured in the same run. Rounds alternate the programs and the median of
 // each figure is reported, so a noisy neighbour on the VM moves baseline and subject alike.
 //   RESULT name=<figure> ns=<median> ratio=<to empty XDP>
+// TRICOLOR_BENCH_SCALE=1: only the figures at 2^20 flows and of classification;
+// TRICOLOR_BENCH_ONLY=flows_top: only flows --top at 2^20.
 #include "packet.hpp"
 #include "test_util.hpp"
 #include "tricolor/datapath.hpp"
@@ -338,6 +340,62 @@ void million_flows(bench *b) {
     std::printf("\n");
 }
 
+// flows --top 10 at 2^20 flows (docs/datapath.md, "flows --top at 2^20"): Datapath::top_flows,
+// what the daemon's flows command calls, walking the table against answering from the heavy
+// hitters, after the two passes that give a threshold. The table is filled through the data
+// path: every flow one 64-byte packet, then a staircase of heavy hitters (the first 4096 flows
+// of the spreading order get a 1500-byte packet, the first 1024 another, ... down to 1), each
+// step followed by 64-byte packets for the rest of the 2^20, so that the spreading counter
+// comes back to the first flow. Medians of 7 queries each; also what a pass costs.
+void flows_top(const std::vector<uint8_t> &small, const std::vector<uint8_t> &big) {
+    DatapathOptions o;
+    o.flow_capacity = 1 << 20;
+    o.bench_spread = 1;
+    Datapath dp(o);
+    if (auto r = dp.apply({always_green(1, TCM_PER_SRC)}); !r)
+        throw std::runtime_error(r.error());
+    run_repeat(dp.xdp_prog_fd(), small, 1 << 20);
+    for (int r = 4096; r >= 1; r /= 4) {
+        run_repeat(dp.xdp_prog_fd(), big, r);
+        run_repeat(dp.xdp_prog_fd(), small, (1 << 20) - r);
+    }
+    std::vector<double> pass_ms, full_ms, hot_ms;
+    for (int i = 0; i < 2; ++i) { // the first picks the threshold, the second installs it
+        auto a = std::chrono::steady_clock::now();
+        dp.count_flows();
+        pass_ms.push_back(ms_since(a));
+    }
+    std::vector<Flow> full, hot;
+    std::string via;
+    for (int round = 0; round < kRounds; ++round) {
+        auto a = std::chrono::steady_clock::now();
+        full = dp.top_flows(10, {}, true);
+        full_ms.push_back(ms_since(a));
+        a = std::chrono::steady_clock::now();
+        hot = dp.top_flows(10, {}, false, &via);
+        hot_ms.push_back(ms_since(a));
+    }
+    bool same = full.size() == hot.size() && via == "hot";
+    for (size_t i = 0; same && i < full.size(); ++i)
+        same = std::memcmp(&full[i].key, &hot[i].key, sizeof(tcm_flow_key)) == 0 &&
+               flow_bytes(full[i].state) == flow_bytes(hot[i].state);
+    auto t = dp.top_tracking();
+    double f = median(full_ms), h = median(hot_ms);
+    std::printf("%-34s %10s %10s %10s\n", "flows --top 10 at 2^20 (median)", "walk ms", "hot ms",
+                "x faster");
+    std::printf("%-34s %10.1f %10.2f %10.0f   (%zu candidates of %llu bytes or more; %s)\n", "", f,
+                h, f / h, t.candidates, static_cast<unsigned long long>(t.threshold),
+                same ? "same list" : "LISTS DIFFER");
+    std::printf("%-34s %10.1f\n", "a pass over 2^20 flows, ms", median(pass_ms));
+    std::printf("RESULT name=flows_top10_2e20 full_ms=%.1f tracked_ms=%.2f ratio=%.0f "
+                "candidates=%zu same=%d target_ms=50\n",
+                f, h, f / h, t.candidates, same ? 1 : 0);
+    std::printf("RESULT name=flow_pass_2e20 ms=%.1f flows=%zu\n\n", median(pass_ms),
+                dp.counted_flows());
+    if (!same)
+        throw std::runtime_error("flows --top from the heavy hitters differs from the walk");
+}
+
 // Classification as match shapes grow (docs/spec.md §3's tuple space): @n policies of @n
 // distinct shapes (destination prefixes /1../32, with and without a port), the one that matches
 // ranked last; a matched packet, an unmatched one, and one of a new key every time (the cache
@@ -423,9 +481,17 @@ int main() {
     }
     int empty_fd = bpf_program__fd(baseline->progs.bench_empty);
     int clock_fd = bpf_program__fd(baseline->progs.bench_clock);
+    auto small = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
+    auto big = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(1500).build();
+    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
+        only && std::string(only) == "flows_top") {
+        flows_top(small, big);
+        return 0;
+    }
     if (std::getenv("TRICOLOR_BENCH_SCALE")) { // only the figures of scale (issue work)
         million_flows(baseline);
         classification(empty_fd);
+        flows_top(small, big);
         return 0;
     }
     if (std::getenv("TRICOLOR_BENCH_CONTROL")) { // only the policy set's figures
@@ -510,6 +576,7 @@ int main() {
     }
     million_flows(baseline);
     classification(empty_fd);
+    flows_top(small, big);
     control_plane(&million);
     over_admission(frame);
     chain_over_admission(frame);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // datapath_fixture.hpp: the one fixture of the BPF suites that drive the data path through
-// BPF_PROG_TEST_RUN (datapath_*, aqm, fleet, hierarchy): a real Datapath in testing mode (its
-// own maps, the test clock at 1 s) for each test, root required. The suites differ only in the
-// flow table's size, so that is the one thing they override. Beside it, what the datapath_*
-// files share: a policy with the meter they mostly want, prefixes, a UDP packet.
+// BPF_PROG_TEST_RUN (datapath_*, aqm, fleet, hierarchy, flow_top): a real Datapath in testing
+// mode (its own maps, the test clock at 1 s) for each test, root required. The suites differ in
+// the flow table's size and (flow_top) the heavy hitters' sizes, which they override. Beside
+// it, what the datapath_* files share: a policy with the meter they mostly want, prefixes, a
+// UDP packet.
 #pragma once
 
 #include "packet.hpp"
@@ -25,13 +26,19 @@ namespace tricolor::test {
 class DatapathFixture : public ::testing::Test {
   protected:
     virtual uint32_t flow_capacity() const { return 8192; }
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
+    // The options SetUp loads with: testing mode, flow_capacity() and what a suite adds here.
+    virtual void configure(DatapathOptions &) const {}
+    DatapathOptions options() const {
         DatapathOptions o;
         o.testing = true;
         o.flow_capacity = flow_capacity();
-        dp = std::make_unique<Datapath>(o);
+        configure(o);
+        return o;
+    }
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        dp = std::make_unique<Datapath>(options());
         dp->set_clock(1000000000);
     }
     void apply(const std::vector<Policy> &ps) {

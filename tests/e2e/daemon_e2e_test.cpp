@@ -552,8 +552,15 @@ TEST_F(E2E, TheDaemonReclaimsIdleFlows) {
     send(1, 100); // each run sends from a new source port: a flow of its own
     send(1, 100);
     // Both flows exist, or were already reclaimed: a slow machine (the 6.1 guest under TCG) may
-    // take longer between the sends than a flow takes to fill up again.
-    auto before = parse_json(ok({"-j", "status"}));
+    // take longer between the sends than a flow takes to fill up again. status counts the
+    // flows as of the last pass (every 0.3 s here), which may come before the sends.
+    json before;
+    for (int i = 0; i < 20; ++i) {
+        before = parse_json(ok({"-j", "status"}));
+        if (before["flows"]["used"].get<int>() + before["flows"]["reclaimed"].get<int>() == 2)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     EXPECT_EQ(before["flows"]["used"].get<int>() + before["flows"]["reclaimed"].get<int>(), 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     auto status = parse_json(ok({"-j", "status"}));

@@ -171,6 +171,74 @@ TEST_F(Operator, ChangingTheAlgorithmKeepsTheCounters) {
               10u);
 }
 
+// flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20") lists what a walk
+// of the table lists, flows that got busy after the last pass included; with more flows asked
+// for than stand at the threshold it walks. Three heavy hitters a pass (--top-keep 3), so that a
+// few flows are enough.
+TEST_F(Operator, FlowsTopFromTheHeavyHittersIsWhatAWalkLists) {
+    daemon.reset();
+    daemon = std::make_unique<Daemon>("top", std::vector<std::string>{"--reclaim-interval", "0.3",
+                                                                      "--flow-idle-timeout", "3600",
+                                                                      "--top-keep", "3"});
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "conn", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "64m", "--ebs",
+        "64m", "--per", "5tuple", "--match", "proto", "udp"});
+    auto send = [&](int count) { // each run from a source port of its own: a flow of its own
+        auto r = lab->in_ns(
+            {udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(count), "200"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    };
+    for (int n = 1; n <= 6; ++n)
+        send(n);
+    // Two passes after the last send: the first picks the threshold (the 3rd busiest flow's
+    // bytes: 4 datagrams of 200 + 28 header bytes), the second installs it and reads the flows
+    // at or above it. (A pass between the sends may have picked a lower one before.)
+    json top = json::object();
+    auto ready = [&] { return top.value("tracking", false) && top["threshold"] == 4 * 228; };
+    for (int i = 0; i < 100 * time_scale() && !ready(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        top = json::parse(ok({"-j", "status"}).out)["flows"]["top"];
+    }
+    ASSERT_TRUE(ready()) << top.dump();
+    EXPECT_THAT(ok({"status"}).out, HasSubstr("flows --top from"));
+    auto request = [&](int n, bool walk) {
+        json r = {{"cmd", "flows"}, {"top", n}};
+        if (walk)
+            r["walk"] = true;
+        auto j = control_request(daemon->socket(), r);
+        EXPECT_TRUE(j.has_value()) << j.error();
+        return j ? *j : json();
+    };
+    // The key and byte counters (bucket levels move between two requests).
+    auto listed = [](const json &r) {
+        std::vector<std::string> out;
+        for (const auto &f : r["flows"])
+            out.push_back(fmt::format(
+                "{} {} {} {}", f["key"].get<std::string>(), f["green"]["bytes"].get<uint64_t>(),
+                f["yellow"]["bytes"].get<uint64_t>(), f["red"]["bytes"].get<uint64_t>()));
+        return out;
+    };
+    auto expect_top = [&](int n, const char *via) {
+        SCOPED_TRACE(fmt::format("top {}", n));
+        auto hot = request(n, false), walked = request(n, true);
+        EXPECT_EQ(hot["via"], via);
+        EXPECT_EQ(walked["via"], "walk");
+        EXPECT_EQ(listed(hot), listed(walked));
+        return listed(hot);
+    };
+    EXPECT_EQ(expect_top(3, "hot").size(), 3u);
+    // A new flow busier than all of them, after the pass: the data path recorded it.
+    send(10);
+    auto three = expect_top(3, "hot");
+    ASSERT_EQ(three.size(), 3u);
+    EXPECT_THAT(three[0], HasSubstr(" 2280 0 0"));
+    EXPECT_EQ(expect_top(10, "walk").size(), 7u); // fewer than 10 at the threshold
+    // tricolorctl asks the same.
+    auto cli = json::parse(ok({"-j", "flows", "--top", "3"}).out);
+    EXPECT_EQ(cli["via"], "hot");
+    EXPECT_EQ(listed(cli), three);
+}
+
 // Flows stay visible for the idle timeout after their last packet, then go.
 TEST_F(Operator, FlowsStayForTheIdleTimeout) {
     daemon.reset();

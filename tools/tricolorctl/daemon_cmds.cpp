@@ -718,9 +718,21 @@ std::function<int()> add_daemon_commands(CLI::App &app, GlobalOptions &g) {
             std::cout << "(no attachments)\n";
         std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),
                                  s["policies"]["capacity"].get<uint64_t>());
-        std::cout << fmt::format(
-            "flows       {} of {}, {} idle flows reclaimed\n", s["flows"]["used"].get<uint64_t>(),
-            s["flows"]["capacity"].get<uint64_t>(), s["flows"].value("reclaimed", uint64_t{0}));
+        std::cout << fmt::format("flows       {} of {} (as of the last pass), {} idle flows "
+                                 "reclaimed\n",
+                                 s["flows"]["used"].get<uint64_t>(),
+                                 s["flows"]["capacity"].get<uint64_t>(),
+                                 s["flows"].value("reclaimed", uint64_t{0}));
+        // flows --top: from the heavy hitters the data path keeps, or by a walk of the table.
+        if (auto t = s["flows"].value("top", json()); t.is_object())
+            std::cout << fmt::format(
+                "flows --top {}\n",
+                t.value("tracking", false)
+                    ? fmt::format("from the heavy hitters: flows of {} bytes or more ({} at the "
+                                  "last pass)",
+                                  t.value("threshold", uint64_t{0}),
+                                  t.value("candidates", uint64_t{0}))
+                    : std::string("walks the table (no heavy hitters now)"));
         std::cout << fmt::format("metrics     {}\n", s.value("metrics", std::string("none")));
         std::cout << fmt::format("pin dir     {}\n", s["pin_dir"].get<std::string>());
         std::cout << fmt::format("config      {}\n", s["config"].get<std::string>());

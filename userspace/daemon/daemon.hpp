@@ -31,8 +31,9 @@ struct DaemonOptions {
     uint32_t flow_capacity = TCM_DEFAULT_FLOWS;
     bool detach_on_exit = false;
     bool drop_malformed = false;
-    double reclaim_interval = 10;           // seconds between idle-flow reclaims; 0: never
-    double flow_idle_timeout = 300;         // seconds without a packet before a flow may go
+    double reclaim_interval = 10;   // seconds between idle-flow reclaims; 0: never
+    double flow_idle_timeout = 300; // seconds without a packet before a flow may go
+    uint32_t top_keep = 1024;       // flows --top: heavy hitters a pass keeps (DatapathOptions)
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
     // docs/spec.md §10: redis://HOST:PORT to join a fleet ("" none), this host's name in it, and
     // what fleet policies do while Redis does not answer.
@@ -69,9 +70,12 @@ class Daemon {
     Result<void> reload();
     // Takes the data path off every interface and removes the pinned maps.
     void detach_all();
-    // Deletes flows whose buckets are full again (no colour changes); returns how many.
+    // The periodic pass over the flow table, which also keeps flows --top's heavy hitters:
+    // deletes flows whose buckets are full again (no colour changes) and returns how many;
+    // count_flows only counts them, for the metrics, when no reclaim pass does
+    // (--reclaim-interval 0). Either may run on a thread of its own: the walk of the table does
+    // not hold the lock requests are served under.
     size_t reclaim_idle_flows();
-    // Counts the flows for the metrics when no reclaim pass does (--reclaim-interval 0).
     void count_flows();
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
@@ -115,6 +119,7 @@ class Daemon {
                              const std::string &warn_about = "");
     Result<AttachResult> do_attach(AttachmentSpec &a);
     Result<void> load_at_start();
+    size_t flow_pass(bool reclaim);
     Result<std::string> detach_one(const AttachmentSpec &a);
     // The state file: stage() writes @state to a temp file beside it (fsynced), commit() renames
     // it into place, unstage() drops it. A change that cannot be staged is refused.

@@ -348,6 +348,12 @@ int main(int argc, char **argv) {
                    "full again too); ignored while the flow table is over 90% full; 0: no wait")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 31536000.0));
+    // Not documented: tests make it small, so that a few flows have heavy hitters.
+    app.add_option("--top-keep", o.top_keep,
+                   "flows --top: how many of the busiest flows each pass over the table keeps "
+                   "as heavy hitters")
+        ->check(CLI::Range(1u, 1u << 20))
+        ->group("");
     app.add_option("--fleet", o.fleet,
                    "Join a fleet through Redis (redis://HOST:PORT): policies with --fleet share "
                    "their committed bucket with every host of it");
@@ -491,29 +497,43 @@ int main(int argc, char **argv) {
 
     bool running = true;
     ClientPool clients;
-    using clock = std::chrono::steady_clock;
     // The periodic pass over the flow table: reclaims idle flows (unless --reclaim-interval 0)
-    // and counts what is left for the tricolor_flows gauge, so that no scrape walks the table.
-    const double pass_interval = o.reclaim_interval > 0 ? o.reclaim_interval : 10;
+    // and counts what is left for the tricolor_flows gauge, so that no scrape walks the table;
+    // it also keeps the heavy hitters flows --top answers from. On a thread of its own: its walk
+    // (0.5 s at 2^20 flows) must not keep this loop from accepting clients.
+    const auto pass_interval =
+        std::chrono::duration<double>(o.reclaim_interval > 0 ? o.reclaim_interval : 10);
     daemon->count_flows(); // adopted flows, before the first pass
-    auto next_reclaim = clock::now() + std::chrono::duration<double>(pass_interval);
-    while (running) {
-        pollfd fds[2] = {{listen_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(next_reclaim - clock::now());
-        // At most a quarter second, so the state journal is folded soon after changes pause.
-        int timeout = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 250));
-        int ready = poll(fds, 2, timeout);
-        daemon->compact_state();
-        if (clock::now() >= next_reclaim) {
+    std::mutex pass_mu;
+    std::condition_variable pass_cv;
+    bool passes_stop = false;
+    std::thread passes([&] {
+        std::unique_lock lock(pass_mu);
+        while (!pass_cv.wait_for(lock, pass_interval, [&] { return passes_stop; })) {
+            lock.unlock();
             // A flow whose buckets are full again is indistinguishable from a new one: deleting
             // it changes no colour and keeps room in the table for flows that need it.
             if (o.reclaim_interval > 0)
                 daemon->reclaim_idle_flows();
             else
                 daemon->count_flows();
-            next_reclaim = clock::now() + std::chrono::duration<double>(pass_interval);
+            lock.lock();
         }
+    });
+    auto stop_passes = [&] {
+        {
+            std::lock_guard lock(pass_mu);
+            passes_stop = true;
+        }
+        pass_cv.notify_all();
+        if (passes.joinable())
+            passes.join();
+    };
+    while (running) {
+        pollfd fds[2] = {{listen_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
+        // A quarter second at most, so the state journal is folded soon after changes pause.
+        int ready = poll(fds, 2, 250);
+        daemon->compact_state();
         if (ready == 0)
             continue;
         if (ready < 0) {
@@ -547,6 +567,7 @@ int main(int argc, char **argv) {
         }
     }
     sd_notify(0, "STOPPING=1");
+    stop_passes();   // a pass under way ends first
     clients.drain(); // no client thread may outlive the daemon it uses
     exposer.reset();
     close(listen_fd);

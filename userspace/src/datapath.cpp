@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include <linux/membarrier.h>
 #include <sys/mman.h>
@@ -49,6 +50,80 @@ void delete_flows_if(int flows_fd, Pred drop) {
         bpf_map_delete_elem(flows_fd, &g);
 }
 
+bool key_less(const tcm_flow_key &a, const tcm_flow_key &b) {
+    return std::memcmp(&a, &b, sizeof(a)) < 0;
+}
+
+void sort_unique(std::vector<tcm_flow_key> &keys) {
+    std::ranges::sort(keys, key_less);
+    auto same = [](const tcm_flow_key &a, const tcm_flow_key &b) {
+        return std::memcmp(&a, &b, sizeof(a)) == 0;
+    };
+    keys.erase(std::unique(keys.begin(), keys.end(), same), keys.end());
+}
+
+// flows --top's order: the most bytes first, ties by key, so that every way of answering gives
+// the same list.
+bool busier(const Flow &a, const Flow &b) {
+    uint64_t x = flow_bytes(a.state), y = flow_bytes(b.state);
+    return x != y ? x > y : key_less(a.key, b.key);
+}
+
+// The ids of the maps a program uses.
+std::vector<uint32_t> prog_map_ids(int fd) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || info.nr_map_ids == 0)
+        return {};
+    std::vector<uint32_t> ids(info.nr_map_ids);
+    bpf_prog_info again{};
+    again.nr_map_ids = static_cast<uint32_t>(ids.size());
+    again.map_ids = reinterpret_cast<uint64_t>(ids.data());
+    len = sizeof(again);
+    if (bpf_obj_get_info_by_fd(fd, &again, &len) != 0)
+        return {};
+    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
+    return ids;
+}
+
+uint32_t obj_id(int fd) {
+    bpf_prog_info info{}; // a map's info starts with its type and id too, but differs after
+    uint32_t len = sizeof(info);
+    return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+// The keys of the heavy-hitter map, deleting them if @drain; nullopt if the map could not be
+// read whole.
+std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain) {
+    std::vector<tcm_flow_key> out;
+    size_t chunk = 1024;
+    std::vector<tcm_flow_key> keys(chunk);
+    std::vector<uint8_t> values(chunk);
+    uint32_t in_batch = 0, out_batch = 0;
+    bool first = true;
+    for (;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        void *in = first ? nullptr : &in_batch;
+        int err = drain ? bpf_map_lookup_and_delete_batch(fd, in, &out_batch, keys.data(),
+                                                          values.data(), &count, nullptr)
+                        : bpf_map_lookup_batch(fd, in, &out_batch, keys.data(), values.data(),
+                                               &count, nullptr);
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk);
+            continue;
+        }
+        if (err < 0 && err != -ENOENT)
+            return std::nullopt;
+        out.insert(out.end(), keys.begin(), keys.begin() + count);
+        if (err == -ENOENT) // that was the last batch
+            return out;
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
 } // namespace
 
 struct Datapath::Impl {
@@ -66,6 +141,17 @@ struct Datapath::Impl {
     // Adopted pins: the flow table may hold flows of ids no set holds.
     bool flows_unclean = false;
     uint32_t shaping = 0; // active policies with --shape sockets
+    // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
+    uint32_t top_keep = 0, hot_capacity = 0;
+    struct Hot {
+        bool valid = false;             // the keys below and tcm_flow_hot hold every flow
+                                        // with at least `threshold` bytes
+        uint64_t threshold = ~0ull;     // installed in the data path
+        std::vector<tcm_flow_key> keys; // sorted: read at or above it, or drained from the map
+        uint64_t next = ~0ull;          // for the next pass
+    } hot;
+    uint32_t flows_map_id = 0;
+    std::vector<uint32_t> own_progs; // this Datapath's program ids
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
@@ -92,6 +178,13 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows, o.flow_capacity); err < 0)
         throw std::runtime_error(
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
+    if (o.hot_capacity == 0)
+        throw std::runtime_error("the heavy-hitter map needs a capacity of at least 1");
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
+        throw std::runtime_error(fmt::format("cannot size the heavy-hitter map to {}: {}",
+                                             o.hot_capacity, errno_text(err)));
+    impl_->top_keep = o.top_keep;
+    impl_->hot_capacity = o.hot_capacity;
     if (!o.pin_dir.empty()) {
         namespace fs = std::filesystem;
         impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);
@@ -103,8 +196,11 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
-            if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache)
-                continue; // a cache is not state: a new program starts with an empty one
+            // A cache is not state: a new program starts with an empty one. The heavy hitters
+            // go with this program's threshold (in .data, not pinned either).
+            if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
+                m == impl_->skel->maps.tcm_flow_hot)
+                continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
                 throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
@@ -139,6 +235,17 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),
                          impl_->fd(maps->tcm_rules), impl_->fd(maps->tcm_sets)},
         !impl_->adopted);
+    {
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(impl_->fd(impl_->skel->maps.tcm_flows), &info, &len) == 0)
+            impl_->flows_map_id = info.id;
+        bpf_program *prog;
+        bpf_object__for_each_program(prog, impl_->skel->obj) {
+            if (int fd = bpf_program__fd(prog); fd >= 0)
+                impl_->own_progs.push_back(obj_id(fd));
+        }
+    }
     if (impl_->adopted)
         adopt();
 }
@@ -642,40 +749,255 @@ size_t Datapath::reclaim_idle_flows() {
 }
 
 size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
-    std::map<uint32_t, tcm_meter_config> configs;
-    for (const auto &[id, p] : impl_->active)
-        configs[id] = make_meter_config(p.meter);
-    const uint64_t now = now_ns();
-    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
-    size_t reclaimed = 0;
-    auto all = flows();
-    bool pressure = pressure_at && all.size() > pressure_at;
-    for (const auto &f : all) {
-        auto cfg = configs.find(f.key.policy_id);
-        if (cfg == configs.end() || f.state.lock)
-            continue;
-        if (!pressure && min_idle_ns && (f.state.flags & TCM_FLOW_F_STARTED) &&
-            now - std::min<uint64_t>(now, f.state.meter.last_ns) < min_idle_ns)
-            continue; // seen recently: left for an operator to look at
-        // Exactly what the next packet would see: the shared refill code on a copy.
-        tcm_meter_state s = f.state.meter;
-        meter_refill(&cfg->second, &s, now);
-        bool full = (f.state.flags & TCM_FLOW_F_STARTED) == 0 ||
-                    (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size);
-        if (full && bpf_map_delete_elem(fd, &f.key) == 0)
-            ++reclaimed;
+    FlowPass pass = begin_flow_pass(true, min_idle_ns, pressure_at);
+    walk_flow_pass(pass);
+    while (reclaim_some(pass, SIZE_MAX)) {
     }
-    impl_->counted_flows = all.size() - reclaimed;
-    return reclaimed;
+    end_flow_pass(pass);
+    return pass.reclaimed;
 }
 
 size_t Datapath::count_flows() {
-    impl_->counted_flows = flows().size();
+    FlowPass pass = begin_flow_pass(false);
+    walk_flow_pass(pass);
+    end_flow_pass(pass);
     return impl_->counted_flows;
 }
 
 size_t Datapath::counted_flows() const {
     return impl_->counted_flows;
+}
+
+// The heavy hitters (docs/datapath.md, "flows --top at 2^20"). A pass installs a threshold T,
+// empties tcm_flow_hot, walks the table and keeps the flows read at T or more: from then on every
+// flow with T bytes or more is one of those, or crossed T after the walk read it, hence after T
+// was installed, and the data path put it in tcm_flow_hot (bpf/lib/hot.h has why the order of
+// the reads makes that so), unless an insert failed (counted, and then flows --top walks).
+//
+// A pass that raises T (or keeps it) keeps the last pass's answer valid through its own walk:
+// what it empties from tcm_flow_hot joins the last walk's flows as candidates, and a flow with
+// the new T or more either had the old T then (a candidate) or crossed the new T after it was
+// installed (recorded). Lowering T cannot be done that way (a flow between the two thresholds
+// when it is installed is in neither), so until that pass's walk is done flows --top walks; T
+// is only lowered when fewer than half of top_keep flows still stand at or above it.
+FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pressure_at) {
+    FlowPass pass;
+    pass.reclaim = reclaim;
+    pass.min_idle_ns = min_idle_ns;
+    pass.pressure_at = pressure_at;
+    if (reclaim)
+        for (const auto &[id, p] : impl_->active)
+            pass.configs[id] = make_meter_config(p.meter);
+    pass.version = impl_->runtime->active_set;
+    pass.top_keep = impl_->top_keep;
+    // As many as the data path can record, and never fewer than 16 top_keeps: a threshold picked
+    // from the last walk usually has about top_keep flows at or above it.
+    pass.heavy_cap = std::max<size_t>(impl_->hot_capacity, size_t{16} * impl_->top_keep);
+    auto &hot = impl_->hot;
+    const uint64_t t = hot.next;
+    bool keep = hot.valid && t >= hot.threshold;
+    // T first (a full barrier), then the map emptied, then the failed inserts read and zeroed.
+    __atomic_store_n(&impl_->skel->data->tcm_hot_threshold, t, __ATOMIC_SEQ_CST);
+    auto drained = hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), true);
+    uint64_t failed = __atomic_exchange_n(&impl_->skel->bss->tcm_hot_overflow, 0, __ATOMIC_SEQ_CST);
+    // A drained map that was full may have refused an insert whose count is not visible yet.
+    if (!drained || failed || drained->size() >= impl_->hot_capacity || foreign_flow_writers())
+        keep = false;
+    hot.threshold = t;
+    if (keep) {
+        hot.keys.insert(hot.keys.end(), drained->begin(), drained->end());
+        sort_unique(hot.keys);
+    } else {
+        hot.valid = false;
+        hot.keys.clear();
+    }
+    pass.threshold = t;
+    pass.now = now_ns();
+    return pass;
+}
+
+void Datapath::walk_flow_pass(FlowPass &pass) const {
+    auto &top = pass.top;
+    for_each_entry<tcm_flow_key, tcm_flow>(
+        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
+            ++pass.flows;
+            const uint64_t bytes = flow_bytes(*v);
+            if (bytes >= pass.threshold) {
+                if (pass.heavy.size() < pass.heavy_cap)
+                    pass.heavy.push_back(k);
+                else
+                    pass.heavy_over_cap = true;
+            }
+            if (pass.reclaim) {
+                auto cfg = pass.configs.find(k.policy_id);
+                if (cfg != pass.configs.end() && !v->lock) {
+                    // Exactly what the next packet would see: the shared refill code on a copy.
+                    tcm_meter_state s = v->meter;
+                    meter_refill(&cfg->second, &s, pass.now);
+                    const bool started = v->flags & TCM_FLOW_F_STARTED;
+                    if (!started ||
+                        (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size)) {
+                        // Seen recently: left for an operator to look at, unless under pressure.
+                        if (pass.min_idle_ns && started &&
+                            pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
+                                pass.min_idle_ns) {
+                            pass.full_recent.push_back({k, *v});
+                        } else {
+                            pass.reclaimable.push_back({k, *v});
+                            return; // going: not one of the next threshold's flows
+                        }
+                    }
+                }
+            }
+            if (pass.top_keep == 0)
+                return;
+            if (top.size() < pass.top_keep) {
+                top.push_back(bytes);
+                std::ranges::push_heap(top, std::greater<>());
+            } else if (bytes > top.front()) {
+                std::ranges::pop_heap(top, std::greater<>());
+                top.back() = bytes;
+                std::ranges::push_heap(top, std::greater<>());
+            }
+        });
+    if (pass.pressure_at && pass.flows > pass.pressure_at)
+        pass.reclaimable.insert(pass.reclaimable.end(), pass.full_recent.begin(),
+                                pass.full_recent.end());
+    pass.full_recent.clear();
+}
+
+bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
+    auto &todo = pass.reclaimable;
+    if (pass.next_reclaim >= todo.size())
+        return false;
+    if (impl_->runtime->active_set != pass.version) {
+        pass.next_reclaim = todo.size(); // decided on configs that changed since
+        return false;
+    }
+    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+    const size_t end =
+        todo.size() - pass.next_reclaim > max ? pass.next_reclaim + max : todo.size();
+    for (; pass.next_reclaim < end; ++pass.next_reclaim) {
+        // Only if no packet came since the walk read it: one that did may have taken tokens.
+        const Flow &f = todo[pass.next_reclaim];
+        tcm_flow now{};
+        if (bpf_map_lookup_elem(fd, &f.key, &now) != 0 || now.lock ||
+            now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
+            std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
+            continue;
+        if (bpf_map_delete_elem(fd, &f.key) == 0)
+            ++pass.reclaimed;
+    }
+    return pass.next_reclaim < todo.size();
+}
+
+void Datapath::end_flow_pass(FlowPass &pass) {
+    impl_->counted_flows = pass.flows - std::min(pass.flows, pass.reclaimed);
+    auto &hot = impl_->hot;
+    // The next threshold: the bytes of the top_keep-th busiest flow read (none: tracking off,
+    // a walk is cheap then), unless that lowers it while enough flows stand at or above it.
+    const uint64_t kth =
+        pass.top_keep && pass.top.size() >= pass.top_keep ? pass.top.front() : ~0ull;
+    const bool enough = pass.heavy_over_cap || pass.heavy.size() >= (pass.top_keep + 1) / 2;
+    hot.next = kth >= pass.threshold || !enough ? kth : pass.threshold;
+    // From now on the flows read at or above this pass's threshold and tcm_flow_hot hold every
+    // flow that has it.
+    hot.keys = std::move(pass.heavy);
+    sort_unique(hot.keys);
+    hot.valid = pass.threshold != ~0ull && !pass.heavy_over_cap && foreign_flow_writers() == 0;
+    if (!hot.valid)
+        hot.keys.clear();
+}
+
+TopTracking Datapath::top_tracking() const {
+    return {impl_->hot.valid, impl_->hot.threshold, impl_->hot.keys.size()};
+}
+
+size_t Datapath::foreign_flow_writers() const {
+    size_t n = 0;
+    uint32_t id = 0;
+    for (;;) {
+        if (bpf_prog_get_next_id(id, &id) != 0)
+            // Cannot list programs (no CAP_SYS_ADMIN): it cannot be ruled out.
+            return errno == ENOENT ? n : n + 1;
+        if (std::ranges::find(impl_->own_progs, id) != impl_->own_progs.end())
+            continue;
+        int fd = bpf_prog_get_fd_by_id(id);
+        if (fd < 0)
+            continue; // gone meanwhile
+        auto maps = prog_map_ids(fd);
+        close(fd);
+        if (std::ranges::find(maps, impl_->flows_map_id) != maps.end())
+            ++n;
+    }
+}
+
+std::vector<Flow> Datapath::top_flows(size_t k, const std::function<bool(uint32_t)> &want,
+                                      bool force_walk, std::string *via) const {
+    auto wanted = [&](uint32_t id) { return !want || want(id); };
+    std::vector<Flow> out;
+    const auto &hot = impl_->hot;
+    // The heavy hitters answer if they hold at least k flows of T bytes or more (then every
+    // flow of the true top k has T or more, and each of those is a candidate).
+    auto from_hot = [&]() -> bool {
+        if (k == 0 || force_walk || !hot.valid || hot.threshold == ~0ull)
+            return false;
+        auto live = hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), false);
+        // A full map may have refused an insert whose count is not visible yet.
+        if (!live || live->size() >= impl_->hot_capacity || foreign_flow_writers())
+            return false;
+        std::vector<tcm_flow_key> candidates = hot.keys;
+        candidates.insert(candidates.end(), live->begin(), live->end());
+        sort_unique(candidates);
+        int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+        for (const auto &key : candidates) {
+            Flow f{key, {}};
+            if (wanted(key.policy_id) && bpf_map_lookup_elem(fd, &key, &f.state) == 0 &&
+                flow_bytes(f.state) >= hot.threshold)
+                out.push_back(f);
+        }
+        // Read after the candidates: an insert refused before them has been counted by now.
+        if (__atomic_load_n(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST) != 0 ||
+            out.size() < k) {
+            out.clear();
+            return false;
+        }
+        return true;
+    };
+    bool hit = from_hot();
+    if (!hit) {
+        out = flows();
+        std::erase_if(out, [&](const Flow &f) { return !wanted(f.key.policy_id); });
+    }
+    if (k && out.size() > k) {
+        std::ranges::partial_sort(out, out.begin() + static_cast<std::ptrdiff_t>(k), busier);
+        out.resize(k);
+    } else {
+        std::ranges::sort(out, busier);
+    }
+    if (via)
+        *via = hit ? "hot" : "walk";
+    return out;
+}
+
+void Datapath::set_hot_threshold_for_test(uint64_t bytes) {
+    __atomic_store_n(&impl_->skel->data->tcm_hot_threshold, bytes, __ATOMIC_SEQ_CST);
+}
+
+std::vector<tcm_flow_key> Datapath::hot_keys() const {
+    auto keys = hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), false);
+    if (!keys)
+        throw std::runtime_error("cannot read tcm_flow_hot");
+    sort_unique(*keys);
+    return *keys;
+}
+
+uint64_t Datapath::hot_overflow() const {
+    return __atomic_load_n(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST);
+}
+
+void Datapath::clear_hot_for_test() {
+    (void)hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), true);
 }
 
 void Datapath::set_drop_malformed(bool drop) {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,6 +50,11 @@ struct DatapathOptions {
     // Benchmark only: each run meters a different source (1) or destination (2) address of
     // 2^20 (tcm_bench_spread in bpf/lib/pipeline.h); 0: the packet's own.
     uint8_t bench_spread = 0;
+    // flows --top (docs/datapath.md, "flows --top at 2^20"): each pass over the flow table sets
+    // the data path's heavy-hitter threshold to the bytes of the top_keep-th busiest flow it
+    // read; tcm_flow_hot holds hot_capacity keys. Tests make both small.
+    uint32_t top_keep = 1024;
+    uint32_t hot_capacity = TCM_FLOW_HOT_ENTRIES;
 };
 
 struct SetChange; // policy_sets.hpp
@@ -56,6 +62,39 @@ struct SetChange; // policy_sets.hpp
 struct Flow {
     tcm_flow_key key;
     tcm_flow state;
+};
+
+// A flow's bytes, all colours: what flows --top orders by.
+inline uint64_t flow_bytes(const tcm_flow &f) {
+    return f.counters.bytes[TCM_GREEN] + f.counters.bytes[TCM_YELLOW] + f.counters.bytes[TCM_RED];
+}
+
+// One pass over the flow table (Datapath::begin_flow_pass): what it decided before the walk, and
+// what the walk found. Filled and read by the Datapath only.
+struct FlowPass {
+    bool reclaim = false;
+    uint64_t min_idle_ns = 0;
+    size_t pressure_at = 0;
+    uint64_t now = 0;
+    uint32_t version = 0;       // of the policies when the pass began
+    uint64_t threshold = ~0ull; // the heavy-hitter threshold installed for this pass
+    size_t top_keep = 0;        // how many of the largest byte counts to keep
+    size_t heavy_cap = 0;       // most flows at or above the threshold it keeps
+    std::map<uint32_t, tcm_meter_config> configs; // of the active policies, by id
+    size_t flows = 0;                             // read by the walk
+    std::vector<Flow> reclaimable;                // full now (and idle long enough): to delete
+    std::vector<Flow> full_recent;                // full now, seen recently: under pressure only
+    std::vector<tcm_flow_key> heavy;              // read at or above the threshold
+    bool heavy_over_cap = false;
+    std::vector<uint64_t> top; // the top_keep largest byte counts read (a min-heap)
+    size_t reclaimed = 0, next_reclaim = 0;
+};
+
+// Whether the heavy hitters can answer flows --top, and what they hold (status).
+struct TopTracking {
+    bool valid = false;
+    uint64_t threshold = ~0ull; // bytes; ~0: off
+    size_t candidates = 0;      // flows read at or above it by the last pass (and drained keys)
 };
 
 class Datapath {
@@ -102,9 +141,34 @@ class Datapath {
     // full flow goes, idle or not. 0 for either: no such condition.
     size_t reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at);
     // Flows in the table as of the last reclaim pass or count_flows() (a walk of the whole
-    // table: 1 s at 2^20 flows), so that a metrics scrape never walks it.
+    // table: 0.5 s at 2^20 flows), so that a metrics scrape never walks it.
     size_t count_flows();
     size_t counted_flows() const;
+
+    // Both passes above in three steps, so that a caller serialising its calls with a lock
+    // need not hold it for the walk: begin_flow_pass and end_flow_pass under the lock,
+    // walk_flow_pass without it (it reads the flow table only), reclaim_some under it (a chunk
+    // at a time). begin installs the heavy-hitter threshold (docs/datapath.md, "flows --top at
+    // 2^20"); end publishes the count, the flows read at or above the threshold, and the
+    // threshold of the next pass. @reclaim false: count only.
+    FlowPass begin_flow_pass(bool reclaim, uint64_t min_idle_ns = 0, size_t pressure_at = 0);
+    void walk_flow_pass(FlowPass &pass) const;
+    // Deletes up to @max of the flows the walk found full; false once none are left, or if the
+    // policies changed since the pass began (their sizes decided what is full: the rest waits
+    // for the next pass).
+    bool reclaim_some(FlowPass &pass, size_t max);
+    void end_flow_pass(FlowPass &pass);
+
+    // The @k flows with the most bytes (all colours) among those of the policy ids @want
+    // accepts (all if empty), busiest first, ties by key; every such flow when k is 0. From
+    // the heavy hitters when they can answer exactly, else from a walk of the table; @via, if
+    // given, is set to "hot" or "walk". @force_walk: always walk (to compare the two).
+    std::vector<Flow> top_flows(size_t k, const std::function<bool(uint32_t)> &want = {},
+                                bool force_walk = false, std::string *via = nullptr) const;
+    TopTracking top_tracking() const;
+    // Programs other than this Datapath's that use its flow table (an older daemon's, left
+    // attached): their packets are not seen by the heavy hitters, so flows --top walks.
+    size_t foreign_flow_writers() const;
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
 
@@ -138,6 +202,12 @@ class Datapath {
     size_t class_cache_entries() const;
     // Map entries the last change wrote into the policy sets (updates and deletes).
     size_t last_set_writes() const;
+    // The heavy-hitter threshold as the data path reads it, set directly; the keys in
+    // tcm_flow_hot; its failed inserts; emptying it.
+    void set_hot_threshold_for_test(uint64_t bytes);
+    std::vector<tcm_flow_key> hot_keys() const;
+    uint64_t hot_overflow() const;
+    void clear_hot_for_test();
     struct TestRun {
         uint32_t retval = 0;
         std::vector<uint8_t> data_out;

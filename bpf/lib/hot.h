@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
+/* hot.h: the heavy hitters of the flow table, kept as the data path runs, so that
+ * `tricolorctl flows --top K` needs no walk of 2^20 flows (docs/datapath.md, "flows --top at
+ * 2^20"). User space sets a threshold T in bytes; the one packet that takes a flow's bytes
+ * (green + yellow + red) from below T to T or more puts the flow's key in tcm_flow_hot. A packet
+ * pays a subtraction and one compare per level; the insert happens once per flow and threshold.
+ *
+ * Ordering, which the exactness argument needs (Datapath::begin_flow_pass): a packet reads T
+ * after it has counted its bytes and released the flow's lock, an xchg, which is a full
+ * barrier. User space stores T (also a full barrier) before it reads the flow table. So either
+ * user space's read of the flow sees the packet's bytes, or the packet sees the new T. */
+#ifndef TRICOLOR_HOT_H
+#define TRICOLOR_HOT_H
+
+#include "maps.h"
+#include "flow.h"
+
+/* The threshold; UINT64_MAX (the value at load) keeps nothing. In .data rather than a pinned
+ * map: it belongs to this program and its tcm_flow_hot, and the pinned layouts stay as they
+ * were. */
+__u64 tcm_hot_threshold SEC(".data") = ~0ull;
+/* Inserts into tcm_flow_hot that failed (the map full): user space then walks the table. */
+__u64 tcm_hot_overflow = 0;
+
+/* Records the flow of @key under @pol (one level of a chain) as a heavy hitter. A global
+ * function: the key is built on its own stack, once per crossing, not on the chain's. */
+__attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
+                                            const struct tcm_class_key *key) {
+    struct tcm_flow_key fk;
+    __u8 one = 1;
+
+    if (!pol || !key || pol->per == TCM_PER_AGGREGATE)
+        return 0;
+    __builtin_memset(&fk, 0, sizeof(fk));
+    if (flow_key_of(pol, key, &fk) < 0)
+        return 0;
+    /* A full flow table meters a new flow in the policy's aggregate bucket: no flow to list. */
+    if (!bpf_map_lookup_elem(&tcm_flows, &fk))
+        return 0;
+    if (bpf_map_update_elem(&tcm_flow_hot, &fk, &one, BPF_ANY))
+        __sync_fetch_and_add(&tcm_hot_overflow, 1);
+    return 0;
+}
+
+/* After the flow's lock is released: @total is its bytes after this packet's @len, read under
+ * the lock. total - T < len (unsigned) holds exactly when total - len < T <= total: one compare,
+ * and never true while T is UINT64_MAX. */
+static __always_inline void flow_hot_check(const struct tcm_policy *pol,
+                                           const struct tcm_class_key *key, __u64 total,
+                                           __u32 len) {
+    if (total - *(volatile __u64 *)&tcm_hot_threshold < len)
+        flow_hot_note(pol, key);
+}
+
+#endif /* TRICOLOR_HOT_H */
