@@ -290,6 +290,14 @@ mutant hot-overflow-trusted userspace/src/datapath.cpp \
     's/if \(!live \|\| live->size\(\) >= impl_->hot_capacity \|\| foreign_flow_writers\(\)\)/if (!live || foreign_flow_writers())/; s/if \(__atomic_load_n\(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST\) != 0 \|\|/if (/' \
     "flows --top: answers from a heavy-hitter map that refused inserts" \
     "$TOP_BPF"
+mutant hot-foreign-ignored userspace/src/datapath.cpp \
+    's/(size_t Datapath::foreign_flow_writers\(\) const \{)/$1\n    return 0;/' \
+    "flows --top: another program on the flow table (an older daemon's) is never looked for" \
+    "$TOP_BPF"
+mutant hot-instead-of-count bpf/lib/chain.h \
+    's/chain_count\(lvl, color, in->segs, len\);\s*flow_hot_check\(lvl, key, total, len\);/if (total - *(volatile __u64 *)\&tcm_hot_threshold < len)\n        flow_hot_note(lvl, key);\n    else\n        chain_count(lvl, color, in->segs, len);/' \
+    "flows --top: the packet that records a heavy hitter is not counted in its policy's counters" \
+    "$TOP_BPF"
 mutant reclaim-no-recheck userspace/src/datapath.cpp \
     's/now\.meter\.last_ns != f\.state\.meter\.last_ns \|\| now\.flags != f\.state\.flags \|\|\s*std::memcmp\(&now\.counters, &f\.state\.counters, sizeof\(now\.counters\)\) != 0\)/0)/' \
     "reclaim: a flow that saw a packet after the walk read it is deleted all the same (a fresh burst)" \
