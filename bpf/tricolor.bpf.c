@@ -26,7 +26,7 @@ int tricolor_xdp(struct xdp_md *ctx) {
 SEC("tc")
 int tricolor_tc(struct __sk_buff *skb) {
     struct tcm_pkt p = {};
-    struct tcm_frame fr = {.segs = 1};
+    struct tcm_frame fr = {.segs = 1, .skb = skb};
 
     /* Headers beyond the linear part are pulled in once; 128 bytes hold any header we parse
      * except long IPv6 extension chains, which then count as malformed. */
@@ -46,18 +46,9 @@ int tricolor_tc(struct __sk_buff *skb) {
         fr.gso = 1;
     }
     fr.len = skb->len;
-    /* Egress: the packet is not on the device it arrived by (at tc ingress skb_iif is always
-     * the device's own). A packet forwarded back out of its own device counts as ingress:
-     * --shape edt then leaves it to the policer, which is safe. */
-    if (skb->ingress_ifindex != skb->ifindex) {
-        fr.egress = 1;
-        fr.tstamp = skb->tstamp;
-    }
     struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
     if (v.drop)
         return TC_ACT_SHOT;
-    if (v.tstamp)
-        skb->tstamp = v.tstamp;
     if (v.kind == TCM_ACT_KIND_MARK)
         skb->mark = v.value;
     else if (v.kind == TCM_ACT_KIND_PRIORITY)

@@ -27,12 +27,10 @@
 struct tcm_chain_in {
     __u32 l3_total; /* IP bytes of the whole (possibly GSO) packet */
     __u32 segs;     /* segments it will be */
-    __u16 hdr_len;  /* IP + L4 headers, repeated by every segment */
-    __u16 l2_len;   /* bytes before the IP header, counted in l2 mode */
-    __u8 in_color;  /* the matched policy's incoming colour */
-    __u8 egress;    /* 1 on tc egress: --shape edt may give the packet a departure time */
-    __u16 pad;
-    __u64 tstamp; /* in: the skb's departure time (0: none); out: the one to set (0: keep) */
+    __u32 hdr_len;  /* IP + L4 headers, repeated by every segment */
+    __u32 l2_len;   /* bytes before the IP header, counted in l2 mode */
+    __u32 in_color; /* the matched policy's incoming colour */
+    __u32 pad;
 };
 
 #define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */

@@ -29,10 +29,10 @@
 #include "tricolor_abi.h"
 #include "chain.h"
 
-/* Returned by chain_meter_packet with the colour: the packet leaves at in->tstamp (delayed), or
- * is dropped because it could not leave within the horizon. */
-#define TCM_METER_DELAYED 0x200
-#define TCM_METER_SHAPE_DROP 0x400
+/* Returned by edt_meter_packet with the colour: dropped, its departure beyond the horizon. */
+#define TCM_METER_SHAPE_DROP_SHIFT 10
+#define TCM_METER_SHAPE_DROP (1 << TCM_METER_SHAPE_DROP_SHIFT)
+#define TCM_METER_DELAYED 0x200 /* internal: edt_mark gave a departure time */
 
 /* By policy id, written by the daemon before a set that uses it becomes active. */
 struct {
@@ -42,16 +42,13 @@ struct {
     __type(value, struct tcm_edt_cfg);
 } tcm_edt_cfg SEC(".maps");
 
-/* Meters one packet of an edt policy on @st (the flow's state, under its lock) and returns its
- * colour, ORed with TCM_METER_DELAYED (in->tstamp is its departure time) or
- * TCM_METER_SHAPE_DROP. in->tstamp: the skb's departure time on entry, the one to set on return
- * (0: leave it). */
+/* Meters one packet of an edt policy, incoming colour @c0, on @st (the flow's state, under its
+ * lock) and returns its colour, ORed with TCM_METER_DELAYED (*@stamp is then its departure time)
+ * or TCM_METER_SHAPE_DROP. *@stamp: the skb's departure time (0: none). */
 static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_meter_state *st,
-                                    __u64 now, __u32 len, struct tcm_chain_in *in) {
+                                    __u64 now, __u32 len, __u32 c0, __u64 *stamp) {
     const struct tcm_meter_config *m = &pol->meter;
-    __u32 c0 = in->in_color > TCM_RED ? TCM_GREEN : in->in_color;
-    __u64 own = in->tstamp, t = now;
-    in->tstamp = 0;
+    __u64 own = *stamp, t = now;
     /* A sender that paces itself (TCP under fq stamps every packet) is metered when it asked to
      * leave; a stamp beyond the horizon is not a departure time we trust, and is left alone. */
     if (own > now && own - now <= TCM_EDT_HORIZON_NS)
@@ -87,19 +84,22 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
             return TCM_RED | TCM_METER_SHAPE_DROP;
     }
     if (dep > now && dep > own) {
-        in->tstamp = dep;
+        *stamp = dep;
         return color | TCM_METER_DELAYED;
     }
     return color;
 }
 
-/* chain_meter_packet for a policy with shape edt on tc egress: a chain of one (apply refuses
- * edt in a hierarchy), metered by edt_mark. Its own global function rather than a branch in
- * chain_meter_packet: a third frame under the tc program's and the chain's would not fit the
- * 512 bytes of stack, and the policies without edt keep their path as it was. */
+/* chain_meter_packet for a policy with shape edt on tc: a chain of one (apply refuses edt in a
+ * hierarchy), metered by edt_mark on egress, as without edt on ingress. A global function of its
+ * own, given the skb: the tc program's other paths stay as they were for the verifier (Linux
+ * 6.1's margin is thin), and its frame sits beside chain_meter_packet's, not under it. Counts
+ * what it did in tcm_tcp_stats; returns the colour, TCM_METER_SIGNAL (--aqm) and
+ * TCM_METER_SHAPE_DROP, or TCM_NR_COLORS if the bucket could not be found. */
 __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
                                                const struct tcm_class_key *key,
-                                               struct tcm_chain_in *in) {
+                                               const struct tcm_chain_in *in,
+                                               struct __sk_buff *skb) {
     __u32 zero = 0;
 
     if (!pol || !key || !in)
@@ -108,21 +108,44 @@ __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
     struct tcm_flow *f = flow_find(pol, key, g);
     if (!f)
         return TCM_NR_COLORS;
-    __u32 len = chain_level_len(pol, in);
+    __u32 len = chain_level_len(pol, in), segs = in->segs;
+    __u32 c0 = in->in_color > TCM_RED ? TCM_GREEN : in->in_color;
     if (!flow_lock(f)) {
         if (g)
             g->lock_timeouts++;
-        chain_count(pol, TCM_RED, in->segs, len);
+        chain_count(pol, TCM_RED, segs, len);
         return TCM_RED; /* never admit what the meter could not check */
     }
     __u64 now = clock_now_ns();
     if (!(f->flags & TCM_FLOW_F_STARTED))
         meter_start(&pol->meter, &f->meter, now);
-    int metered = edt_mark(pol, &f->meter, now, len, in);
+    int metered;
+    /* Egress: the packet is not on the device it arrived by (at tc ingress skb_iif is always
+     * the device's own). One forwarded back out of its own device counts as ingress: the hard
+     * policer, which is safe. */
+    if (skb->ingress_ifindex != skb->ifindex) {
+        __u64 stamp = skb->tstamp;
+        metered = edt_mark(pol, &f->meter, now, len, c0, &stamp);
+        if (metered & TCM_METER_DELAYED)
+            skb->tstamp = stamp;
+    } else {
+        metered = meter_mark(&pol->meter, &f->meter, now, len, c0);
+    }
     __u32 color = meter_color_index(metered & 0xff);
     __u32 signal = pol->aqm && aqm_step(pol, f, color) ? TCM_METER_SIGNAL : 0;
     chain_done(pol, f, in, color);
-    return color | signal | (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP));
+    if (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP)) {
+        __u32 id = pol->policy_id;
+        struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
+        if (t && (metered & TCM_METER_SHAPE_DROP)) {
+            t->shape_dropped_packets += segs;
+            t->shape_dropped_bytes += len;
+        } else if (t) {
+            t->shape_delayed_packets += segs;
+            t->shape_delayed_bytes += len;
+        }
+    }
+    return color | signal | (metered & TCM_METER_SHAPE_DROP);
 }
 
 #endif /* TRICOLOR_EDT_H */

@@ -25,8 +25,6 @@ struct tcm_verdict {
     __u32 drop;
     __u32 kind; /* enum tcm_action_kind of the colour's action */
     __u32 value;
-    __u32 pad;
-    __u64 tstamp; /* --shape edt: the departure time to set (0: keep the skb's) */
 };
 
 /* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
@@ -56,31 +54,13 @@ static __always_inline void aqm_signal(void *data, void *data_end, const struct 
     }
 }
 
-/* --shape edt: what the shaper did, counted per policy apart from the colours. */
-static __always_inline void edt_count(const struct tcm_policy *pol, int metered, __u32 segs,
-                                      __u32 len) {
-    __u32 id = pol->policy_id;
-    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
-    if (!t)
-        return;
-    if (metered & TCM_METER_SHAPE_DROP) {
-        t->shape_dropped_packets += segs;
-        t->shape_dropped_bytes += len;
-    } else {
-        t->shape_delayed_packets += segs;
-        t->shape_delayed_bytes += len;
-    }
-}
-
 /* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
 struct tcm_frame {
-    __u32 len;      /* bytes of the whole frame: an XDP multi-buffer frame's, or skb->len */
-    __u32 segs;     /* segments it will leave as (a GSO packet), else 1 */
-    __u32 l2_extra; /* link-layer bytes not in the data (a VLAN tag the NIC took off) */
-    __u32 gso;      /* 1: a GSO packet, whose IP length field is not its total */
-    __u32 egress;   /* 1: tc egress, where --shape edt can set a departure time */
-    __u32 pad;
-    __u64 tstamp; /* the skb's departure time on tc egress, else 0 */
+    __u32 len;             /* bytes of the whole frame: an XDP multi-buffer frame's, or skb->len */
+    __u32 segs;            /* segments it will leave as (a GSO packet), else 1 */
+    __u32 l2_extra;        /* link-layer bytes not in the data (a VLAN tag the NIC took off) */
+    __u32 gso;             /* 1: a GSO packet, whose IP length field is not its total */
+    struct __sk_buff *skb; /* tc: the packet, for --shape edt; NULL on XDP */
 };
 
 /* Parses, classifies, meters and counts one frame; the caller applies the verdict. */
@@ -133,15 +113,14 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         .hdr_len = p->l3l4_hlen,
         .l2_len = p->l3_off + l2_extra,
         .in_color = TCM_GREEN,
-        .egress = fr.egress,
-        .tstamp = fr.tstamp,
     };
     if (pol->meter.flags & TCM_METER_F_COLOR_AWARE)
         in.in_color = act_color_of_dscp(pol, p->key.dscp);
     /* Meters the packet through the policy and its parents, and counts it at every level; a
-     * policy with shape edt on tc egress through edt.h (a chain of one). */
-    int metered = pol->shape == TCM_SHAPE_EDT && fr.egress && !pol->parent
-                      ? edt_meter_packet(pol, &p->key, &in)
+     * policy with shape edt, on tc, through edt.h (a chain of one: apply refuses edt in a
+     * hierarchy). */
+    int metered = fr.skb && pol->shape == TCM_SHAPE_EDT && !pol->parent
+                      ? edt_meter_packet(pol, &p->key, &in, fr.skb)
                       : chain_meter_packet(pol, &p->key, &in);
     if (metered == TCM_NR_COLORS)
         return v;
@@ -158,13 +137,8 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         act_set_dscp(data, data_end, p, v.value);
     if (metered & TCM_METER_SIGNAL)
         aqm_signal(data, data_end, p, pol, &v, segs, len);
-    if (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP)) {
-        edt_count(pol, metered, segs, len);
-        if (metered & TCM_METER_SHAPE_DROP)
-            v.drop = 1; /* red, and it could not leave within the horizon */
-        else
-            v.tstamp = in.tstamp;
-    }
+    /* --shape edt: red, and it could not leave within the horizon. Without a branch. */
+    v.drop |= (metered & TCM_METER_SHAPE_DROP) >> TCM_METER_SHAPE_DROP_SHIFT;
     return v;
 }
 
