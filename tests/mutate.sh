@@ -220,6 +220,14 @@ mutant edt-wait-floor bpf/lib/meter.h \
     's/(if \(q \* rate < need\)\s*q\+\+;\s*)if \(q \* rate < need\)\s*q\+\+;/$1/' \
     "--shape edt: the wait is short by a nanosecond at times (one correction of two)" \
     "unit:MeterEdt.* $EDT_BPF"
+mutant edt-every-policy bpf/lib/pipeline.h \
+    's/fr\.skb && pol->shape == TCM_SHAPE_EDT && !pol->parent/fr.skb \&\& !pol->parent/' \
+    "--shape edt: every policy on tc gets departure times, not only those with shape edt" \
+    "$EDT_BPF"
+mutant edt-on-ingress bpf/lib/edt.h \
+    's/if \(skb->ingress_ifindex != skb->ifindex\) \{/if (1) {/' \
+    "--shape edt: departure times on tc ingress too, where no qdisc releases them" \
+    "$EDT_BPF"
 mutant edt-in-hierarchy userspace/src/hierarchy.cpp \
     's/else if \(p\.shape == TCM_SHAPE_EDT \|\|/else if (false \&\&/' \
     "--shape edt: a policy with shape edt accepted in a hierarchy (metered at two instants)" \
