@@ -296,10 +296,12 @@ struct tcm_tcp_counters {
 };
 
 /* --shape edt: a packet that could leave only later than this after now is dropped. A time, not
- * bytes: what a sender feels is delay. 100 ms is a long RTT's worth of queue, far beyond what a
- * local TCP sender keeps below it (TCP small queues: about 1 ms at its pacing rate), so it only
- * bounds senders that do not back off (UDP, forwarded traffic), and it keeps a bucket's clock
- * at most 100 ms ahead of now (fq's own horizon is 10 s). */
+ * bytes: what a sender feels is delay. 100 ms is a long RTT's worth of queue. A local TCP sender
+ * is held back by TCP small queues (which count what waits in fq: about 1 ms at its own pacing
+ * rate, at most 1 MiB) and by the delay itself, which raises its RTT; it meets the horizon only
+ * when it overshoots (slow start). The horizon bounds what senders that do not back off (UDP,
+ * forwarded traffic) can queue, and keeps a bucket's clock at most 100 ms ahead of now (fq's
+ * own horizon is 10 s). */
 #define TCM_EDT_HORIZON_NS 100000000ull
 
 /* By policy id, written by the daemon: --shape edt's reciprocal of the rate that refills the
