@@ -26,7 +26,7 @@ int tricolor_xdp(struct xdp_md *ctx) {
 SEC("tc")
 int tricolor_tc(struct __sk_buff *skb) {
     struct tcm_pkt p = {};
-    struct tcm_frame fr = {.segs = 1};
+    struct tcm_frame fr = {.segs = 1, .skb = skb};
 
     /* Headers beyond the linear part are pulled in once; 128 bytes hold any header we parse
      * except long IPv6 extension chains, which then count as malformed. */

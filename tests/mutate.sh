@@ -211,6 +211,31 @@ mutant shape-no-reshare bpf/lib/shape.h \
     's/__sync_fetch_and_add\(&st->sockets, -1\);\s*//' \
     "--shape sockets: a closed socket keeps its share (the others never get the rate back)" \
     "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+EDT_BPF='bpf:EdtTest.*'
+mutant edt-no-horizon bpf/lib/edt.h \
+    's/if \(dep - now > TCM_EDT_HORIZON_NS\)/if (0)/' \
+    "--shape edt: a departure beyond the 100 ms horizon is given, not dropped" \
+    "$EDT_BPF"
+mutant edt-clobbers-stamp bpf/lib/edt.h \
+    's/if \(dep > now && dep > own\) \{/if (dep > now) {/' \
+    "--shape edt: a sender's later departure time is overwritten with an earlier one" \
+    "$EDT_BPF"
+mutant edt-wait-floor bpf/lib/meter.h \
+    's/(if \(q \* rate < need\)\s*q\+\+;\s*)if \(q \* rate < need\)\s*q\+\+;/$1/' \
+    "--shape edt: the wait is short by a nanosecond at times (one correction of two)" \
+    "unit:MeterEdt.* $EDT_BPF"
+mutant edt-every-policy bpf/lib/pipeline.h \
+    's/fr\.skb && pol->shape == TCM_SHAPE_EDT && !pol->parent/fr.skb \&\& !pol->parent/' \
+    "--shape edt: every policy on tc gets departure times, not only those with shape edt" \
+    "$EDT_BPF"
+mutant edt-on-ingress bpf/lib/edt.h \
+    's/if \(skb->ingress_ifindex != skb->ifindex\) \{/if (1) {/' \
+    "--shape edt: departure times on tc ingress too, where no qdisc releases them" \
+    "$EDT_BPF"
+mutant edt-in-hierarchy userspace/src/hierarchy.cpp \
+    's/else if \(p\.shape == TCM_SHAPE_EDT \|\|/else if (false \&\&/' \
+    "--shape edt: a policy with shape edt accepted in a hierarchy (metered at two instants)" \
+    "unit:Hierarchy.*"
 mutant chain-red-charges bpf/lib/chain.h \
     's/if \(color != TCM_RED\) \{/if (1) {/' \
     "hierarchy: a packet that ends red still takes the lower levels' tokens" \

@@ -191,9 +191,9 @@ struct tcm_policy {
     __u8 length_mode; /* enum tcm_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
     __u8 aqm;         /* enum tcm_aqm_mode (was padding: 0, off, in maps of earlier builds) */
-    __u8 pad;
-    __u16 parent; /* the parent's index in tcm_policy_cfg plus 1, in the same set; 0: none.
-                     Was padding (always 0) before hierarchies, so the layout is unchanged */
+    __u8 shape;       /* enum tcm_shape_mode; the data path acts on TCM_SHAPE_EDT (was padding) */
+    __u16 parent;     /* the parent's index in tcm_policy_cfg plus 1, in the same set; 0: none.
+                         Was padding (always 0) before hierarchies, so the layout is unchanged */
     char name[TCM_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
                                       names back to ids, keeping their buckets and counters */
 };
@@ -256,7 +256,7 @@ struct tcm_runtime {
 enum tcm_shape_mode {
     TCM_SHAPE_OFF = 0,
     TCM_SHAPE_SOCKETS = 1, /* pace the policy's local TCP sockets (cgroup sock_ops) */
-    TCM_SHAPE_EDT = 2,     /* departure times on tc egress under fq (refused in this build) */
+    TCM_SHAPE_EDT = 2,     /* departure times on tc egress under fq (bpf/lib/edt.h) */
 };
 
 enum tcm_aqm_mode {
@@ -299,6 +299,21 @@ struct tcm_tcp_counters {
     __u64 shape_dropped_bytes;
 };
 
+/* --shape edt: a packet that could leave only later than this after now is dropped. A time, not
+ * bytes: what a sender feels is delay. 100 ms is a long RTT's worth of queue. A local TCP sender
+ * is held back by TCP small queues (which count what waits in fq: about 1 ms at its own pacing
+ * rate, at most 1 MiB) and by the delay itself, which raises its RTT; it meets the horizon only
+ * when it overshoots (slow start). The horizon bounds what senders that do not back off (UDP,
+ * forwarded traffic) can queue, and keeps a bucket's clock at most 100 ms ahead of now (fq's
+ * own horizon is 10 s). */
+#define TCM_EDT_HORIZON_NS 100000000ull
+
+/* By policy id, written by the daemon: --shape edt's reciprocal of the rate that refills the
+ * bucket a red packet waits for (CIR; trtcm PIR), in tokens/ns: floor(2^64 / rate), 0 if none. */
+struct tcm_edt_cfg {
+    __u64 recip;
+};
+
 /* A paced socket counts as active in its policy's share once this much was acknowledged. */
 #define TCM_SHAPE_ACTIVE_BYTES (64 * 1024)
 
@@ -338,6 +353,8 @@ TCM_ABI_ASSERT(sizeof(struct tcm_class_key) == 4 * TCM_CLASS_KEY_WORDS,
                "tcm_class_key: 48 bytes, masked as 12 words");
 TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state, 48 of counters");
+TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");
+TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 
 #endif /* TRICOLOR_ABI_H */

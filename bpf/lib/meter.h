@@ -167,6 +167,25 @@ TCM_METER_INLINE __u32 meter_mark(const struct tcm_meter_config *cfg, struct tcm
     return meter_mark_aware(cfg, st, now_ns, len, in_color);
 }
 
+/* --shape edt (edt.h): the nanoseconds until a bucket refilling at @rate tokens/ns has gained
+ * @need tokens, ceil(need / rate), without a division: @recip is floor(2^64 / rate) (2^64 - 1 at
+ * rate 1), computed at configuration time. floor(need * recip / 2^64), taken exactly in 32-bit
+ * halves (no 128-bit multiply in BPF), is at most need / rate and more than need / rate - 2, so
+ * two compare-and-adds make it exact. No product wraps for need <= 2^31 * 8e9 (meter_cost's
+ * clamp) and rate <= 10^12: q * rate <= need, and (q + 1) * rate < need + 10^12 < 2^64. */
+TCM_METER_INLINE __u64 meter_wait_ns(__u64 need, __u64 rate, __u64 recip) {
+    __u64 al = need & 0xffffffffull, ah = need >> 32, bl = recip & 0xffffffffull, bh = recip >> 32;
+    __u64 p1 = al * bh, p2 = ah * bl;
+    __u64 mid = ((al * bl) >> 32) + (p1 & 0xffffffffull) + (p2 & 0xffffffffull);
+    __u64 q = ah * bh + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+
+    if (q * rate < need)
+        q++;
+    if (q * rate < need)
+        q++;
+    return q;
+}
+
 #ifndef __bpf__
 /* Configuration time only (it divides): fills @cfg from parameters already validated against
  * the limits in tricolor_abi.h. Rates are in bit/s (packet/s), sizes in bytes (packets).

@@ -10,6 +10,7 @@
 #include "classify.h"
 #include "flow.h"
 #include "chain.h"
+#include "edt.h"
 #include "act.h"
 
 /* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
@@ -55,10 +56,11 @@ static __always_inline void aqm_signal(void *data, void *data_end, const struct 
 
 /* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
 struct tcm_frame {
-    __u32 len;      /* bytes of the whole frame: an XDP multi-buffer frame's, or skb->len */
-    __u32 segs;     /* segments it will leave as (a GSO packet), else 1 */
-    __u32 l2_extra; /* link-layer bytes not in the data (a VLAN tag the NIC took off) */
-    __u32 gso;      /* 1: a GSO packet, whose IP length field is not its total */
+    __u32 len;             /* bytes of the whole frame: an XDP multi-buffer frame's, or skb->len */
+    __u32 segs;            /* segments it will leave as (a GSO packet), else 1 */
+    __u32 l2_extra;        /* link-layer bytes not in the data (a VLAN tag the NIC took off) */
+    __u32 gso;             /* 1: a GSO packet, whose IP length field is not its total */
+    struct __sk_buff *skb; /* tc: the packet, for --shape edt; NULL on XDP */
 };
 
 /* Parses, classifies, meters and counts one frame; the caller applies the verdict. */
@@ -114,8 +116,12 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     };
     if (pol->meter.flags & TCM_METER_F_COLOR_AWARE)
         in.in_color = act_color_of_dscp(pol, p->key.dscp);
-    /* Meters the packet through the policy and its parents, and counts it at every level. */
-    int metered = chain_meter_packet(pol, &p->key, &in);
+    /* Meters the packet through the policy and its parents, and counts it at every level; a
+     * policy with shape edt, on tc, through edt.h (a chain of one: apply refuses edt in a
+     * hierarchy). */
+    int metered = fr.skb && pol->shape == TCM_SHAPE_EDT && !pol->parent
+                      ? edt_meter_packet(pol, &p->key, &in, fr.skb)
+                      : chain_meter_packet(pol, &p->key, &in);
     if (metered == TCM_NR_COLORS)
         return v;
     __u32 color = meter_color_index(metered & 0xff);
@@ -131,6 +137,8 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         act_set_dscp(data, data_end, p, v.value);
     if (metered & TCM_METER_SIGNAL)
         aqm_signal(data, data_end, p, pol, &v, segs, len);
+    /* --shape edt: red, and it could not leave within the horizon. Without a branch. */
+    v.drop |= (metered & TCM_METER_SHAPE_DROP) >> TCM_METER_SHAPE_DROP_SHIFT;
     return v;
 }
 

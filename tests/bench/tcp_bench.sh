@@ -9,6 +9,8 @@
 # fairness index over the N flows' goodputs. Modes:
 #   police   tricolor, srtcm CIR/CBS, EBS 0, red dropped, on tc egress of the sender (hard)
 #   sockets  the same policy with --shape sockets (the sender's sockets paced)
+#   edt      the same policy with --shape edt under fq on the sender's egress (needs sch_fq:
+#            not in MODES by default; MODES=edt under tests/kernels/guest.sh)
 #   htb      an HTB class at CIR with burst CBS on the sender's egress
 #   tbf      TBF at CIR with burst CBS
 #   xdp      the hard policer on XDP ingress of the receiver (a remote sender)
@@ -54,6 +56,10 @@ setup() { # MODE CBS_BYTES
     case "$1" in
     police) ctl_a policy add "${pol[@]}" >/dev/null ;;
     sockets) ctl_a policy add "${pol[@]}" --shape sockets >/dev/null ;;
+    edt)
+        $A tc qdisc replace dev tcpb0 root fq
+        ctl_a policy add "${pol[@]}" --shape edt >/dev/null
+        ;;
     xdp) ctl_b policy add "${pol[@]}" >/dev/null ;;
     aqm_drop) ctl_b policy add "${pol[@]}" --aqm drop >/dev/null ;;
     aqm_ecn) ctl_b policy add "${pol[@]}" --aqm ecn >/dev/null ;;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// shape_e2e_test.cpp: --shape sockets (docs/spec.md §8) with the real daemon. The test's own TCP
-// sockets, in the root namespace, connect to a listener in the lab's namespace through the veth
-// where tricolor is attached on tc egress; their pacing rate is read back with
+// shape_e2e_test.cpp: --shape sockets and edt (docs/spec.md §8) with the real daemon. The test's
+// own TCP sockets, in the root namespace, connect to a listener in the lab's namespace through the
+// veth where tricolor is attached on tc egress; their pacing rate is read back with
 // getsockopt(SO_MAX_PACING_RATE). Mechanism, not speed: the one throughput check is a loose
-// floor against the hard policer (exact figures: tests/bench/tcp_bench.sh).
+// floor against the hard policer (exact figures: tests/bench/tcp_bench.sh). The Edt cases put
+// fq on that veth and skip where the kernel has no sch_fq (tricolor.sh test-kernels runs them
+// in Debian's 6.1, which has it).
 #include "lab.hpp"
 #include "tricolor/datapath.hpp"
 
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -290,6 +293,101 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     // Loose: the benchmark measures ≥ 95% on an idle machine.
     EXPECT_GT(shaped, 0.5 * 20e6) << "hard " << hard / 1e6 << " Mbit/s";
     EXPECT_GT(shaped, 3 * hard) << "hard " << hard / 1e6 << " Mbit/s";
+}
+
+// --shape edt needs fq as the egress qdisc: on the veth, or a skip where the kernel lacks it.
+#define REQUIRE_FQ(lab)                                                                            \
+    do {                                                                                           \
+        auto fq =                                                                                  \
+            run_command({"/sbin/tc", "qdisc", "replace", "dev", (lab).host_if, "root", "fq"});     \
+        if (fq.exit_code != 0)                                                                     \
+            GTEST_SKIP() << "no sch_fq in this kernel (tc qdisc replace ... root fq: " << fq.err   \
+                         << "): shape edt needs it; ./tricolor.sh test-kernels runs this case "    \
+                            "under Debian's 6.1, which has it";                                    \
+    } while (0)
+
+json policy_stats(const Daemon &d, const std::string &name) {
+    return json::parse(d.ctl({"-j", "stats", name}).out)["policies"][0];
+}
+
+uint64_t passed_bytes(const json &s) {
+    return s["green"]["bytes"].get<uint64_t>() + s["yellow"]["bytes"].get<uint64_t>();
+}
+
+// TCP from this namespace through tc egress under fq: the hard policer, then edt. The packets
+// the bucket has no tokens for wait in fq instead of being lost, so TCP gets several times the
+// hard policer's goodput, and what passed is still within CBS + CIR·T over the run.
+TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
+    if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
+        GTEST_SKIP() << "iperf3 is not installed";
+    REQUIRE_FQ(lab);
+    auto server =
+        lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", "/tmp/tricolor-e2e-edt.pid"});
+    ASSERT_EQ(server.exit_code, 0) << server.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(int(300 * time_scale())));
+    constexpr double kCir = 10e6, kCbs = 16384;
+    ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "10mbit", "--cbs", "16k",
+                     "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
+                  .exit_code,
+              0)
+        << d.log();
+    double hard = iperf_goodput(lab, 3);
+    auto r = d.ctl({"policy", "set", "tcp", "--shape", "edt"});
+    ASSERT_EQ(r.exit_code, 0) << r.err << d.log();
+    std::this_thread::sleep_for(std::chrono::seconds(1)); // the bucket refills: CBS at most
+    auto before = policy_stats(d, "tcp");
+    auto t0 = std::chrono::steady_clock::now();
+    double edt = iperf_goodput(lab, 3);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto after = policy_stats(d, "tcp");
+    run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-edt.pid)"});
+    RecordProperty("hard_mbit", std::to_string(hard / 1e6));
+    RecordProperty("edt_mbit", std::to_string(edt / 1e6));
+    RecordProperty("edt_delayed", after["shape"]["delayed"]["packets"].dump());
+    RecordProperty("edt_dropped", after["shape"]["dropped"]["packets"].dump());
+    EXPECT_GT(after["shape"]["delayed"]["packets"].get<uint64_t>(),
+              before["shape"]["delayed"]["packets"].get<uint64_t>());
+    EXPECT_GT(edt, 3 * hard) << "hard " << hard / 1e6 << " Mbit/s, edt " << edt / 1e6;
+    EXPECT_GT(edt, 0.5 * kCir) << "edt " << edt / 1e6 << " Mbit/s";
+    // The bound, on what passed (IP bytes, every packet charged by its departure, which is at
+    // most the horizon after the run ended).
+    double bound = kCbs + kCir / 8 * (wall + TCM_EDT_HORIZON_NS / 1e9);
+    EXPECT_LE(double(passed_bytes(after) - passed_bytes(before)), bound) << "over " << wall << " s";
+    EXPECT_LE(edt, kCir) << "goodput above CIR";
+}
+
+// UDP does not back off: 200 datagrams of 1500 IP bytes at once into a 2 Mbit/s bucket (6 ms a
+// datagram). After CBS, each waits in fq for its tokens, up to the 100 ms horizon (about 16);
+// the rest are dropped, red, and counted shape dropped: in stats -j, the table and the metrics.
+TEST_F(Shape, EdtUnderFqDropsWhatWouldLeaveBeyondTheHorizon) {
+    REQUIRE_FQ(lab);
+    ASSERT_EQ(
+        d.ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "2mbit", "--cbs", "16k",
+               "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "udp", "--shape", "edt"})
+            .exit_code,
+        0)
+        << d.log();
+    auto r = run_command({udp_tool_path(), "send", lab.ns_v4, "9000", "200", "1472"});
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    auto s = policy_stats(d, "udp");
+    uint64_t delayed = s["shape"]["delayed"]["packets"].get<uint64_t>(),
+             dropped = s["shape"]["dropped"]["packets"].get<uint64_t>();
+    RecordProperty("delayed", std::to_string(delayed));
+    RecordProperty("dropped", std::to_string(dropped));
+    EXPECT_GE(delayed, 10u);
+    EXPECT_GE(dropped, 1u);
+    EXPECT_EQ(s["red"]["packets"].get<uint64_t>(), dropped) << "every red packet waited or went";
+    EXPECT_EQ(s["green"]["packets"].get<uint64_t>() + s["yellow"]["packets"].get<uint64_t>() +
+                  dropped,
+              200u);
+    EXPECT_EQ(s["shape"]["dropped"]["bytes"].get<uint64_t>(), 1500 * dropped);
+    EXPECT_THAT(d.ctl({"stats"}).out,
+                HasSubstr(fmt::format("edt delayed {} dropped {} pkts", delayed, dropped)));
+    auto status = json::parse(d.ctl({"-j", "status"}).out);
+    EXPECT_THAT(scrape_metrics(status["metrics"]),
+                HasSubstr(fmt::format("tricolor_tcp_signal_packets_total{{action=\"shape_delayed\","
+                                      "parent=\"\",policy=\"udp\"}} {}",
+                                      delayed)));
 }
 
 } // namespace

@@ -82,6 +82,23 @@ TEST(Hierarchy, GraphErrorsAreRefusedNamingThePolicies) {
     }
 }
 
+// --shape edt meters at departure times, a chain at one instant: no edt policy in a hierarchy.
+TEST(Hierarchy, ShapeEdtHasNoParentAndIsNoParent) {
+    auto top = named("top"), child = named("child", "top");
+    EXPECT_TRUE(hierarchy_errors({top, child}).empty());
+    child.shape = TCM_SHAPE_EDT;
+    auto errors = hierarchy_errors({top, child});
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_THAT(errors[0], HasSubstr("policy 'child': its parent is 'top', and 'child' has shape "
+                                     "edt"));
+    child.shape = TCM_SHAPE_OFF;
+    top.shape = TCM_SHAPE_EDT;
+    errors = hierarchy_errors({top, child});
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_THAT(errors[0], HasSubstr("and 'top' has shape edt"));
+    EXPECT_TRUE(hierarchy_errors({top, named("alone")}).empty()) << "edt alone is fine";
+}
+
 TEST(Hierarchy, PolicyFieldsParseAndCouplingIsRfc4115Only) {
     json spec = {{"name", "user"},   {"algo", "rfc4115"}, {"cir", "10mbit"},
                  {"cbs", "15k"},     {"eir", "5mbit"},    {"ebs", "15k"},

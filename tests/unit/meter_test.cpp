@@ -530,3 +530,53 @@ TEST(MeterExtremes, PacketModeCountsPackets) {
 }
 
 } // namespace
+
+namespace {
+
+// --shape edt's wait (bpf/lib/meter.h): ceil(need / rate) exactly, with the reciprocal user
+// space writes, over the whole range: rates 1 bit/s to 1 Tbit/s, needs up to the clamped cost
+// of the longest packet (2^31 bytes), so no product can have wrapped.
+TEST(MeterEdt, WaitIsTheExactCeilingWithoutADivision) {
+    std::mt19937_64 rng(9);
+    const uint64_t max_need = uint64_t(TCM_METER_MAX_LEN) * TCM_TOKENS_PER_BYTE;
+    std::vector<uint64_t> rates{1,
+                                2,
+                                3,
+                                7,
+                                1ull << 20,
+                                1000000,
+                                8000000,
+                                3000000,
+                                999999999989ull,
+                                1ull << 39,
+                                TCM_METER_MAX_RATE};
+    for (int i = 0; i < 200; ++i)
+        rates.push_back(1 + rng() % TCM_METER_MAX_RATE);
+    for (uint64_t rate : rates) {
+        tcm_meter_config c{};
+        c.algo = TCM_ALGO_SRTCM;
+        c.c_rate = rate;
+        uint64_t recip = edt_recip(c);
+        std::vector<uint64_t> needs{
+            1, rate - 1, rate, rate + 1, max_need, max_need - 1, 65536 * TCM_TOKENS_PER_BYTE};
+        for (int i = 0; i < 2000; ++i)
+            needs.push_back(1 + rng() % max_need);
+        for (int i = 0; i < 200; ++i) // multiples of the rate, and one off
+            needs.push_back((1 + rng() % (max_need / rate)) * rate - rng() % 2);
+        for (uint64_t need : needs) {
+            if (need == 0)
+                continue;
+            uint64_t exact = uint64_t((i128(need) + rate - 1) / rate);
+            ASSERT_EQ(meter_wait_ns(need, rate, recip), exact) << need << " at " << rate;
+        }
+    }
+    tcm_meter_config trtcm{};
+    trtcm.algo = TCM_ALGO_TRTCM;
+    trtcm.c_rate = 5;
+    trtcm.e_rate = 10;
+    EXPECT_EQ(edt_recip(trtcm), (~0ull) / 10) << "trtcm waits for P, at PIR";
+    trtcm.e_rate = 0;
+    EXPECT_EQ(edt_recip(trtcm), 0u);
+}
+
+} // namespace

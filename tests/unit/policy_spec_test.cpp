@@ -207,6 +207,12 @@ TEST(PolicySpec, BadShapeAndAqmAreRefusedWithTheReason) {
     p = to_policy(spec, 1);
     ASSERT_FALSE(p);
     EXPECT_THAT(p.error(), HasSubstr("paces TCP sockets"));
+    spec = base();
+    spec["shape"] = "edt";
+    spec["fleet"] = true;
+    p = to_policy(spec, 1);
+    ASSERT_FALSE(p);
+    EXPECT_THAT(p.error(), HasSubstr("shape: edt waits for the tokens a bucket earns in time"));
 }
 
 TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {

@@ -271,9 +271,6 @@ std::string shape_problem(const Policy &p, const std::vector<AttachmentSpec> &at
                 return fmt::format("policy '{}': shape edt needs fq as the egress qdisc of {}: "
                                    "tc qdisc replace dev {} root fq",
                                    p.name, a->iface, a->iface);
-        return fmt::format("policy '{}': shape edt is not implemented in this build; use shape "
-                           "sockets for this host's TCP senders",
-                           p.name);
     }
     return "";
 }

@@ -395,6 +395,15 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
             for (uint32_t id : ids)
                 bpf_map_update_elem(stats_fd, &id, zero_counters.data(), 0);
     }
+    // --shape edt: the reciprocal of the policy's rate (bpf/lib/edt.h), in place before the set
+    // that uses it is active. A packet of the old set that reads a new rate's reciprocal gets a
+    // departure the meter still checks: later than needed, or refused (dropped as red).
+    for (const auto &p : c.upserts)
+        if (p.shape == TCM_SHAPE_EDT) {
+            tcm_edt_cfg e{edt_recip(make_meter_config(p.meter))};
+            uint32_t id = p.id;
+            bpf_map_update_elem(impl_->fd(skel->maps.tcm_edt_cfg), &id, &e, 0);
+        }
     // The flows of an id are deleted when it leaves the set (5. below), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
     int flows_fd = impl_->fd(skel->maps.tcm_flows);

@@ -24,6 +24,13 @@ std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies) {
             errors.push_back(fmt::format("policy '{}': its parent '{}' does not exist (a parent "
                                          "cannot be deleted or renamed under its children)",
                                          p.name, p.parent));
+        else if (p.shape == TCM_SHAPE_EDT || by_name.at(p.parent)->shape == TCM_SHAPE_EDT)
+            // bpf/lib/edt.h meters at departure times; a chain meters every level at one instant.
+            errors.push_back(fmt::format(
+                "policy '{}': its parent is '{}', and '{}' has shape edt, which meters a packet "
+                "when it leaves while a hierarchy meters every level at one instant: a policy "
+                "with shape edt has no parent and is no parent (use shape sockets or aqm)",
+                p.name, p.parent, p.shape == TCM_SHAPE_EDT ? p.name : p.parent));
     }
     // Walk up from every policy; a cycle shows as a name seen twice, a deep chain as a long walk.
     std::set<std::string> in_cycle;

@@ -194,6 +194,13 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
     return out;
 }
 
+uint64_t edt_recip(const tcm_meter_config &c) {
+    uint64_t rate = c.algo == TCM_ALGO_TRTCM ? c.e_rate : c.c_rate;
+    if (rate <= 1)
+        return rate == 0 ? 0 : ~0ull;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(1) << 64) / rate);
+}
+
 tcm_meter_config make_meter_config(const MeterParams &p) {
     uint32_t flags = (p.color_aware ? TCM_METER_F_COLOR_AWARE : 0) |
                      (p.packet_mode ? TCM_METER_F_PACKET_MODE : 0) |

@@ -69,6 +69,7 @@ tcm_policy make_cfg(const Policy &p) {
     cfg.length_mode = static_cast<uint8_t>(p.length);
     cfg.overhead = p.overhead;
     cfg.aqm = static_cast<uint8_t>(p.aqm);
+    cfg.shape = static_cast<uint8_t>(p.shape);
     std::snprintf(cfg.name, sizeof(cfg.name), "%s", p.name.c_str());
     return cfg;
 }

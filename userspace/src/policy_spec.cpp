@@ -352,6 +352,9 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     }
     if (auto f = r.flag(spec, "fleet"))
         p.fleet = *f; // docs/spec.md §10; the daemon refuses it without --fleet
+    if (p.shape == TCM_SHAPE_EDT && p.fleet)
+        r.error("shape", "edt waits for the tokens a bucket earns in time, and a fleet policy's "
+                         "committed bucket earns none (the fleet grants them)");
     // The graph (does the parent exist, cycles, depth) is checked with the whole set.
     if (auto t = r.text(spec, "parent"); t && !t->empty())
         p.parent = *t;

@@ -85,6 +85,10 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec);
 // Precomputes the per-packet configuration. Precondition: validate(params).ok().
 tcm_meter_config make_meter_config(const MeterParams &params);
 
+// --shape edt (bpf/lib/edt.h): floor(2^64 / rate) of the rate that refills the bucket a red
+// packet waits for (C at CIR; trtcm P at PIR), in tokens/ns; 2^64 - 1 at 1; 0 if that rate is 0.
+uint64_t edt_recip(const tcm_meter_config &config);
+
 // One bucket pair driven by the shared C code.
 class Meter {
   public:

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
+/* edt.h: --shape edt (docs/spec.md §8). On a tc egress attachment, a packet of an edt policy
+ * that its bucket would colour red for want of tokens leaves later instead: it gets a departure
+ * time, skb->tstamp, when the bucket will hold its tokens, and fq releases it then. The bucket
+ * is metered at departure times, so it stays §1's exactly, on the instants packets leave:
+ *
+ *   t    = now, or the sender's own departure time if later (within the horizon);
+ *   dep  = max(t, last_ns): the bucket's clock, which edt may have moved into the future;
+ *   the meter decides at dep (meter_mark does not refill for an arrival before last_ns);
+ *   red for want of tokens: need = cost - tokens of the bucket that refills towards it (C; P
+ *   for trtcm); dep += ceil(need / rate), computed without a division (below); the meter
+ *   decides again at dep, which refills it by exactly what the packet lacks;
+ *   dep - now > TCM_EDT_HORIZON_NS, or a packet larger than its bucket: dropped (shape dropped).
+ *
+ * Every packet of the bucket (one per flow for per-key policies) then leaves at the instant the
+ * meter charged it, and those instants never go back: what leaves over any interval is bounded as
+ * §1 bounds what passes. A packet whose departure is later than now is counted shape delayed.
+ *
+ * The division: user space writes floor(2^64 / rate) per policy (tcm_edt_cfg), and
+ * meter_wait_ns (meter.h) turns it into ceil(need / rate) exactly, with multiplies only. The j-th
+ * packet after the bucket ran dry at T leaves at T + ceil(j * cost / rate): spaced by cost / rate
+ * to the nanosecond, the rounding carried in the bucket's tokens, never accumulated. */
+#ifndef TRICOLOR_EDT_H
+#define TRICOLOR_EDT_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "tricolor_abi.h"
+#include "chain.h"
+
+/* Returned by edt_meter_packet with the colour: dropped, its departure beyond the horizon. */
+#define TCM_METER_SHAPE_DROP_SHIFT 10
+#define TCM_METER_SHAPE_DROP (1 << TCM_METER_SHAPE_DROP_SHIFT)
+#define TCM_METER_DELAYED 0x200 /* internal: edt_mark gave a departure time */
+
+/* By policy id, written by the daemon before a set that uses it becomes active. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_edt_cfg);
+} tcm_edt_cfg SEC(".maps");
+
+/* Meters one packet of an edt policy, incoming colour @c0, on @st (the flow's state, under its
+ * lock) and returns its colour, ORed with TCM_METER_DELAYED (*@stamp is then its departure time)
+ * or TCM_METER_SHAPE_DROP. *@stamp: the skb's departure time (0: none). */
+static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_meter_state *st,
+                                    __u64 now, __u32 len, __u32 c0, __u64 *stamp) {
+    const struct tcm_meter_config *m = &pol->meter;
+    __u64 own = *stamp, t = now;
+    /* A sender that paces itself (TCP under fq stamps every packet) is metered when it asked to
+     * leave; a stamp beyond the horizon is not a departure time we trust, and is left alone. */
+    if (own > now && own - now <= TCM_EDT_HORIZON_NS)
+        t = own;
+    __u64 dep = st->last_ns > t ? st->last_ns : t;
+    __u32 color = meter_mark(m, st, t, len, c0);
+    if (color == TCM_RED) {
+        if (!(m->flags & TCM_METER_F_COLOR_AWARE))
+            c0 = TCM_GREEN;
+        __u64 rate = m->c_rate, tokens = st->c_tokens, size = m->c_size;
+        if (m->algo == TCM_ALGO_TRTCM) {
+            rate = m->e_rate;
+            tokens = st->e_tokens;
+            size = m->e_size;
+        } else if (c0 != TCM_GREEN) {
+            return TCM_RED; /* arrived yellow: only E would do, which C's refill does not fill */
+        }
+        if (c0 == TCM_RED)
+            return TCM_RED; /* arrived red: red whatever the tokens */
+        __u64 cost = meter_cost(m, len);
+        __u32 id = pol->policy_id;
+        struct tcm_edt_cfg *e = bpf_map_lookup_elem(&tcm_edt_cfg, &id);
+        if (!e || !e->recip || rate == 0 || cost > size || tokens >= cost)
+            return TCM_RED | TCM_METER_SHAPE_DROP;
+        __u64 wait = meter_wait_ns(cost - tokens, rate, e->recip);
+        if (wait > TCM_EDT_HORIZON_NS) /* so that dep + wait cannot wrap */
+            return TCM_RED | TCM_METER_SHAPE_DROP;
+        dep += wait;
+        if (dep - now > TCM_EDT_HORIZON_NS)
+            return TCM_RED | TCM_METER_SHAPE_DROP;
+        color = meter_mark(m, st, dep, len, c0);
+        if (color == TCM_RED) /* a rate changed under the packet: its estimate is stale */
+            return TCM_RED | TCM_METER_SHAPE_DROP;
+    }
+    if (dep > now && dep > own) {
+        *stamp = dep;
+        return color | TCM_METER_DELAYED;
+    }
+    return color;
+}
+
+/* chain_meter_packet for a policy with shape edt on tc: a chain of one (apply refuses edt in a
+ * hierarchy), metered by edt_mark on egress, as without edt on ingress. A global function of its
+ * own, given the skb: the tc program's other paths stay as they were for the verifier (Linux
+ * 6.1's margin is thin), and its frame sits beside chain_meter_packet's, not under it. Counts
+ * what it did in tcm_tcp_stats; returns the colour, TCM_METER_SIGNAL (--aqm) and
+ * TCM_METER_SHAPE_DROP, or TCM_NR_COLORS if the bucket could not be found. */
+__attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
+                                               const struct tcm_class_key *key,
+                                               const struct tcm_chain_in *in,
+                                               struct __sk_buff *skb) {
+    __u32 zero = 0;
+
+    if (!pol || !key || !in)
+        return TCM_NR_COLORS;
+    struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
+    struct tcm_flow *f = flow_find(pol, key, g);
+    if (!f)
+        return TCM_NR_COLORS;
+    __u32 len = chain_level_len(pol, in), segs = in->segs;
+    __u32 c0 = in->in_color > TCM_RED ? TCM_GREEN : in->in_color;
+    if (!flow_lock(f)) {
+        if (g)
+            g->lock_timeouts++;
+        chain_count(pol, TCM_RED, segs, len);
+        return TCM_RED; /* never admit what the meter could not check */
+    }
+    __u64 now = clock_now_ns();
+    if (!(f->flags & TCM_FLOW_F_STARTED))
+        meter_start(&pol->meter, &f->meter, now);
+    int metered;
+    /* Egress: the packet is not on the device it arrived by (at tc ingress skb_iif is always
+     * the device's own). One forwarded back out of its own device counts as ingress: the hard
+     * policer, which is safe. */
+    if (skb->ingress_ifindex != skb->ifindex) {
+        __u64 stamp = skb->tstamp;
+        metered = edt_mark(pol, &f->meter, now, len, c0, &stamp);
+        if (metered & TCM_METER_DELAYED)
+            skb->tstamp = stamp;
+    } else {
+        metered = meter_mark(&pol->meter, &f->meter, now, len, c0);
+    }
+    __u32 color = meter_color_index(metered & 0xff);
+    __u32 signal = pol->aqm && aqm_step(pol, f, color) ? TCM_METER_SIGNAL : 0;
+    chain_done(pol, f, in, color);
+    if (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP)) {
+        __u32 id = pol->policy_id;
+        struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
+        if (t && (metered & TCM_METER_SHAPE_DROP)) {
+            t->shape_dropped_packets += segs;
+            t->shape_dropped_bytes += len;
+        } else if (t) {
+            t->shape_delayed_packets += segs;
+            t->shape_delayed_bytes += len;
+        }
+    }
+    return color | signal | (metered & TCM_METER_SHAPE_DROP);
+}
+
+#endif /* TRICOLOR_EDT_H */
