@@ -133,7 +133,7 @@ __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
     }
     __u32 color = meter_color_index(metered & 0xff);
     __u32 signal = pol->aqm && aqm_step(pol, f, color) ? TCM_METER_SIGNAL : 0;
-    chain_done(pol, f, in, color);
+    chain_done(pol, f, key, in, color);
     if (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP)) {
         __u32 id = pol->policy_id;
         struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
