@@ -203,7 +203,8 @@ void Daemon::terminate() {
 }
 
 void Daemon::settle_state() const {
-    for (int i = 0; i < 500 && std::filesystem::exists(state() + ".journal"); ++i)
+    const int tries = static_cast<int>(500 * time_scale()); // TRICOLOR_TIME_SCALE under QEMU
+    for (int i = 0; i < tries && std::filesystem::exists(state() + ".journal"); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_FALSE(std::filesystem::exists(state() + ".journal")) << "the journal was not folded";
 }

@@ -48,8 +48,8 @@ class Daemon {
     std::string socket() const { return dir_ + "/sock"; }
     std::string config() const { return dir_ + "/tricolor.yaml"; }
     std::string state() const { return dir_ + "/state.yaml"; }
-    // Waits (up to 5 s) until the daemon has folded its state journal into the state file,
-    // which it does once changes pause; then state() holds every change.
+    // Waits (up to 5 s, times TRICOLOR_TIME_SCALE) until the daemon has folded its state journal
+    // into the state file, which it does once changes pause; then state() holds every change.
     void settle_state() const;
     std::string dir() const { return dir_; }
     int pid() const { return pid_; }
