@@ -347,8 +347,10 @@ TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
     RecordProperty("edt_dropped", after["shape"]["dropped"]["packets"].dump());
     EXPECT_GT(after["shape"]["delayed"]["packets"].get<uint64_t>(),
               before["shape"]["delayed"]["packets"].get<uint64_t>());
-    EXPECT_GT(edt, 3 * hard) << "hard " << hard / 1e6 << " Mbit/s, edt " << edt / 1e6;
-    EXPECT_GT(edt, 0.5 * kCir) << "edt " << edt / 1e6 << " Mbit/s";
+    // Loose, for an emulated guest: the hard policer has given 1.6 to 3.7 Mbit/s there, edt
+    // 9.6 (of 10); the benchmark is where the figures belong.
+    EXPECT_GT(edt, 2 * hard) << "hard " << hard / 1e6 << " Mbit/s, edt " << edt / 1e6;
+    EXPECT_GT(edt, 0.7 * kCir) << "edt " << edt / 1e6 << " Mbit/s";
     // The bound, on what passed (IP bytes, every packet charged by its departure, which is at
     // most the horizon after the run ended).
     double bound = kCbs + kCir / 8 * (wall + TCM_EDT_HORIZON_NS / 1e9);
