@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // attach.cpp: see attach.hpp.
 #include "tricolor/attach.hpp"
+#include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"
 
 #include <bpf/bpf.h>
@@ -241,31 +242,13 @@ void remove_clsact_filter(int ifindex, Direction dir) {
 
 } // namespace
 
-namespace {
-std::vector<uint32_t> map_ids(int fd) {
-    bpf_prog_info info{};
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || info.nr_map_ids == 0)
-        return {};
-    std::vector<uint32_t> ids(info.nr_map_ids);
-    bpf_prog_info again{};
-    again.nr_map_ids = static_cast<uint32_t>(ids.size());
-    again.map_ids = reinterpret_cast<uint64_t>(ids.data());
-    len = sizeof(again);
-    if (bpf_obj_get_info_by_fd(fd, &again, &len) != 0)
-        return {};
-    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
-    return ids;
-}
-} // namespace
-
 bool shares_maps(uint32_t prog_id, int prog_fd) {
     int fd = bpf_prog_get_fd_by_id(prog_id);
     if (fd < 0)
         return false;
-    auto theirs = map_ids(fd);
+    auto theirs = prog_map_ids(fd);
     close(fd);
-    auto ours = map_ids(prog_fd);
+    auto ours = prog_map_ids(prog_fd);
     for (uint32_t id : theirs)
         if (std::find(ours.begin(), ours.end(), id) != ours.end())
             return true;

@@ -3,6 +3,7 @@
 #include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
 
@@ -195,6 +197,22 @@ Result<void> load_bpf(const std::string &what, const std::function<int()> &load)
             last = l;
     return std::unexpected(fmt::format("cannot load {}: {}{}", what, errno_text(err),
                                        last.empty() ? "" : " (libbpf: " + last + ")"));
+}
+
+std::vector<uint32_t> prog_map_ids(int prog_fd) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0 || info.nr_map_ids == 0)
+        return {};
+    std::vector<uint32_t> ids(info.nr_map_ids);
+    bpf_prog_info again{};
+    again.nr_map_ids = static_cast<uint32_t>(ids.size());
+    again.map_ids = reinterpret_cast<uint64_t>(ids.data());
+    len = sizeof(again);
+    if (bpf_obj_get_info_by_fd(prog_fd, &again, &len) != 0)
+        return {};
+    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
+    return ids;
 }
 
 } // namespace tricolor

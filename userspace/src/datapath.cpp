@@ -69,23 +69,6 @@ bool busier(const Flow &a, const Flow &b) {
     return x != y ? x > y : key_less(a.key, b.key);
 }
 
-// The ids of the maps a program uses.
-std::vector<uint32_t> prog_map_ids(int fd) {
-    bpf_prog_info info{};
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || info.nr_map_ids == 0)
-        return {};
-    std::vector<uint32_t> ids(info.nr_map_ids);
-    bpf_prog_info again{};
-    again.nr_map_ids = static_cast<uint32_t>(ids.size());
-    again.map_ids = reinterpret_cast<uint64_t>(ids.data());
-    len = sizeof(again);
-    if (bpf_obj_get_info_by_fd(fd, &again, &len) != 0)
-        return {};
-    ids.resize(std::min<size_t>(ids.size(), again.nr_map_ids));
-    return ids;
-}
-
 uint32_t obj_id(int fd) {
     bpf_prog_info info{}; // a map's info starts with its type and id too, but differs after
     uint32_t len = sizeof(info);

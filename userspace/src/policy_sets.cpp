@@ -74,6 +74,16 @@ tcm_policy make_cfg(const Policy &p) {
     return cfg;
 }
 
+// @p as the model holds it, unranked.
+Item compile(const Policy &p) {
+    Item it;
+    it.policy = p;
+    it.cfg = make_cfg(p);
+    for (const auto &e : rule_entries(p, p.id, 0))
+        it.rules.push_back({e.mask, e.key});
+    return it;
+}
+
 bool same(const tcm_policy &a, const tcm_policy &b) {
     return std::memcmp(&a, &b, sizeof(a)) == 0;
 }
@@ -190,11 +200,7 @@ struct PolicySets::Impl {
     }
 
     void insert(const Policy &p) {
-        Item it;
-        it.policy = p;
-        it.cfg = make_cfg(p);
-        for (const auto &e : rule_entries(p, p.id, 0))
-            it.rules.push_back({e.mask, e.key});
+        Item it = compile(p);
         auto key = rank_key(p);
         auto rank = free_rank(key);
         if (!rank) {
@@ -675,11 +681,7 @@ Result<void> PolicySets::rebuild(uint32_t set, const std::vector<Policy> &polici
     const int64_t step = std::min<int64_t>(kRankStep, kNoRank / (sorted.size() + 1));
     for (size_t i = 0; i < sorted.size(); ++i) {
         const Policy &p = *sorted[i];
-        Item it;
-        it.policy = p;
-        it.cfg = make_cfg(p);
-        for (const auto &e : rule_entries(p, p.id, 0))
-            it.rules.push_back({e.mask, e.key});
+        Item it = compile(p);
         it.rank = static_cast<uint32_t>((i + 1) * step);
         m.link(m.items.emplace(p.id, std::move(it)).first->second);
     }

@@ -4,8 +4,10 @@
 // never as a permissions problem.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "tricolor/units.hpp" // Result
 
@@ -32,6 +34,9 @@ std::string kernel_support_problem();
 // On failure the message names @what, and for a verifier rejection the program and the
 // verifier's last words. TRICOLOR_BPF_LOG=1 also prints libbpf's full output to stderr.
 Result<void> load_bpf(const std::string &what, const std::function<int()> &load);
+
+// The ids of the maps the program @prog_fd uses (empty if the kernel will not say).
+std::vector<uint32_t> prog_map_ids(int prog_fd);
 
 // Keeps libbpf's warnings on stderr with a "libbpf: " prefix and drops its debug chatter.
 void quiet_libbpf_logging();
