@@ -211,6 +211,14 @@ mutant shape-no-reshare bpf/lib/shape.h \
     's/__sync_fetch_and_add\(&st->sockets, -1\);\s*//' \
     "--shape sockets: a closed socket keeps its share (the others never get the rate back)" \
     "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+mutant shape-pace-blind bpf/lib/shape.h \
+    's/rate = sp->rate_hi;/rate = sp->rate_lo;/' \
+    "--shape sockets: the pace never goes over the share when the bucket is full (tokens wasted)" \
+    "e2e:Shape.PaceFollowsTheBucketsLevel"
+mutant shape-pace-stale-bucket bpf/lib/shape.h \
+    's/(__u64 tokens = f \? )\*\(volatile __u64 \*\)&f->meter.c_tokens/${1}sp->c_half/' \
+    "--shape sockets: the pace reads a fixed level instead of the bucket's (never slows when it empties)" \
+    "e2e:Shape.PaceFollowsTheBucketsLevel"
 EDT_BPF='bpf:EdtTest.*'
 mutant edt-no-horizon bpf/lib/edt.h \
     's/if \(dep - now > TCM_EDT_HORIZON_NS\)/if (0)/' \

@@ -268,7 +268,8 @@ enum tcm_aqm_mode {
 /* By policy id, written by the daemon: how the policy's local TCP sockets are paced. A new map
  * beside the others (not a field of tcm_policy), so no pinned layout changes. */
 struct tcm_shape_cfg {
-    __u64 rate;       /* bytes/s of TCP payload for all the policy's sockets; 0: not shaped */
+    __u64 rate;       /* bytes/s as Linux's pacing counts them (TCP payload and header) that put the
+                         policy's CIR on the wire, for all its sockets; 0: not shaped */
     __u32 per_socket; /* 1: every socket gets the whole rate (the policy meters per 5-tuple) */
     __u32 gen;        /* bumped by the daemon on every change of rate or per_socket */
 };
@@ -285,6 +286,17 @@ struct tcm_sock_shape {
     __u32 gen;       /* tcm_shape_state.gen + tcm_shape_cfg.gen when the share was last set */
     __u32 counted;   /* 0 not yet active, 1 in tcm_shape_state.sockets, 2 done */
     __u32 rate;      /* the share set, bytes/s (SO_MAX_PACING_RATE) */
+};
+
+/* Socket-local storage of a paced socket, beside tcm_sock_shape (a map of its own, so that
+ * map's pinned layout stays): the bucket the socket's packets are metered in and the two rates
+ * its pacing switches between as that bucket's level crosses half (shape.h). */
+struct tcm_sock_pace {
+    struct tcm_flow_key key; /* the socket's flow in tcm_flows when keyed */
+    __u32 keyed;             /* 1: the bucket is tcm_flows[key]; 0: tcm_policy_state[policy] */
+    __u64 c_half;            /* half the bucket's CBS, in tokens; 0: not set up */
+    __u32 rate_lo;           /* share - share/32: the bucket is under half full */
+    __u32 rate_hi;           /* share + share/64: the bucket is at least half full */
 };
 
 /* Per-CPU by policy id: what the signal (--aqm) and the shaper did. */
@@ -356,5 +368,6 @@ TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state,
 TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");
 TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
+TCM_ABI_ASSERT(sizeof(struct tcm_sock_pace) == 64, "tcm_sock_pace: 64 bytes");
 
 #endif /* TRICOLOR_ABI_H */

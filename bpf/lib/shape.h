@@ -5,9 +5,14 @@
  * from the socket as its packets will look on a tc egress attachment (src = local address and
  * port, dst = remote, proto TCP). A socket that falls under a policy with `shape: sockets` is
  * paced with SO_MAX_PACING_RATE (which also turns on the kernel's TCP pacing and sizes TSO
- * bursts to about 1 ms at that rate) to its share of the policy's rate:
+ * bursts to about 1 ms at that rate) around its share of the policy's rate:
  *
- *     share = rate / N     (rate: the policy's CIR as TCP payload; per 5-tuple: the whole rate)
+ *     share = rate / N     (rate: what puts the policy's CIR on the wire as Linux's pacing counts
+ *                           bytes, TCP payload and header; per 5-tuple: the whole rate)
+ *
+ * at share + share/64 while the policy's bucket (or the socket's, for a keyed policy) is at
+ * least half full and share - share/32 while it is not (shape_sock_repace), so that over time
+ * the sockets send at the bucket's rate, however the header overhead, TSO and late timers add up.
  *
  * N counts the policy's *active* sockets: a socket joins once it has had TCM_SHAPE_ACTIVE_BYTES
  * acknowledged (a bulk sender, not a control connection or an idle keep-alive), and leaves when
@@ -27,6 +32,7 @@
 
 #include "tricolor_abi.h"
 #include "classify.h"
+#include "flow.h"
 
 #ifndef SOL_SOCKET
 #define SOL_SOCKET 1
@@ -61,6 +67,13 @@ struct {
     __type(key, int);
     __type(value, struct tcm_sock_shape);
 } tcm_sock_shape SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tcm_sock_pace);
+} tcm_sock_pace SEC(".maps");
 
 /* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
  * ifindexes of the tc egress attachments to classify sockets against. */
@@ -126,24 +139,78 @@ static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
     return -1;
 }
 
-/* Sets the socket's pacing to its current share if the share may have changed. */
-static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops,
-                                              struct tcm_sock_shape *ss) {
+/* Fills @sp with the bucket the socket's packets are metered in under policy @id of the active
+ * set, as the data path finds it (flow.h): the policy's aggregate state or the socket's flow. */
+static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, __u32 id,
+                                              struct tcm_sock_pace *sp) {
+    struct tcm_class_key k = {};
+    struct tcm_flow_key fk = {};
+    __u32 zero = 0;
+
+    sp->c_half = 0;
+    struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
+    if (!rt)
+        return;
+    __u32 slot = (rt->active_set & 1) * TCM_MAX_POLICIES + id; /* a policy's config is at its id */
+    struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &slot);
+    if (!pol || pol->policy_id != id)
+        return;
+    sp->keyed = pol->per != TCM_PER_AGGREGATE;
+    if (sp->keyed && (shape_sock_key(skops, &k) < 0 || flow_key_of(pol, &k, &fk) < 0))
+        return;
+    fk.policy_id = id;
+    __builtin_memcpy(&sp->key, &fk, sizeof(fk));
+    sp->c_half = (pol->meter.c_size >> 1) | 1; /* never 0, which means "not set up" */
+}
+
+/* Re-reads the socket's share if the count or the configuration moved, then paces it to the
+ * bucket: a little over its share while the bucket is at least half full, a little under it
+ * while it is not. The bucket's level is what the policer will do to the next packets, so the
+ * socket settles where the bucket neither fills (tokens, and rate, wasted) nor empties (a red
+ * drop, which a local TCP socket takes as congestion and, with nothing in flight, as a stall
+ * until its probe timer). The level is read as of the bucket's last packet, without the lock:
+ * a little stale, never torn (one aligned word). One compare per ACK; the divisions happen only
+ * when the share changes. */
+static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss,
+                                              struct tcm_sock_pace *sp) {
     __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
     struct tcm_shape_cfg *cfg = bpf_map_lookup_elem(&tcm_shape_cfg, &id);
     struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
     if (!cfg || !st)
         return;
     __u32 gen = st->gen + cfg->gen;
-    if (gen == ss->gen)
+    __u32 rate;
+    if (gen != ss->gen) {
+        ss->gen = gen;
+        __u64 share = cfg->rate;
+        __u32 n = st->sockets + (ss->counted == 0 ? 1 : 0);
+        if (!cfg->per_socket && n > 1 && n < 0x80000000u)
+            share /= n; /* only when the count or the configuration changed */
+        __u64 lo = share - (share >> 5), hi = share + (share >> 6);
+        /* 0 (no longer shaped) and anything beyond 32 bits: unlimited. */
+        __u32 lo32 = (share == 0 || lo >= 0xffffffffull) ? 0xffffffffu : (__u32)lo;
+        __u32 hi32 = (share == 0 || hi >= 0xffffffffull) ? 0xffffffffu : (__u32)hi;
+        if (!sp) {
+            rate = lo32; /* no storage for the bucket: under the share, as a fixed rate */
+            goto set;
+        }
+        sp->rate_lo = lo32;
+        sp->rate_hi = hi32;
+        shape_sock_bucket(skops, id, sp);
+    }
+    if (!sp)
         return;
-    ss->gen = gen;
-    __u64 share = cfg->rate;
-    __u32 n = st->sockets + (ss->counted == 0 ? 1 : 0);
-    if (!cfg->per_socket && n > 1 && n < 0x80000000u)
-        share /= n; /* only when the count or the configuration changed */
-    /* 0 (no longer shaped) and anything beyond 32 bits: unlimited. */
-    __u32 rate = (share == 0 || share >= 0xffffffffull) ? 0xffffffffu : (__u32)share;
+    rate = sp->rate_lo;
+    if (sp->c_half) {
+        struct tcm_flow *f = sp->keyed ? bpf_map_lookup_elem(&tcm_flows, &sp->key)
+                                       : bpf_map_lookup_elem(&tcm_policy_state, &id);
+        __u64 tokens = f ? *(volatile __u64 *)&f->meter.c_tokens : 0;
+        if (tokens >= sp->c_half)
+            rate = sp->rate_hi;
+        else if (tokens < sp->c_half >> 1 && rate != 0xffffffffu)
+            rate -= rate >> 3; /* under a quarter: refill it faster */
+    }
+set:
     if (rate == ss->rate)
         return;
     ss->rate = rate;
@@ -161,16 +228,19 @@ static __always_inline void shape_sock_start(struct bpf_sock_ops *skops) {
         bpf_sk_storage_get(&tcm_sock_shape, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
     if (!ss || ss->policy_id)
         return;
+    struct tcm_sock_pace *sp =
+        bpf_sk_storage_get(&tcm_sock_pace, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
     ss->policy_id = id + 1;
     ss->counted = 0;
     ss->gen = ~0u;
     ss->rate = 0;
     bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RTT_CB_FLAG);
-    shape_sock_repace(skops, ss);
+    shape_sock_repace(skops, ss, sp);
 }
 
-/* On an ACK: a socket that has sent enough joins the count; then its share, if it moved. */
-static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss) {
+/* On an ACK: a socket that has sent enough joins the count; then its pace. */
+static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss,
+                                           struct tcm_sock_pace *sp) {
     if (!ss->counted && skops->bytes_acked >= TCM_SHAPE_ACTIVE_BYTES) {
         __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
         struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
@@ -180,7 +250,7 @@ static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tc
             __sync_fetch_and_add(&st->gen, 1);
         }
     }
-    shape_sock_repace(skops, ss);
+    shape_sock_repace(skops, ss, sp);
 }
 
 static __always_inline void shape_sock_stop(struct bpf_sock_ops *skops) {
@@ -219,7 +289,7 @@ int tricolor_sockops(struct bpf_sock_ops *skops) {
             break;
         ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
         if (ss && ss->policy_id)
-            shape_sock_ack(skops, ss);
+            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0));
         break;
     case BPF_SOCK_OPS_STATE_CB:
         /* args[1]: the new state. */

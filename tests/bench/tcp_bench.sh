@@ -20,7 +20,8 @@
 # FLOWS_LIST ("1 4"), MODES ("htb tbf police sockets xdp aqm_drop aqm_ecn"), CC (the senders'
 # congestion control, cubic), ID_SUFFIX (appended to every RESULT name, so that a second
 # matrix, e.g. CC=bbr ID_SUFFIX=_bbr or longer runs, keeps its own ids), TSV (a file to append
-# the rows to, for tests/bench/tcp_plot.py).
+# the rows to, for tests/bench/tcp_plot.py), STATS (non-empty: print the policy's counters to
+# stderr after each case).
 set -euo pipefail
 BUILD_DIR=$1
 RATE_MBIT=${RATE_MBIT:-20}
@@ -103,6 +104,13 @@ for rtt in $RTTS; do
             for flows in $FLOWS_LIST; do
                 setup "$mode" "$((cbs * 1024))"
                 read -r bps retr jain < <(run "$flows")
+                # STATS=1: the policy's colour counters after the run (diagnostics).
+                if [ -n "${STATS:-}" ]; then
+                    case "$mode" in
+                    police | sockets | edt) ctl_a stats p >&2 || true ;;
+                    xdp | aqm_*) ctl_b stats p >&2 || true ;;
+                    esac
+                fi
                 mbit=$(python3 -c "print(f'{$bps/1e6:.2f}')")
                 pct=$(python3 -c "print(f'{$bps/($RATE_MBIT*1e6)*100:.1f}')")
                 printf "%-6s %-6s %-8s %-5s %14s %8s %8s %6s\n" "${rtt}ms" "${cbs}k" "$mode" \

@@ -79,21 +79,49 @@ uint32_t pacing(int fd) {
     return v;
 }
 
-// Sends a little on @fd (the peer @peer reads it) until its pacing rate is @want or 5 s
-// (scaled) pass: a socket re-reads its share on its RTT callbacks, so it needs ACKs.
-uint32_t pacing_after_traffic(int fd, int peer, uint32_t want) {
+// The two rates a paced socket switches between around its share (bpf/lib/shape.h): under it
+// while its bucket is under half full, over it while the bucket is at least half full.
+struct Share {
+    uint32_t lo, hi;
+};
+constexpr Share kUnpacedShare{kUnpaced, kUnpaced};
+
+bool paced_at(uint32_t v, Share s) {
+    return v == s.lo || v == s.hi;
+}
+
+MATCHER_P(IsPacedAt, share, "") {
+    *result_listener << "(pacing " << share.lo << " or " << share.hi << ")";
+    return paced_at(arg, share);
+}
+
+// Sends @bytes at a time on @fd (the peer @peer reads them) every 20 ms until @want(pacing
+// rate) or 5 s (scaled) pass: a socket re-reads its share and its bucket on its RTT callbacks,
+// so it needs ACKs.
+template <class Want>
+uint32_t pacing_after_traffic(int fd, int peer, Want want, size_t bytes) {
     char buf[4096] = {};
+    bytes = std::min(bytes, sizeof(buf));
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(int(5000 * time_scale()));
     uint32_t v = pacing(fd);
-    while (v != want && std::chrono::steady_clock::now() < deadline) {
-        (void)!send(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    while (!want(v) && std::chrono::steady_clock::now() < deadline) {
+        (void)!send(fd, buf, bytes, MSG_DONTWAIT);
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         while (recv(peer, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         }
         v = pacing(fd);
     }
     return v;
+}
+
+uint32_t pacing_after_traffic(int fd, int peer, Share want) {
+    return pacing_after_traffic(
+        fd, peer, [&](uint32_t v) { return paced_at(v, want); }, 4096);
+}
+
+json policy_stats(const Daemon &d, const std::string &name) {
+    return json::parse(d.ctl({"-j", "stats", name}).out)["policies"][0];
 }
 
 class Shape : public ::testing::Test {
@@ -106,10 +134,12 @@ class Shape : public ::testing::Test {
                   0);
     }
 
-    uint32_t share_of(const std::string &cir, int sockets) {
+    Share share_of(const std::string &cir, int sockets) {
         Policy p;
         p.meter.cir = std::stoull(cir);
-        return static_cast<uint32_t>(shape_payload_rate(p) / sockets);
+        uint64_t share = shape_payload_rate(p) / sockets;
+        return {static_cast<uint32_t>(share - share / 32),
+                static_cast<uint32_t>(share + share / 64)};
     }
 };
 
@@ -156,7 +186,7 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     int a = connect_to(lab.ns_v4, 5201);
     ASSERT_GE(a, 0);
     int pa = accept(lst, nullptr, nullptr);
-    EXPECT_EQ(pacing(a), share_of("20000000", 1));
+    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
     EXPECT_EQ(pacing(pa), kUnpaced);
     int o = connect_to(lab.ns_v4, 5202);
     int po = accept(other, nullptr, nullptr);
@@ -165,32 +195,72 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     EXPECT_EQ(sockets(), 0u);
     pump(a, pa, 256 * 1024);
     EXPECT_EQ(sockets(), 1u);
-    EXPECT_EQ(pacing(a), share_of("20000000", 1));
+    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
 
     // A second: paced at the half it would have; an idle one takes nothing from the first.
     int b = connect_to(lab.ns_v4, 5201);
     int pb = accept(lst, nullptr, nullptr);
-    EXPECT_EQ(pacing(b), share_of("20000000", 2));
-    EXPECT_EQ(pacing_after_traffic(a, pa, share_of("20000000", 1)), share_of("20000000", 1));
+    EXPECT_THAT(pacing(b), IsPacedAt(share_of("20000000", 2)));
+    EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 1)),
+                IsPacedAt(share_of("20000000", 1)));
     // Once it sends, both get half, the first as soon as it sees an ACK.
     pump(b, pb, 256 * 1024);
     EXPECT_EQ(sockets(), 2u);
-    EXPECT_EQ(pacing(b), share_of("20000000", 2));
-    EXPECT_EQ(pacing_after_traffic(a, pa, share_of("20000000", 2)), share_of("20000000", 2));
+    EXPECT_THAT(pacing(b), IsPacedAt(share_of("20000000", 2)));
+    EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 2)),
+                IsPacedAt(share_of("20000000", 2)));
 
     // The second closes (and its peer, so it is gone for good): the first gets it all back.
     close(b);
     close(pb);
-    EXPECT_EQ(pacing_after_traffic(a, pa, share_of("20000000", 1)), share_of("20000000", 1));
+    EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 1)),
+                IsPacedAt(share_of("20000000", 1)));
     EXPECT_EQ(sockets(), 1u);
     EXPECT_THAT(d.ctl({"stats"}).out, HasSubstr("paced sockets 1"));
 
     // A rate change re-paces the live socket; shape off unpaces it.
     ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--cir", "40000000"}).exit_code, 0);
-    EXPECT_EQ(pacing_after_traffic(a, pa, share_of("40000000", 1)), share_of("40000000", 1));
+    EXPECT_THAT(pacing_after_traffic(a, pa, share_of("40000000", 1)),
+                IsPacedAt(share_of("40000000", 1)));
     ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "off"}).exit_code, 0);
-    EXPECT_EQ(pacing_after_traffic(a, pa, kUnpaced), kUnpaced);
+    EXPECT_EQ(pacing_after_traffic(a, pa, kUnpacedShare), kUnpaced);
     for (int fd : {a, pa, o, po, lst, other})
+        close(fd);
+}
+
+// The pace follows the bucket: over the share while the policy's bucket is at least half full,
+// under it once other traffic of the policy (UDP here, which no pacing slows) has emptied it, and
+// over it again when it has refilled. CIR 512 kbit/s, CBS 64 KiB: half the bucket refills in
+// half a second, so a socket sending 1 KB every 20 ms reads it under half for that long (nothing
+// slow, such as a CLI call, between the emptying and that reading: in an emulated guest it
+// takes longer than that).
+TEST_F(Shape, PaceFollowsTheBucketsLevel) {
+    ASSERT_EQ(d.ctl({"policy", "add", "pace", "--algo", "srtcm", "--cir", "512kbit", "--cbs", "64k",
+                     "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
+                  .exit_code,
+              0);
+    int lst = listen_in_ns(lab.ns, lab.ns_v4, 5204);
+    ASSERT_GE(lst, 0);
+    int a = connect_to(lab.ns_v4, 5204);
+    ASSERT_GE(a, 0);
+    int pa = accept(lst, nullptr, nullptr);
+    const Share share = share_of("512000", 1);
+    auto is = [](uint32_t want) { return [want](uint32_t v) { return v == want; }; };
+    auto red = [&] { return policy_stats(d, "pace")["red"]["packets"].get<uint64_t>(); };
+
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200)); // full
+    EXPECT_EQ(pacing_after_traffic(a, pa, is(share.hi), 1024), share.hi);
+
+    // 100 datagrams of 1428 IP bytes, 143 KB into a 64 KiB bucket: empty, the rest red.
+    auto r = run_command({udp_tool_path(), "send", lab.ns_v4, "9000", "100", "1400"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30)); // tokens for a green 1 KB
+    EXPECT_EQ(pacing_after_traffic(a, pa, is(share.lo), 1024), share.lo);
+    EXPECT_GT(red(), 0u);
+
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200)); // full again
+    EXPECT_EQ(pacing_after_traffic(a, pa, is(share.hi), 1024), share.hi);
+    for (int fd : {a, pa, lst})
         close(fd);
 }
 
@@ -206,7 +276,7 @@ TEST_F(Shape, ARestartedDaemonKeepsPacing) {
     int a = connect_to(lab.ns_v4, 5203);
     ASSERT_GE(a, 0);
     int pa = accept(lst, nullptr, nullptr);
-    EXPECT_EQ(pacing(a), share_of("20000000", 1));
+    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
     pump(a, pa, 256 * 1024);
     EXPECT_EQ(json::parse(d.ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
     for (int fd : {a, pa, lst})
@@ -305,10 +375,6 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
                          << "): shape edt needs it; ./tricolor.sh test-kernels runs this case "    \
                             "under Debian's 6.1, which has it";                                    \
     } while (0)
-
-json policy_stats(const Daemon &d, const std::string &name) {
-    return json::parse(d.ctl({"-j", "stats", name}).out)["policies"][0];
-}
 
 uint64_t passed_bytes(const json &s) {
     return s["green"]["bytes"].get<uint64_t>() + s["yellow"]["bytes"].get<uint64_t>();

@@ -215,13 +215,15 @@ TEST(PolicySpec, BadShapeAndAqmAreRefusedWithTheReason) {
     EXPECT_THAT(p.error(), HasSubstr("shape: edt waits for the tokens a bucket earns in time"));
 }
 
-TEST(PolicySpec, ShapedSocketsArePacedBelowCirAsPayload) {
+TEST(PolicySpec, ShapedSocketsArePacedAtCirOnTheWireAsLinuxCountsPacedBytes) {
     Policy p;
     p.meter.cir = 20000000; // 20 Mbit/s: 2.5 MB/s of IP packets
-    // 1448 of every 1500 bytes are payload, less 1%: 2.5e6 * 1448 / 1500 * 0.99.
-    EXPECT_EQ(shape_payload_rate(p), 2389200u);
+    // Linux paces 1480 bytes (payload and TCP header) of every 1500-byte IP packet.
+    EXPECT_EQ(shape_payload_rate(p), 2466666u);
     p.length = TCM_LEN_L2;
-    EXPECT_EQ(shape_payload_rate(p), 2367107u); // 1514-byte frames
+    EXPECT_EQ(shape_payload_rate(p), 2443857u); // 1514-byte frames
+    p.overhead = 24;
+    EXPECT_EQ(shape_payload_rate(p), 2405721u); // and 24 bytes of overhead each
     p.meter.packet_mode = true;
     EXPECT_EQ(shape_payload_rate(p), 0u);
 }

@@ -167,12 +167,15 @@ std::array<Color, 64> af_color_map() {
 uint64_t shape_payload_rate(const Policy &p) {
     if (p.meter.packet_mode)
         return 0;
-    // A full-sized segment: 1448 bytes of payload under 52 of TCP/IP headers (timestamps), 14
-    // more of Ethernet with --length l2, and the policy's overhead.
-    const uint64_t payload = 1448;
-    uint64_t wire = payload + 52 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
-    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * payload * 99;
-    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8 * 100));
+    // Linux's pacing counts a segment's TCP payload and header (1448 + 32 with timestamps); the
+    // meter counts 20 more of IP, 14 more of Ethernet with --length l2, and the policy's
+    // overhead. This rate puts CIR on the wire; the sockets pace a little over or under their
+    // share of it as the bucket's level moves (bpf/lib/shape.h), so that being off by a few
+    // header bytes (IPv6, options) costs nothing in the long run.
+    const uint64_t paced = 1448 + 32;
+    uint64_t wire = paced + 20 + (p.length == TCM_LEN_L2 ? 14 : 0) + p.overhead;
+    unsigned __int128 r = static_cast<unsigned __int128>(p.meter.cir) * paced;
+    uint64_t rate = static_cast<uint64_t>(r / (static_cast<unsigned __int128>(wire) * 8));
     return std::max<uint64_t>(rate, 1);
 }
 

@@ -84,9 +84,9 @@ struct Policy {
     bool operator==(const Policy &) const = default;
 };
 
-// The TCP payload rate, bytes/s, that --shape sockets paces a policy's sockets to together:
-// its CIR less the TCP/IP (and, with --length l2, Ethernet) headers and overhead of full-sized
-// segments, and 1% of margin, so paced traffic stays green.
+// The rate, bytes/s as Linux's TCP pacing counts them (payload and TCP header), that puts a
+// policy's CIR on the wire in full-sized segments (with its IP, --length l2 Ethernet and
+// overhead bytes): --shape sockets paces the policy's sockets around their share of it.
 uint64_t shape_payload_rate(const Policy &p);
 
 } // namespace tricolor
