@@ -219,6 +219,10 @@ mutant shape-pace-stale-bucket bpf/lib/shape.h \
     's/(__u64 tokens = f \? )\*\(volatile __u64 \*\)&f->meter.c_tokens/${1}sp->c_half/' \
     "--shape sockets: the pace reads a fixed level instead of the bucket's (never slows when it empties)" \
     "e2e:Shape.PaceFollowsTheBucketsLevel"
+mutant aqm-counters-inherited userspace/src/datapath.cpp \
+    's/int tcp_fd = impl_->fd\(skel->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
+    "a new policy on a reused id starts with the old one's --aqm and edt counters" \
+    "e2e:Shape.AqmCountersInStatsTableAndMetrics"
 EDT_BPF='bpf:EdtTest.*'
 mutant edt-no-horizon bpf/lib/edt.h \
     's/if \(dep - now > TCM_EDT_HORIZON_NS\)/if (0)/' \

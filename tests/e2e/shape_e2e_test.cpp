@@ -332,6 +332,16 @@ TEST_F(Shape, AqmCountersInStatsTableAndMetrics) {
     EXPECT_THAT(body, HasSubstr("tricolor_tcp_signal_packets_total{action=\"aqm_dropped\",parent="
                                 "\"\",policy=\"udp\"} 1"));
     EXPECT_THAT(body, HasSubstr("tricolor_shape_sockets{parent=\"\",policy=\"udp\"} 0"));
+
+    // A new policy on the id this one leaves starts from zero, these counters too.
+    ASSERT_EQ(d.ctl({"policy", "del", "udp"}).exit_code, 0);
+    ASSERT_EQ(d.ctl({"policy", "add", "udp2", "--algo", "srtcm", "--cir", "8bit", "--cbs", "8000",
+                     "--match", "proto", "udp", "--aqm", "drop"})
+                  .exit_code,
+              0);
+    s = json::parse(d.ctl({"-j", "stats", "udp2"}).out)["policies"][0];
+    EXPECT_EQ(s["green"]["packets"], 0);
+    EXPECT_EQ(s["aqm"]["dropped"]["packets"], 0);
 }
 
 // iperf3 from this namespace to the lab's, through tc egress: goodput in bit/s.

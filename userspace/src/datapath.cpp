@@ -377,6 +377,14 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
         if (bpf_map_update_batch(stats_fd, ids.data(), counters.data(), &n, nullptr) != 0)
             for (uint32_t id : ids)
                 bpf_map_update_elem(stats_fd, &id, zero_counters.data(), 0);
+        // The --aqm and --shape edt counters too: a new policy on a reused id started with the
+        // marks and drops of the one that had it before.
+        std::vector<tcm_tcp_counters> tcp(ids.size() * ncpus);
+        int tcp_fd = impl_->fd(skel->maps.tcm_tcp_stats);
+        n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(tcp_fd, ids.data(), tcp.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(tcp_fd, &id, tcp.data(), 0);
     }
     // --shape edt: the reciprocal of the policy's rate (bpf/lib/edt.h), in place before the set
     // that uses it is active. A packet of the old set that reads a new rate's reciprocal gets a
