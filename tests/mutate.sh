@@ -192,16 +192,28 @@ mutant aqm-ce-checksum bpf/lib/aqm.h \
     "--aqm ecn: the IPv4 checksum update after CE adds the old word, not its complement" \
     "bpf:AqmTest.*"
 mutant aqm-no-rearm bpf/lib/aqm.h \
-    's/f->flags &= ~TCM_FLOW_AQM_SIGNALLED;/;/' \
+    's/flags &= ~TCM_FLOW_AQM_SIGNALLED;/;/g' \
     "--aqm: the signal never re-arms after the bucket refills" \
     "bpf:AqmTest.*"
 mutant aqm-every-packet bpf/lib/aqm.h \
-    's/f->flags \|= TCM_FLOW_AQM_SIGNALLED;\s*return 1;/return 1;/' \
+    's/flags \|= TCM_FLOW_AQM_SIGNALLED;/;/' \
     "--aqm: every packet past the level is signalled, not one a drain" \
     "bpf:AqmTest.*"
 mutant aqm-drop-refunds bpf/lib/chain.h \
-    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
+    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color, now - last0\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
     "--aqm drop: an early-dropped packet gives its tokens back (colours no longer those of --aqm off)" \
+    "bpf:AqmTest.*"
+mutant aqm-no-slow-start bpf/lib/aqm.h \
+    's/cur >= 2 && prev >= 1 &&/cur >= 9 \&\& prev >= 1 \&\&/' \
+    "--aqm: a doubling drain (slow start) gets no early signal, only the late one" \
+    "bpf:AqmTest.*"
+mutant aqm-slow-start-any-growth bpf/lib/aqm.h \
+    's/prev >= 2 \* pp\)/1)/' \
+    "--aqm: one deeper drain after steady ones passes for slow start (congestion avoidance cut early)" \
+    "bpf:AqmTest.*"
+mutant aqm-idle-remembered bpf/lib/aqm.h \
+    's/#define TCM_AQM_IDLE_NS 1000000000ull/#define TCM_AQM_IDLE_NS ~0ull/' \
+    "--aqm: a bucket back from idle keeps the old sender's drains (a new slow start goes unseen)" \
     "bpf:AqmTest.*"
 mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \

@@ -36,21 +36,53 @@ struct {
     __type(value, struct tcm_tcp_counters);
 } tcm_tcp_stats SEC(".maps");
 
-/* tcm_flow.flags bit 24: the signal was sent in this drain (cleared when the reserve is back
- * above TCM_AQM_REARM eighths). */
+/* tcm_flow.flags: bit 24, the late signal was sent in this drain (cleared when the reserve is
+ * back above TCM_AQM_REARM eighths); bit 25, the slow-start signal was sent in this drain;
+ * bits 8-11, the deepest deficit of this drain and bits 12-15 of the one before, in eighths of
+ * the reserve. A drain runs from the bucket leaving near full (deficit over S/16) to its return. */
 #define TCM_FLOW_AQM_SIGNALLED (1u << 24)
+#define TCM_FLOW_AQM_SS_SIGNALLED (1u << 25)
+#define TCM_FLOW_AQM_CUR_SHIFT 8
+#define TCM_FLOW_AQM_PREV_SHIFT 12
+#define TCM_FLOW_AQM_PP_SHIFT 16
+#define TCM_FLOW_AQM_LEVELS (0xfffu << TCM_FLOW_AQM_CUR_SHIFT)
 
-/* The signal is sent when the deficit reaches TCM_AQM_LEVEL eighths of the reserve; the bucket
- * re-arms when the deficit is back under TCM_AQM_REARM eighths. */
-#define TCM_AQM_LEVEL 7
+/* The late signal is sent when the deficit reaches TCM_AQM_LEVEL eighths of the reserve; the
+ * bucket re-arms when the deficit is back under TCM_AQM_REARM eighths. */
+#define TCM_AQM_LEVEL 6
 #define TCM_AQM_REARM 4
+/* A bucket that saw no packet for this long forgets its drains (slow start follows idle). */
+#define TCM_AQM_IDLE_NS 1000000000ull
 
 /* Returned by tcm_flow_meter_packet with the colour: send the early signal on this packet. */
 #define TCM_METER_SIGNAL 0x100
 
+/* The deficit in whole eighths of the reserve, 0..8, by compares (no division per packet). */
+static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
+    if (deficit >= 4 * eighth) {
+        if (deficit >= 6 * eighth)
+            return deficit >= 8 * eighth ? 8 : deficit >= 7 * eighth ? 7 : 6;
+        return deficit >= 5 * eighth ? 5 : 4;
+    }
+    if (deficit >= 2 * eighth)
+        return deficit >= 3 * eighth ? 3 : 2;
+    return deficit >= eighth ? 1 : 0;
+}
+
 /* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
- * this packet carries the signal. */
-static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
+ * this packet carries the signal.
+ *
+ * A sender with no bottleneck before the policer sends its window as a burst every RTT, so
+ * each RTT the bucket drains by about a window and refills: its deepest deficit in a drain is
+ * the window. Two cases:
+ *  - slow start: the window doubles every RTT, and the drain that would overrun the bucket
+ *    comes one RTT after one of half its depth. A drain at least 3/8 deep and deeper than twice
+ *    the one before plus an eighth gets one signal: the sender's reaction then lands on a window
+ *    that still fits (the hard policer instead drops a burst of the doubled window).
+ *  - congestion avoidance: the window grows by a packet per RTT. One signal at 7/8, as late as
+ *    the bucket allows (an earlier one is a smaller window cut by 30%, under CIR). */
+static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color,
+                                    __u64 idle_ns) {
     const struct tcm_meter_config *m = &pol->meter;
     __u64 size, tokens;
 
@@ -62,18 +94,44 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
         tokens = f->meter.c_tokens + f->meter.e_tokens;
     }
     __u64 deficit = size > tokens ? size - tokens : 0;
-    __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 7 * eighth */
-    if (f->flags & TCM_FLOW_AQM_SIGNALLED) {
+    __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 8 * eighth */
+    __u32 flags = f->flags;
+    if (idle_ns >= TCM_AQM_IDLE_NS) /* a new sender, or one back from idle: no history */
+        flags &= ~(TCM_FLOW_AQM_LEVELS | TCM_FLOW_AQM_SS_SIGNALLED);
+    __u32 cur = (flags >> TCM_FLOW_AQM_CUR_SHIFT) & 0xf;
+    __u32 prev = (flags >> TCM_FLOW_AQM_PREV_SHIFT) & 0xf;
+    __u32 pp = (flags >> TCM_FLOW_AQM_PP_SHIFT) & 0xf;
+
+    if (deficit <= eighth >> 1) { /* near full: the drain, if any, is over */
+        if (cur)
+            flags = (flags & ~(TCM_FLOW_AQM_LEVELS | TCM_FLOW_AQM_SS_SIGNALLED)) |
+                    cur << TCM_FLOW_AQM_PREV_SHIFT | prev << TCM_FLOW_AQM_PP_SHIFT;
         if (deficit < TCM_AQM_REARM * eighth)
-            f->flags &= ~TCM_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
+            flags &= ~TCM_FLOW_AQM_SIGNALLED;
+        f->flags = flags;
         return 0;
     }
-    /* Armed: the first packet past the level that would pass carries the signal. */
-    if (deficit < TCM_AQM_LEVEL * eighth || color == TCM_RED ||
-        pol->action[color].kind == TCM_ACT_KIND_DROP)
-        return 0;
-    f->flags |= TCM_FLOW_AQM_SIGNALLED;
-    return 1;
+    __u32 lvl = aqm_eighths(deficit, eighth);
+    if (lvl > cur) {
+        cur = lvl;
+        flags = (flags & ~(0xfu << TCM_FLOW_AQM_CUR_SHIFT)) | cur << TCM_FLOW_AQM_CUR_SHIFT;
+    }
+    if (deficit < TCM_AQM_REARM * eighth)
+        flags &= ~TCM_FLOW_AQM_SIGNALLED; /* refilled past half: armed again */
+    int signal = 0;
+    if (color != TCM_RED && pol->action[color].kind != TCM_ACT_KIND_DROP) {
+        /* The signal goes to a packet that would pass. */
+        if (!(flags & TCM_FLOW_AQM_SS_SIGNALLED) && cur >= 2 && prev >= 1 && cur >= 2 * prev &&
+            prev >= 2 * pp) {
+            flags |= TCM_FLOW_AQM_SS_SIGNALLED;
+            signal = 1;
+        } else if (!(flags & TCM_FLOW_AQM_SIGNALLED) && lvl >= TCM_AQM_LEVEL) {
+            flags |= TCM_FLOW_AQM_SIGNALLED;
+            signal = 1;
+        }
+    }
+    f->flags = flags;
+    return signal;
 }
 
 /* Sets CE on an ECN-capable packet (ECT(0) or ECT(1)); the IPv4 header checksum is patched

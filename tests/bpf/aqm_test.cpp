@@ -41,7 +41,7 @@ uint8_t ecn_of(const std::vector<uint8_t> &f) {
     return f[15] & 3;
 }
 
-TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
+TEST_F(AqmTest, EcnMarksOnceAtSixEighthsOnlyEctAndFixesTheChecksum) {
     apply(TCM_AQM_ECN);
     std::vector<int> marked;
     for (int i = 1; i <= 80; ++i) {
@@ -60,8 +60,9 @@ TEST_F(AqmTest, EcnMarksOncePerEighthPastHalfOnlyEctAndFixesTheChecksum) {
             EXPECT_EQ(r.data_out, f);
         }
     }
-    // Deficit after packet i is 100·i bytes of 8000: the signal at 7/8, once.
-    EXPECT_EQ(marked, (std::vector<int>{70}));
+    // Deficit after packet i is 100·i bytes of 8000: the signal at 6/8, once (one drain from
+    // full, no drain before it to double).
+    EXPECT_EQ(marked, (std::vector<int>{60}));
     // Red is red: dropped by its action, never marked instead.
     EXPECT_EQ(dp->run_xdp(frame(2)).retval, XDP_DROP);
     auto t = dp->shape_counters()[3].tcp;
@@ -78,17 +79,17 @@ TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) 
             uint32_t word = uint32_t(r.data_out[14]) << 24 | r.data_out[15] << 16;
             if (r.retval == XDP_DROP || ((word >> 20) & 3) == 3)
                 signalled.push_back(i);
-            if (r.retval == XDP_PASS && i != 70) {
+            if (r.retval == XDP_PASS && i != 60) {
                 EXPECT_EQ((word >> 20) & 3, ecn) << "packet " << i;
             }
         }
     };
     std::vector<int> dropped, marked;
     drain(0, dropped); // not ECN-capable: dropped instead
-    EXPECT_EQ(dropped, (std::vector<int>{70}));
+    EXPECT_EQ(dropped, (std::vector<int>{60}));
     dp->set_clock(1000000000 + 9000000000ull); // full again
     drain(1, marked);                          // ECT(1): CE in the traffic class
-    EXPECT_EQ(marked, (std::vector<int>{70}));
+    EXPECT_EQ(marked, (std::vector<int>{60}));
     // IPv4, not ECN-capable: the signal is a drop, and no packet leaves with CE set.
     dp->set_clock(1000000000 + 18000000000ull); // full again
     std::vector<int> dropped4;
@@ -99,7 +100,7 @@ TEST_F(AqmTest, NonEctPacketsAreDroppedInsteadAndIpv6GetsItsTrafficClassMarked) 
         else
             EXPECT_EQ(r.data_out[15] & 3, 0) << "IPv4 packet " << i << " left with ECN bits";
     }
-    EXPECT_EQ(dropped4, (std::vector<int>{70}));
+    EXPECT_EQ(dropped4, (std::vector<int>{60}));
     auto t = dp->shape_counters()[3].tcp;
     EXPECT_EQ(t.aqm_dropped_packets, 2u);
     EXPECT_EQ(t.aqm_marked_packets, 1u);
@@ -114,15 +115,15 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
                 drops.push_back(i);
         return drops;
     };
-    EXPECT_EQ(drain(75), (std::vector<int>{70}));
-    // Refill completely (8 s at 1000 bytes/s), then drain to just short of 7/8: nothing.
+    EXPECT_EQ(drain(75), (std::vector<int>{60}));
+    // Refill completely (8 s at 1000 bytes/s), then drain to just short of 6/8: nothing.
     const uint64_t t1 = 1000000000 + 9000000000ull;
     dp->set_clock(t1);
-    EXPECT_EQ(drain(69), std::vector<int>{});
-    // Re-armed: the signal at 7/8 again, once.
+    EXPECT_EQ(drain(59), std::vector<int>{});
+    // Re-armed: the signal at 6/8 again, once.
     EXPECT_EQ(drain(11), (std::vector<int>{1}));
-    // Partly refilled (5 s: deficit 8000 - 5000 = 3000, under half): re-armed from there, and
-    // nothing until 7/8 again (deficit 3000 + 100 k >= 7000 at the 40th packet).
+    // Partly refilled (5 s: deficit 7000 - 5000 = 2000, under half): re-armed from there, and
+    // nothing until 6/8 again (deficit 3500 + 100 k >= 6000 at the 25th packet).
     const uint64_t t2 = t1 + 5000000000ull;
     dp->set_clock(t2);
     EXPECT_EQ(drain(15), std::vector<int>{});
@@ -138,7 +139,7 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
     apply(TCM_AQM_OFF);
     drain(75);
     dp->set_clock(t1);
-    drain(80);
+    drain(70);
     dp->set_clock(t2);
     drain(45);
     auto without = dp->policy_counters()[3];
@@ -147,6 +148,55 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
         EXPECT_EQ(with.bytes[c], without.bytes[c]) << "colour " << c;
     }
     EXPECT_EQ(dp->shape_counters()[3].tcp.aqm_dropped_packets, 0u);
+}
+
+// Slow start: a sender with no bottleneck before the policer sends its window as a burst every
+// RTT, and the window doubles. A drain twice as deep as the one before (itself no shallower than
+// twice its predecessor) gets a signal as soon as it is a quarter of the bucket deep, long before
+// 6/8; drains of steady depth (congestion avoidance) get none. CIR 800 kbit/s (100 bytes/ms),
+// CBS 8000 bytes (eighths of 1000 bytes, 10 packets): 80 ms refill the bucket between bursts.
+TEST_F(AqmTest, ADrainThatDoublesIsSignalledAtAQuarterAndSteadyDrainsAreNot) {
+    uint64_t t = 1000000000;
+    for (auto aqm : {TCM_AQM_DROP, TCM_AQM_ECN}) {
+        SCOPED_TRACE(aqm == TCM_AQM_DROP ? "drop" : "ecn");
+        Policy p;
+        p.id = aqm == TCM_AQM_DROP ? 3 : 4; // a fresh bucket for each
+        p.name = "aqm";
+        p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0);
+        p.aqm = aqm;
+        DatapathFixture::apply({p});
+        auto burst = [&](int n) { // one RTT's burst after a refill; the packets signalled
+            t += 100000000;
+            dp->set_clock(t);
+            std::vector<int> signalled;
+            for (int i = 1; i <= n; ++i) {
+                auto r = dp->run_xdp(frame(2));
+                if (r.retval == XDP_DROP || ecn_of(r.data_out) == 3)
+                    signalled.push_back(i);
+            }
+            return signalled;
+        };
+        // Doubling: 15 packets (an eighth deep), then 30: signalled at 2/8 (the 20th packet).
+        EXPECT_EQ(burst(15), std::vector<int>{});
+        EXPECT_EQ(burst(30), (std::vector<int>{20}));
+        // Then the window is cut: bursts of 25 packets, again and again: no signal.
+        for (int k = 0; k < 4; ++k)
+            EXPECT_EQ(burst(25), std::vector<int>{}) << "steady burst " << k;
+        // Growing by one eighth a burst is not doubling either; the late signal still comes.
+        EXPECT_EQ(burst(35), std::vector<int>{});
+        EXPECT_EQ(burst(45), std::vector<int>{});
+        EXPECT_EQ(burst(65), (std::vector<int>{60}));
+        // After a second without packets the history is gone: a new sender's doubling is seen
+        // from its second burst again (15 then 30), not hidden by the old sender's drains.
+        t += 2000000000;
+        EXPECT_EQ(burst(15), std::vector<int>{});
+        EXPECT_EQ(burst(30), (std::vector<int>{20}));
+        // Without the idle second, the same pair after steady 45-packet drains is no doubling.
+        for (int k = 0; k < 3; ++k)
+            burst(45);
+        EXPECT_EQ(burst(15), std::vector<int>{});
+        EXPECT_EQ(burst(30), std::vector<int>{});
+    }
 }
 
 TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
