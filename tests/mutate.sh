@@ -200,7 +200,7 @@ mutant aqm-every-packet bpf/lib/aqm.h \
     "--aqm: every packet past the level is signalled, not one a drain" \
     "bpf:AqmTest.*"
 mutant aqm-drop-refunds bpf/lib/chain.h \
-    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color, now - last0\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
+    's/(__u32 signal = pol->aqm && aqm_step\(pol, f0, color\) \? TCM_METER_SIGNAL : 0;)/$1\n    if (signal \&\& pol->aqm == TCM_AQM_DROP)\n        f0->meter.c_tokens += (__u64)in->l3_total * TCM_TOKENS_PER_BYTE;/' \
     "--aqm drop: an early-dropped packet gives its tokens back (colours no longer those of --aqm off)" \
     "bpf:AqmTest.*"
 mutant aqm-no-slow-start bpf/lib/aqm.h \
@@ -208,7 +208,7 @@ mutant aqm-no-slow-start bpf/lib/aqm.h \
     "--aqm: a doubling drain (slow start) gets no early signal, only the late one" \
     "bpf:AqmTest.*"
 mutant aqm-slow-start-any-growth bpf/lib/aqm.h \
-    's/prev >= 2 \* pp\)/1)/' \
+    's/prev >= 2 \* pp\)/prev >= 0 * pp)/' \
     "--aqm: one deeper drain after steady ones passes for slow start (congestion avoidance cut early)" \
     "bpf:AqmTest.*"
 mutant aqm-idle-remembered bpf/lib/aqm.h \

@@ -3,18 +3,21 @@
  * (docs/spec.md §8). The law, per bucket pair:
  *
  *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
- *   deficit D = S - R after the packet was metered.
- *   When D reaches 7/8 of S, ONE signal goes to the first packet that would pass (not red, its
- *   colour's action not drop); the bucket then stays quiet until D is back under S/2 (one bit
- *   of the flow's flags), so one drain sends one signal whatever the packet rate, and a bucket
- *   that refilled past half, or a full one, sends nothing.
+ *   deficit D = S - R after the packet was metered. A drain runs from D leaving S/16 to its
+ *   return; its depth is its deepest D in eighths of S.
+ *   Slow start: a drain a quarter deep, twice as deep as the drain before, which was twice as
+ *   deep as its own predecessor, gets ONE signal as it reaches the quarter.
+ *   Otherwise, when D reaches 6/8 of S, ONE signal; the bucket then stays quiet until D is back
+ *   under S/2, so one drain sends one signal whatever the packet rate.
+ *   A signal goes to a packet that would pass (not red, its colour's action not drop).
  *
- * Why: a window-based sender needs at most one signal per RTT and reacts an RTT late. Random
- * early drop on the level sends signals in proportion to the packet rate (the sender halves on
- * the first; the rest are lost retransmissions); PCN-style marking of every packet past a
- * threshold halves classic-ECN senders every RTT; stepped signals (one per eighth past half,
- * tried first) cut a sender twice in one drain. One late signal keeps the sender's cycle where
- * the hard policer puts it, with a mark in place of a burst of losses.
+ * Why (measured: README "TCP through the policer", docs/benchmarks.md): a window-based sender
+ * needs at most one signal per RTT and reacts an RTT late; with no bottleneck ahead of the
+ * policer it sends its window as a burst every RTT, so a drain's depth is its window. Random
+ * early drop sends signals in proportion to the packet rate; PCN-style marking of every packet
+ * past a threshold halves classic-ECN senders every RTT; stepped signals cut a sender twice in
+ * one drain; a late signal alone lets slow start overrun the bucket (most of the hard policer's
+ * retransmits); telling slow start by how fast the bucket drains mistakes every burst for it.
  * Early-dropped packets keep the tokens their colour took: the buckets and every colour are
  * exactly §1's with or without --aqm, and what passes is a subset of what would have. The cost
  * on a packet of a policy without --aqm is one load and one branch. */
@@ -69,6 +72,14 @@ static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
     return deficit >= eighth ? 1 : 0;
 }
 
+/* Called with the flow locked, before the packet is metered at @now: a bucket idle for a second
+ * forgets its drains (a new sender, or one back from idle, starts in slow start). Here rather
+ * than in aqm_step so that no saved time lives across the meter (6.1 counts the stack). */
+static __always_inline void aqm_idle(const struct tcm_policy *pol, struct tcm_flow *f, __u64 now) {
+    if (pol->aqm && now - f->meter.last_ns >= TCM_AQM_IDLE_NS)
+        f->flags &= ~(TCM_FLOW_AQM_LEVELS | TCM_FLOW_AQM_SS_SIGNALLED);
+}
+
 /* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
  * this packet carries the signal.
  *
@@ -76,13 +87,16 @@ static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
  * each RTT the bucket drains by about a window and refills: its deepest deficit in a drain is
  * the window. Two cases:
  *  - slow start: the window doubles every RTT, and the drain that would overrun the bucket
- *    comes one RTT after one of half its depth. A drain at least 3/8 deep and deeper than twice
- *    the one before plus an eighth gets one signal: the sender's reaction then lands on a window
- *    that still fits (the hard policer instead drops a burst of the doubled window).
- *  - congestion avoidance: the window grows by a packet per RTT. One signal at 7/8, as late as
- *    the bucket allows (an earlier one is a smaller window cut by 30%, under CIR). */
-static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color,
-                                    __u64 idle_ns) {
+ *    comes one RTT after one of half its depth. A drain at least 2/8 deep and at least twice
+ *    the one before, which was itself at least twice its predecessor, gets one signal: the
+ *    sender's reaction then lands on a window that still fits (the hard policer instead drops a
+ *    burst of the doubled window). Two doublings in a row, not one deeper drain: congestion
+ *    avoidance has drains of irregular depth, and one deeper than twice the last is not rare.
+ *  - congestion avoidance: the window grows by a packet per RTT. One signal at 6/8: early
+ *    enough that the sender's reaction comes before the bucket is empty (at 7/8 a mark was
+ *    often followed by a loss, and classic ECN then cut twice), late enough that the window is
+ *    cut near where the hard policer's loss would cut it. */
+static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
     const struct tcm_meter_config *m = &pol->meter;
     __u64 size, tokens;
 
@@ -96,8 +110,6 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
     __u64 deficit = size > tokens ? size - tokens : 0;
     __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 8 * eighth */
     __u32 flags = f->flags;
-    if (idle_ns >= TCM_AQM_IDLE_NS) /* a new sender, or one back from idle: no history */
-        flags &= ~(TCM_FLOW_AQM_LEVELS | TCM_FLOW_AQM_SS_SIGNALLED);
     __u32 cur = (flags >> TCM_FLOW_AQM_CUR_SHIFT) & 0xf;
     __u32 prev = (flags >> TCM_FLOW_AQM_PREV_SHIFT) & 0xf;
     __u32 pp = (flags >> TCM_FLOW_AQM_PP_SHIFT) & 0xf;

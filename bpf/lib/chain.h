@@ -232,7 +232,7 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
      * time and input) and takes the tokens. Deciding twice costs less than 4 saved states
      * would cost stack: a chain's frames must fit 512 bytes with the entry point's. */
     __u64 now = clock_now_ns();
-    __u64 last0 = f0->meter.last_ns; /* for --aqm: how long the bucket was idle */
+    aqm_idle(pol, f0, now);
     chain_fleet(lp[0], lf[0], now);
     if (n > 1)
         chain_fleet(lp[1], lf[1], now);
@@ -279,7 +279,7 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
 
     color = meter_color_index(color);
     /* --aqm looks at the matched policy's own bucket (aqm.h), under its lock. */
-    __u32 signal = pol->aqm && aqm_step(pol, f0, color, now - last0) ? TCM_METER_SIGNAL : 0;
+    __u32 signal = pol->aqm && aqm_step(pol, f0, color) ? TCM_METER_SIGNAL : 0;
     chain_done(lp[0], lf[0], key, in, color);
     if (n > 1)
         chain_done(lp[1], lf[1], key, in, color);

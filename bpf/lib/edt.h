@@ -117,7 +117,7 @@ __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
         return TCM_RED; /* never admit what the meter could not check */
     }
     __u64 now = clock_now_ns();
-    __u64 last = f->meter.last_ns; /* for --aqm: how long the bucket was idle */
+    aqm_idle(pol, f, now);
     if (!(f->flags & TCM_FLOW_F_STARTED))
         meter_start(&pol->meter, &f->meter, now);
     int metered;
@@ -133,7 +133,7 @@ __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
         metered = meter_mark(&pol->meter, &f->meter, now, len, c0);
     }
     __u32 color = meter_color_index(metered & 0xff);
-    __u32 signal = pol->aqm && aqm_step(pol, f, color, now - last) ? TCM_METER_SIGNAL : 0;
+    __u32 signal = pol->aqm && aqm_step(pol, f, color) ? TCM_METER_SIGNAL : 0;
     chain_done(pol, f, key, in, color);
     if (metered & (TCM_METER_DELAYED | TCM_METER_SHAPE_DROP)) {
         __u32 id = pol->policy_id;

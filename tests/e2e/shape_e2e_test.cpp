@@ -309,7 +309,7 @@ TEST_F(Shape, RefusedWhereItCannotWork) {
 }
 
 // --aqm on XDP ingress with UDP from the namespace: 100 datagrams of 100 IP bytes into an
-// 8000-byte bucket that does not refill; the one early drop (at 7/8) is in stats -j, the table
+// 8000-byte bucket that does not refill; the one early drop (at 6/8) is in stats -j, the table
 // and the metrics, and the colours are what they would be without it.
 TEST_F(Shape, AqmCountersInStatsTableAndMetrics) {
     ASSERT_EQ(d.ctl({"attach", lab.host_if}).exit_code, 0);
