@@ -231,6 +231,14 @@ mutant shape-pace-stale-bucket bpf/lib/shape.h \
     's/(__u64 tokens = f \? )\*\(volatile __u64 \*\)&f->meter.c_tokens/${1}sp->c_half/' \
     "--shape sockets: the pace reads a fixed level instead of the bucket's (never slows when it empties)" \
     "e2e:Shape.PaceFollowsTheBucketsLevel"
+mutant shape-no-cwnd-clamp bpf/lib/shape.h \
+    's/\? cw->want : 0;/? 0 : 0;/' \
+    "--shape sockets: no window clamp at a short round trip (a TSO chunk can outgrow the bucket)" \
+    "e2e:Shape.ShortRoundTripClampsTheWindowToHalfTheBucket"
+mutant shape-full-rate-start bpf/lib/shape.h \
+    's/rate >>= 2;/rate >>= 0;/' \
+    "--shape sockets: the first ten segments' follower is spaced at the full rate (red after them)" \
+    "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
 mutant aqm-counters-inherited userspace/src/datapath.cpp \
     's/int tcp_fd = impl_->fd\(skel->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
     "a new policy on a reused id starts with the old one's --aqm and edt counters" \

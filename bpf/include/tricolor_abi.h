@@ -299,6 +299,14 @@ struct tcm_sock_pace {
     __u32 rate_hi;           /* share + share/64: the bucket is at least half full */
 };
 
+/* Socket-local storage of a paced socket, a map of its own (the two above keep their pinned
+ * layouts): the congestion-window clamp of a socket whose round trip is short beside its
+ * bucket (shape.h, "bursts at RTT ~ 0"). */
+struct tcm_sock_cwnd {
+    __u32 want; /* the clamp, in segments, for this socket's share of the bucket; 0: not set up */
+    __u32 set;  /* the clamp in force: 0 none (the socket's round trip is long enough) */
+};
+
 /* Per-CPU by policy id: what the signal (--aqm) and the shaper did. */
 struct tcm_tcp_counters {
     __u64 aqm_marked_packets; /* CE set on a packet that would have passed */
@@ -327,7 +335,7 @@ struct tcm_edt_cfg {
 };
 
 /* A paced socket counts as active in its policy's share once this much was acknowledged. */
-#define TCM_SHAPE_ACTIVE_BYTES (64 * 1024)
+#define TCM_SHAPE_ACTIVE_BYTES (16 * 1024)
 
 /* Up to this many tc egress interfaces are tried when a socket is classified (a policy may
  * match an interface; a socket does not know which one its packets will leave by). */
@@ -369,5 +377,6 @@ TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout"
 TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_pace) == 64, "tcm_sock_pace: 64 bytes");
+TCM_ABI_ASSERT(sizeof(struct tcm_sock_cwnd) == 8, "tcm_sock_cwnd: 8 bytes");
 
 #endif /* TRICOLOR_ABI_H */

@@ -22,7 +22,22 @@
  * and every paced socket compares their sum with the one it last used on each RTT callback (an
  * ACK that gives an RTT sample: about every ACK), so a socket that comes or goes re-paces every
  * other socket of the policy within one of their RTTs. The division happens only then, never
- * per packet. */
+ * per packet.
+ *
+ * Bursts pacing does not cover, at a round trip short beside the bucket (RTT ~ 0, measured in
+ * docs/benchmarks.md: one flow through a 16 KiB bucket lost 200 ms to each):
+ *  - Linux paces none of a connection's first ten segments, and spaces the chunk that ends them
+ *    by half its length at the pacing rate of that moment; ten segments leave a 16 KiB bucket
+ *    nearly empty, so the next chunk was red. Until those ten are out the socket is paced at a
+ *    quarter of its rate, which makes that gap long enough for the bucket to refill.
+ *  - At a round trip under 512 us Linux lets a TSO chunk grow to 64 KB (tcp_tso_autosize), up
+ *    to the congestion window: a chunk larger than the bucket is red however long it waits. A
+ *    socket whose share sends under a quarter of half its bucket in one round trip has its
+ *    congestion window clamped (TCP_BPF_SNDCWND_CLAMP, and its initial window) to the full
+ *    segments half the bucket holds, at least 2; such a window still carries several times the
+ *    share at that round trip. A longer round trip lifts the clamp.
+ *  - A red drop here is not a loss to TCP but a refused transmit (it enters CWR); with nothing
+ *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later. */
 #ifndef TRICOLOR_SHAPE_H
 #define TRICOLOR_SHAPE_H
 
@@ -36,6 +51,17 @@
 
 #ifndef SOL_SOCKET
 #define SOL_SOCKET 1
+#endif
+/* A full segment on the wire beyond its MSS (IPv4 and TCP headers with timestamps): sizes the
+ * cwnd clamp; IPv6's 20 more bytes make the clamp a little loose, which is safe. */
+#define TCM_SHAPE_SEG_HEADERS 52
+/* A socket's round trip is short when its share sends under a quarter of half its bucket in
+ * one: srtt_us * share (bytes/s) <= c_half >> 15, since c_half counts 8e9 tokens per byte and
+ * 8e9 / 1e6 / 2^15 ~ 1/4. */
+#define TCM_SHAPE_SHORT_RTT_SHIFT 15
+
+#ifndef SOL_TCP
+#define SOL_TCP 6
 #endif
 #ifndef SO_MAX_PACING_RATE
 #define SO_MAX_PACING_RATE 47
@@ -74,6 +100,13 @@ struct {
     __type(key, int);
     __type(value, struct tcm_sock_pace);
 } tcm_sock_pace SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tcm_sock_cwnd);
+} tcm_sock_cwnd SEC(".maps");
 
 /* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
  * ifindexes of the tc egress attachments to classify sockets against. */
@@ -172,7 +205,7 @@ static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, 
  * a little stale, never torn (one aligned word). One compare per ACK; the divisions happen only
  * when the share changes. */
 static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss,
-                                              struct tcm_sock_pace *sp) {
+                                              struct tcm_sock_pace *sp, struct tcm_sock_cwnd *cw) {
     __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
     struct tcm_shape_cfg *cfg = bpf_map_lookup_elem(&tcm_shape_cfg, &id);
     struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
@@ -197,6 +230,12 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
         sp->rate_lo = lo32;
         sp->rate_hi = hi32;
         shape_sock_bucket(skops, id, sp);
+        if (cw) {
+            /* The clamp: the full segments half the bucket holds (at least 2). */
+            __u64 segs =
+                sp->c_half / TCM_TOKENS_PER_BYTE / (skops->mss_cache + TCM_SHAPE_SEG_HEADERS);
+            cw->want = sp->c_half ? (segs < 2 ? 2 : segs > 0xffff ? 0xffff : (__u32)segs) : 0;
+        }
     }
     if (!sp)
         return;
@@ -210,6 +249,20 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
         else if (tokens < sp->c_half >> 1 && rate != 0xffffffffu)
             rate -= rate >> 3; /* under a quarter: refill it faster */
     }
+    if (cw && cw->want) {
+        /* A short round trip (TCM_SHAPE_SHORT_RTT_SHIFT): the clamp; a long one: none. */
+        __u64 srtt = skops->srtt_us >> 3;
+        __u32 clamp =
+            srtt * sp->rate_lo <= (sp->c_half >> TCM_SHAPE_SHORT_RTT_SHIFT) ? cw->want : 0;
+        if (clamp != cw->set) {
+            int v = clamp ? (int)clamp : 0x7fffffff;
+            cw->set = clamp;
+            bpf_setsockopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, &v, sizeof(v));
+        }
+    }
+    /* Until the first ten segments are out: a quarter (see the top of this file). */
+    if (skops->data_segs_out < 10 && rate != 0xffffffffu)
+        rate >>= 2;
 set:
     if (rate == ss->rate)
         return;
@@ -235,12 +288,23 @@ static __always_inline void shape_sock_start(struct bpf_sock_ops *skops) {
     ss->gen = ~0u;
     ss->rate = 0;
     bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RTT_CB_FLAG);
-    shape_sock_repace(skops, ss, sp);
+    struct tcm_sock_cwnd *cw =
+        bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+    if (cw) {
+        cw->want = 0;
+        cw->set = 0;
+    }
+    shape_sock_repace(skops, ss, sp, cw);
+    if (cw && cw->set) {
+        /* The first flight too: it leaves unpaced. */
+        int iw = (int)(cw->set < 10 ? cw->set : 10);
+        bpf_setsockopt(skops, SOL_TCP, TCP_BPF_IW, &iw, sizeof(iw));
+    }
 }
 
 /* On an ACK: a socket that has sent enough joins the count; then its pace. */
 static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tcm_sock_shape *ss,
-                                           struct tcm_sock_pace *sp) {
+                                           struct tcm_sock_pace *sp, struct tcm_sock_cwnd *cw) {
     if (!ss->counted && skops->bytes_acked >= TCM_SHAPE_ACTIVE_BYTES) {
         __u32 id = (ss->policy_id - 1) & (TCM_MAX_POLICIES - 1);
         struct tcm_shape_state *st = bpf_map_lookup_elem(&tcm_shape_state, &id);
@@ -250,7 +314,7 @@ static __always_inline void shape_sock_ack(struct bpf_sock_ops *skops, struct tc
             __sync_fetch_and_add(&st->gen, 1);
         }
     }
-    shape_sock_repace(skops, ss, sp);
+    shape_sock_repace(skops, ss, sp, cw);
 }
 
 static __always_inline void shape_sock_stop(struct bpf_sock_ops *skops) {
@@ -289,7 +353,8 @@ int tricolor_sockops(struct bpf_sock_ops *skops) {
             break;
         ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
         if (ss && ss->policy_id)
-            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0));
+            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0),
+                           bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0));
         break;
     case BPF_SOCK_OPS_STATE_CB:
         /* args[1]: the new state. */

@@ -95,6 +95,20 @@ MATCHER_P(IsPacedAt, share, "") {
     return paced_at(arg, share);
 }
 
+// Until its first ten segments are out a socket is paced at a quarter of that rate (under a
+// quarter full, the eighth less too).
+MATCHER_P(IsStartingAt, share, "") {
+    *result_listener << "(pacing " << (share.lo >> 2) << " or " << (share.hi >> 2) << ")";
+    return arg == share.lo >> 2 || arg == share.hi >> 2 || arg == (share.lo - (share.lo >> 3)) >> 2;
+}
+
+tcp_info tcp_info_of(int fd) {
+    tcp_info ti{};
+    socklen_t len = sizeof(ti);
+    getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len);
+    return ti;
+}
+
 // Sends @bytes at a time on @fd (the peer @peer reads them) every 20 ms until @want(pacing
 // rate) or 5 s (scaled) pass: a socket re-reads its share and its bucket on its RTT callbacks,
 // so it needs ACKs.
@@ -186,12 +200,12 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     int a = connect_to(lab.ns_v4, 5201);
     ASSERT_GE(a, 0);
     int pa = accept(lst, nullptr, nullptr);
-    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
+    EXPECT_THAT(pacing(a), IsStartingAt(share_of("20000000", 1)));
     EXPECT_EQ(pacing(pa), kUnpaced);
     int o = connect_to(lab.ns_v4, 5202);
     int po = accept(other, nullptr, nullptr);
     EXPECT_EQ(pacing(o), kUnpaced);
-    // Active once it has sent 64 KiB.
+    // Active once it has sent 16 KiB.
     EXPECT_EQ(sockets(), 0u);
     pump(a, pa, 256 * 1024);
     EXPECT_EQ(sockets(), 1u);
@@ -200,7 +214,7 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     // A second: paced at the half it would have; an idle one takes nothing from the first.
     int b = connect_to(lab.ns_v4, 5201);
     int pb = accept(lst, nullptr, nullptr);
-    EXPECT_THAT(pacing(b), IsPacedAt(share_of("20000000", 2)));
+    EXPECT_THAT(pacing(b), IsStartingAt(share_of("20000000", 2)));
     EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 1)),
                 IsPacedAt(share_of("20000000", 1)));
     // Once it sends, both get half, the first as soon as it sees an ACK.
@@ -225,6 +239,34 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "off"}).exit_code, 0);
     EXPECT_EQ(pacing_after_traffic(a, pa, kUnpacedShare), kUnpaced);
     for (int fd : {a, pa, o, po, lst, other})
+        close(fd);
+}
+
+// At a round trip short beside the bucket (veth: tens of microseconds) the congestion window
+// is clamped to the full segments half the bucket holds, so that no TSO chunk outgrows the
+// bucket: CBS 16 KiB, 1500-byte segments: 5, the initial window too (a socket of no shaped
+// policy starts at Linux's 10). A long round trip lifts the clamp: the lab has none, and
+// tests/bench/tcp_bench.sh's 20 and 100 ms rows measure it.
+TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
+    ASSERT_EQ(d.ctl({"policy", "add", "small", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k",
+                     "--match", "dst", lab.ns_v4 + "/32", "--match", "dport", "5205", "--shape",
+                     "sockets"})
+                  .exit_code,
+              0);
+    int ls = listen_in_ns(lab.ns, lab.ns_v4, 5205), lo = listen_in_ns(lab.ns, lab.ns_v4, 5206);
+    ASSERT_GE(ls, 0);
+    ASSERT_GE(lo, 0);
+    int a = connect_to(lab.ns_v4, 5205), o = connect_to(lab.ns_v4, 5206);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(o, 0);
+    int pa = accept(ls, nullptr, nullptr), po = accept(lo, nullptr, nullptr);
+    EXPECT_EQ(tcp_info_of(a).tcpi_snd_cwnd, 5u);
+    EXPECT_EQ(tcp_info_of(o).tcpi_snd_cwnd, 10u);
+    pump(a, pa, 256 * 1024);
+    EXPECT_LE(tcp_info_of(a).tcpi_snd_cwnd, 5u);
+    EXPECT_LE(policy_stats(d, "small")["red"]["packets"].get<uint64_t>(),
+              time_scale() > 1 ? 8u : 0u);
+    for (int fd : {a, pa, o, po, ls, lo})
         close(fd);
 }
 
@@ -276,8 +318,9 @@ TEST_F(Shape, ARestartedDaemonKeepsPacing) {
     int a = connect_to(lab.ns_v4, 5203);
     ASSERT_GE(a, 0);
     int pa = accept(lst, nullptr, nullptr);
-    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
+    EXPECT_THAT(pacing(a), IsStartingAt(share_of("20000000", 1)));
     pump(a, pa, 256 * 1024);
+    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
     EXPECT_EQ(json::parse(d.ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
     for (int fd : {a, pa, lst})
         close(fd);
@@ -364,15 +407,23 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
                      "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
                   .exit_code,
               0);
+    auto red = [&] { return policy_stats(d, "tcp")["red"]["packets"].get<uint64_t>(); };
     double hard = iperf_goodput(lab, 3);
+    uint64_t red_hard = red();
     ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "sockets"}).exit_code, 0);
     double shaped = iperf_goodput(lab, 3);
+    uint64_t red_shaped = red() - red_hard;
     run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-shape.pid)"});
     RecordProperty("hard_mbit", std::to_string(hard / 1e6));
     RecordProperty("shaped_mbit", std::to_string(shaped / 1e6));
     // Loose: the benchmark measures ≥ 95% on an idle machine.
     EXPECT_GT(shaped, 0.5 * 20e6) << "hard " << hard / 1e6 << " Mbit/s";
     EXPECT_GT(shaped, 3 * hard) << "hard " << hard / 1e6 << " Mbit/s";
+    // One flow through 16 KiB at a veth's round trip: its start (the unpaced first ten
+    // segments, then a TSO chunk larger than the bucket) cost a red segment and a 200 ms stall
+    // before the quarter-rate start and the window clamp. In an emulated guest a pacing timer
+    // can fire late enough to send a backlog the bucket does not hold: a few are allowed there.
+    EXPECT_LE(red_shaped, time_scale() > 1 ? 8u : 0u) << "hard " << red_hard << " red";
 }
 
 // --shape edt needs fq as the egress qdisc: on the veth, or a skip where the kernel lacks it.
