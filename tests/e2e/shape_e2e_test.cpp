@@ -242,11 +242,14 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
         close(fd);
 }
 
-// At a round trip short beside the bucket (veth: tens of microseconds) the congestion window
-// is clamped to the full segments half the bucket holds, so that no TSO chunk outgrows the
-// bucket: CBS 16 KiB, 1500-byte segments: 5, the initial window too (a socket of no shaped
-// policy starts at Linux's 10). A long round trip lifts the clamp: the lab has none, and
-// tests/bench/tcp_bench.sh's 20 and 100 ms rows measure it.
+// At a round trip short beside the bucket the congestion window is clamped to the full
+// segments half the bucket holds, so that no TSO chunk outgrows the bucket: CBS 16 KiB,
+// 1500-byte segments: 5, the initial window too (a socket of no shaped policy starts at Linux's
+// 10). Short: the share sends under a quarter of half the bucket in one smoothed RTT, i.e.
+// under ~830 us at 20 Mbit/s. A veth here is tens of microseconds (clamped); in the emulated
+// guest it is longer (no clamp): the test reads the socket's RTT and expects what it implies
+// (after the transfer only where it was short throughout: a clamp set or lifted midway leaves
+// the window where it was until it grows again).
 TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
     ASSERT_EQ(d.ctl({"policy", "add", "small", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k",
                      "--match", "dst", lab.ns_v4 + "/32", "--match", "dport", "5205", "--shape",
@@ -260,12 +263,22 @@ TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
     ASSERT_GE(a, 0);
     ASSERT_GE(o, 0);
     int pa = accept(ls, nullptr, nullptr), po = accept(lo, nullptr, nullptr);
-    EXPECT_EQ(tcp_info_of(a).tcpi_snd_cwnd, 5u);
+    const uint64_t c_half = (16384 * TCM_TOKENS_PER_BYTE / 2) | 1;
+    const uint64_t rate_lo = share_of("20000000", 1).lo;
+    auto is_short = [&](const tcp_info &ti) {
+        return uint64_t{ti.tcpi_rtt} * rate_lo <= c_half >> 15;
+    };
+    tcp_info ti = tcp_info_of(a);
+    const bool short_from_start = is_short(ti);
+    RecordProperty("rtt_us", std::to_string(ti.tcpi_rtt));
+    EXPECT_EQ(ti.tcpi_snd_cwnd, short_from_start ? 5u : 10u) << "srtt " << ti.tcpi_rtt << " us";
     EXPECT_EQ(tcp_info_of(o).tcpi_snd_cwnd, 10u);
     pump(a, pa, 256 * 1024);
-    EXPECT_LE(tcp_info_of(a).tcpi_snd_cwnd, 5u);
-    EXPECT_LE(policy_stats(d, "small")["red"]["packets"].get<uint64_t>(),
-              time_scale() > 1 ? 8u : 0u);
+    ti = tcp_info_of(a);
+    if (short_from_start && is_short(ti)) {
+        EXPECT_LE(ti.tcpi_snd_cwnd, 5u) << "srtt " << ti.tcpi_rtt << " us";
+        EXPECT_EQ(policy_stats(d, "small")["red"]["packets"].get<uint64_t>(), 0u);
+    }
     for (int fd : {a, pa, o, po, ls, lo})
         close(fd);
 }
