@@ -249,11 +249,13 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
         else if (tokens < sp->c_half >> 1 && rate != 0xffffffffu)
             rate -= rate >> 3; /* under a quarter: refill it faster */
     }
-    if (cw && cw->want) {
-        /* A short round trip (TCM_SHAPE_SHORT_RTT_SHIFT): the clamp; a long one: none. */
+    if (cw) {
+        /* A short round trip (TCM_SHAPE_SHORT_RTT_SHIFT): the clamp; a long one, or a socket
+         * no longer shaped (its policy gone: want 0; shape off: rate unlimited): none. */
         __u64 srtt = skops->srtt_us >> 3;
-        __u32 clamp =
-            srtt * sp->rate_lo <= (sp->c_half >> TCM_SHAPE_SHORT_RTT_SHIFT) ? cw->want : 0;
+        __u32 clamp = cw->want && srtt * sp->rate_lo <= (sp->c_half >> TCM_SHAPE_SHORT_RTT_SHIFT)
+                          ? cw->want
+                          : 0;
         if (clamp != cw->set) {
             int v = clamp ? (int)clamp : 0x7fffffff;
             cw->set = clamp;
