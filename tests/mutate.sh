@@ -235,10 +235,6 @@ mutant shape-no-cwnd-clamp bpf/lib/shape.h \
     's/\? cw->want : 0;/? 0 : 0;/' \
     "--shape sockets: no window clamp at a short round trip (a TSO chunk can outgrow the bucket)" \
     "e2e:Shape.ShortRoundTripClampsTheWindowToHalfTheBucket"
-mutant shape-clamp-outlives-policy bpf/lib/shape.h \
-    's/if \(cw\) \{\n(\s*\/\* A short round trip)/if (cw \&\& cw->want) {\n$1/' \
-    "--shape sockets: a socket whose policy is deleted keeps its clamped window" \
-    "e2e:Shape.ShortRoundTripClampsTheWindowToHalfTheBucket"
 mutant shape-full-rate-start bpf/lib/shape.h \
     's/rate >>= 2;/rate >>= 0;/' \
     "--shape sockets: the first ten segments' follower is spaced at the full rate (red after them)" \
