@@ -232,7 +232,7 @@ mutant shape-pace-stale-bucket bpf/lib/shape.h \
     "--shape sockets: the pace reads a fixed level instead of the bucket's (never slows when it empties)" \
     "e2e:Shape.PaceFollowsTheBucketsLevel"
 mutant shape-no-cwnd-clamp bpf/lib/shape.h \
-    's/\? cw->want : 0;/? 0 : 0;/' \
+    's/\? cw->want(\s*): 0;/? 0$1: 0;/' \
     "--shape sockets: no window clamp at a short round trip (a TSO chunk can outgrow the bucket)" \
     "e2e:Shape.ShortRoundTripClampsTheWindowToHalfTheBucket"
 mutant shape-full-rate-start bpf/lib/shape.h \
