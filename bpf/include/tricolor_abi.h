@@ -337,6 +337,15 @@ struct tcm_edt_cfg {
 /* A paced socket counts as active in its policy's share once this much was acknowledged. */
 #define TCM_SHAPE_ACTIVE_BYTES (16 * 1024)
 
+/* A paced socket's round trip is short, and its congestion window clamped (bpf/lib/shape.h),
+ * when its share sends under a sixteenth of half its bucket in one smoothed RTT:
+ * srtt_us * share (bytes/s) <= c_half >> 17, since c_half counts 8e9 tokens per byte and
+ * 8e9 / 1e6 / 2^17 ~ 1/16. A quarter (15) was too thin a margin where round trips jitter: in
+ * Debian 12's 6.1 under QEMU they crossed it back and forth, and each crossing into the clamp
+ * left the window too small for the next spike (one flow, 16 KiB: 59-80% of CIR, 92-93% with
+ * no clamp or at a sixteenth). The test reads it too (tests/e2e/shape_e2e_test.cpp). */
+#define TCM_SHAPE_SHORT_RTT_SHIFT 17
+
 /* Up to this many tc egress interfaces are tried when a socket is classified (a policy may
  * match an interface; a socket does not know which one its packets will leave by). */
 #define TCM_SHAPE_MAX_IFACES 8

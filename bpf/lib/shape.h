@@ -32,10 +32,11 @@
  *    quarter of its rate, which makes that gap long enough for the bucket to refill.
  *  - At a round trip under 512 us Linux lets a TSO chunk grow to 64 KB (tcp_tso_autosize), up
  *    to the congestion window: a chunk larger than the bucket is red however long it waits. A
- *    socket whose share sends under a quarter of half its bucket in one round trip has its
+ *    socket whose share sends under a sixteenth of half its bucket in one round trip has its
  *    congestion window clamped (TCP_BPF_SNDCWND_CLAMP, and its initial window) to the full
- *    segments half the bucket holds, at least 2; such a window still carries several times the
- *    share at that round trip. A longer round trip lifts the clamp.
+ *    segments half the bucket holds, at least 2; such a window still carries sixteen times the
+ *    share at that round trip, a margin for round trips that jitter (TCM_SHAPE_SHORT_RTT_SHIFT).
+ *    A longer round trip lifts the clamp.
  *  - A red drop here is not a loss to TCP but a refused transmit (it enters CWR); with nothing
  *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later. */
 #ifndef TRICOLOR_SHAPE_H
@@ -55,10 +56,6 @@
 /* A full segment on the wire beyond its MSS (IPv4 and TCP headers with timestamps): sizes the
  * cwnd clamp; IPv6's 20 more bytes make the clamp a little loose, which is safe. */
 #define TCM_SHAPE_SEG_HEADERS 52
-/* A socket's round trip is short when its share sends under a quarter of half its bucket in
- * one: srtt_us * share (bytes/s) <= c_half >> 15, since c_half counts 8e9 tokens per byte and
- * 8e9 / 1e6 / 2^15 ~ 1/4. */
-#define TCM_SHAPE_SHORT_RTT_SHIFT 15
 
 #ifndef SOL_TCP
 #define SOL_TCP 6

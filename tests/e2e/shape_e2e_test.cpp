@@ -245,8 +245,8 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
 // At a round trip short beside the bucket the congestion window is clamped to the full
 // segments half the bucket holds, so that no TSO chunk outgrows the bucket: CBS 16 KiB,
 // 1500-byte segments: 5, the initial window too (a socket of no shaped policy starts at Linux's
-// 10). Short: the share sends under a quarter of half the bucket in one smoothed RTT, i.e.
-// under ~830 us at 20 Mbit/s. A veth here is tens of microseconds (clamped); in the emulated
+// 10). Short: the share sends under a sixteenth of half the bucket in one smoothed RTT, i.e.
+// under ~210 us at 20 Mbit/s. A veth here is tens of microseconds (clamped); in the emulated
 // guest it is longer (no clamp): the test reads the socket's RTT and expects what it implies
 // (after the transfer only where it was short throughout: a clamp set or lifted midway leaves
 // the window where it was until it grows again).
@@ -266,7 +266,7 @@ TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
     const uint64_t c_half = (16384 * TCM_TOKENS_PER_BYTE / 2) | 1;
     const uint64_t rate_lo = share_of("20000000", 1).lo;
     auto is_short = [&](const tcp_info &ti) {
-        return uint64_t{ti.tcpi_rtt} * rate_lo <= c_half >> 15;
+        return uint64_t{ti.tcpi_rtt} * rate_lo <= c_half >> TCM_SHAPE_SHORT_RTT_SHIFT;
     };
     tcp_info ti = tcp_info_of(a);
     const bool short_from_start = is_short(ti);
