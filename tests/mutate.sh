@@ -239,6 +239,10 @@ mutant shape-full-rate-start bpf/lib/shape.h \
     's/rate >>= 2;/rate >>= 0;/' \
     "--shape sockets: the first ten segments' follower is spaced at the full rate (red after them)" \
     "e2e:Shape.PacesOnlyMatchingSocketsAndResharesAmongActiveOnes"
+mutant shape-no-ssthresh-reset bpf/lib/shape.h \
+    's/if \(tp && tp->delivered_ce == 0\)/if (0 \&\& tp)/' \
+    "--shape sockets: a window cut by local refusals alone stays cut (slow start ends early)" \
+    "e2e:ShapeLongRtt.LocalRefusalsDoNotEndSlowStart"
 mutant aqm-counters-inherited userspace/src/datapath.cpp \
     's/int tcp_fd = impl_->fd\(skel->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
     "a new policy on a reused id starts with the old one's --aqm and edt counters" \

@@ -38,7 +38,16 @@
  *    share at that round trip, a margin for round trips that jitter (TCM_SHAPE_SHORT_RTT_SHIFT).
  *    A longer round trip lifts the clamp.
  *  - A red drop here is not a loss to TCP but a refused transmit (it enters CWR); with nothing
- *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later. */
+ *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later.
+ *
+ * Refusals and slow start: CWR cuts ssthresh to 0.7 of the window, as a loss does. Early in slow
+ * start at a long round trip that ends it at a few segments, and CUBIC regrows about one segment
+ * per RTT (four flows, 16 KiB, RTT 100 ms: 63% of CIR for a whole benchmark run). Pacing, not the
+ * window, holds a shaped socket to its share, so a socket that never retransmitted and never
+ * had a CE mark echoed (its only congestion signals were refusals on this host) and whose
+ * ssthresh is under two bandwidth-delay products of its share gets it back: the clamp's
+ * setsockopt with no clamp sets ssthresh unbounded (slow start again, bounded by the pace).
+ * A retransmission or a CE mark from the network keeps TCP's answer. One compare per ACK. */
 #ifndef TRICOLOR_SHAPE_H
 #define TRICOLOR_SHAPE_H
 
@@ -257,6 +266,15 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
             int v = clamp ? (int)clamp : 0x7fffffff;
             cw->set = clamp;
             bpf_setsockopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, &v, sizeof(v));
+        } else if (!clamp && skops->total_retrans == 0 && skops->snd_ssthresh < 0xffff &&
+                   (__u64)skops->snd_ssthresh * skops->mss_cache * 1000000 <
+                       (__u64)sp->rate_lo * srtt * 2) {
+            /* Cut by local refusals alone (see the top of this file): back to slow start. */
+            struct bpf_tcp_sock *tp = skops->sk ? bpf_tcp_sock(skops->sk) : 0;
+            if (tp && tp->delivered_ce == 0) {
+                int v = 0x7fffffff;
+                bpf_setsockopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, &v, sizeof(v));
+            }
         }
     }
     /* Until the first ten segments are out: a quarter (see the top of this file). */

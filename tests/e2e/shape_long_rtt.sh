@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+# shape_long_rtt.sh SOURCE_DIR BUILD_DIR: the lab for Shape.LocalRefusalsDoNotEndSlowStart
+# (shape_e2e_test.cpp). Four CUBIC flows (iperf3) from tcpl-a to tcpl-b through a 100 ms round
+# trip (the delay line, tools/lab.sh) under --shape sockets, CIR 20 Mbit/s, CBS 16 KiB, on tc
+# egress of the sender. Five seconds in, it prints one line per data socket (over 64 KB
+# acknowledged; iperf3's control connection sends less)
+#   socket ssthresh=N mss=M rtt_us=R     (N = 0: none, still unbounded)
+# and then "red N", the policy's red packets (the refusals the sockets met).
+set -euo pipefail
+SRC=$1
+BUILD=$2
+DIR=/run/tricolor-e2e-longrtt
+A="ip netns exec tcpl-a"
+. "$SRC/tools/lab.sh"
+cleanup() { lab_down_delayed tcpl-a tcpl-b "$DIR" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+cleanup
+lab_up_delayed tcpl-a tcpl0 198.18.172.1 tcpl-b tcpl1 198.18.172.2 "$DIR" \
+    "$BUILD/tests/delayline" 50000us
+lab_daemon tcpl-a "$BUILD" "$DIR" --metrics none
+ctl() { "$BUILD/tools/tricolorctl" --socket "$DIR/tricolor.sock" "$@"; }
+ctl attach tcpl0 --hook tc --direction egress >/dev/null
+ctl policy add p --algo srtcm --cir 20mbit --cbs 16384 --ebs 0 \
+    --match dst 198.18.172.2/32 --match proto tcp --shape sockets >/dev/null
+ip netns exec tcpl-b iperf3 -s -D
+sleep 0.3
+$A iperf3 -C cubic -c 198.18.172.2 -P 4 -t 7 >/dev/null &
+sleep 5
+$A ss -tin dst 198.18.172.2 | python3 -c '
+import re, sys
+for line in sys.stdin:
+    acked = re.search(r"bytes_acked:(\d+)", line)
+    if not acked or int(acked.group(1)) < 65536:
+        continue
+    ss = re.search(r"\sssthresh:(\d+)", line)  # not rcv_ssthresh
+    print("socket ssthresh=%s mss=%s rtt_us=%d" % (ss.group(1) if ss else 0,
+          re.search(r"\bmss:(\d+)", line).group(1),
+          float(re.search(r"\brtt:([\d.]+)", line).group(1)) * 1000))'
+echo "red $(ctl -j stats p | python3 -c 'import json,sys; print(json.load(sys.stdin)["policies"][0]["red"]["packets"])')"
+wait
