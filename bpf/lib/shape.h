@@ -266,10 +266,12 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
             int v = clamp ? (int)clamp : 0x7fffffff;
             cw->set = clamp;
             bpf_setsockopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, &v, sizeof(v));
-        } else if (!clamp && skops->total_retrans == 0 && skops->snd_ssthresh < 0xffff &&
+        } else if (!clamp && cw->want && sp->rate_lo != 0xffffffffu && skops->total_retrans == 0 &&
+                   skops->snd_ssthresh < 0xffff &&
                    (__u64)skops->snd_ssthresh * skops->mss_cache * 1000000 <
                        (__u64)sp->rate_lo * srtt * 2) {
-            /* Cut by local refusals alone (see the top of this file): back to slow start. */
+            /* Still shaped (a pace bounds it), cut by local refusals alone (see the top of this
+             * file): back to slow start. */
             struct bpf_tcp_sock *tp = skops->sk ? bpf_tcp_sock(skops->sk) : 0;
             if (tp && tp->delivered_ce == 0) {
                 int v = 0x7fffffff;
