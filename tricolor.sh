@@ -24,7 +24,7 @@ PACKAGES=(
     libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
     libgtest-dev libgmock-dev                   # tests
     help2man                                    # man pages
-    iproute2                                    # test labs
+    iproute2 iperf3 python3                     # test labs: TCP through them, ss parsed
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
 )
 

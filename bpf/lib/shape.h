@@ -47,7 +47,8 @@
  * had a CE mark echoed (its only congestion signals were refusals on this host) and whose
  * ssthresh is under two bandwidth-delay products of its share gets it back: the clamp's
  * setsockopt with no clamp sets ssthresh unbounded (slow start again, bounded by the pace).
- * A retransmission or a CE mark from the network keeps TCP's answer. One compare per ACK. */
+ * A retransmission, a segment lost, SACKed or in retransmission, or a CE mark from the network
+ * keeps TCP's answer. A few compares per ACK. */
 #ifndef TRICOLOR_SHAPE_H
 #define TRICOLOR_SHAPE_H
 
@@ -267,11 +268,16 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
             cw->set = clamp;
             bpf_setsockopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, &v, sizeof(v));
         } else if (!clamp && cw->want && sp->rate_lo != 0xffffffffu && skops->total_retrans == 0 &&
+                   skops->lost_out == 0 && skops->retrans_out == 0 && skops->sacked_out == 0 &&
                    skops->snd_ssthresh < 0xffff &&
                    (__u64)skops->snd_ssthresh * skops->mss_cache * 1000000 <
                        (__u64)sp->rate_lo * srtt * 2) {
             /* Still shaped (a pace bounds it), cut by local refusals alone (see the top of this
-             * file): back to slow start. */
+             * file): back to slow start. Segments marked lost, SACKed or out for retransmission
+             * are the network's word: in fast recovery an ACK can come before the first
+             * retransmission counts in total_retrans, and the reset would undo that cut. The
+             * setsockopt also lifts a route's "cwnd lock" clamp; a shaped socket's window is
+             * ours to bound (the clamp above). */
             struct bpf_tcp_sock *tp = skops->sk ? bpf_tcp_sock(skops->sk) : 0;
             if (tp && tp->delivered_ce == 0) {
                 int v = 0x7fffffff;
