@@ -118,8 +118,12 @@ for rtt in $RTTS; do
                 echo "RESULT name=tcp_rtt${rtt}_cbs${cbs}k_${mode}_f${flows}$ID_SUFFIX" \
                     "goodput_mbit=$mbit" \
                     "pct_cir=$pct retransmits=$retr jain=$jain"
-                [ -n "$TSV" ] && printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$rtt" "$cbs" "$mode" \
-                    "$flows" "$pct" "$retr" "$jain" >>"$TSV"
+                # An if, not `[ ] &&`: as the loop's last command a false test would be the
+                # script's exit status, and ./tricolor.sh bench (set -e) would stop there.
+                if [ -n "$TSV" ]; then
+                    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$rtt" "$cbs" "$mode" "$flows" "$pct" \
+                        "$retr" "$jain" >>"$TSV"
+                fi
             done
         done
     done
