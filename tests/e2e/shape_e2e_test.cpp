@@ -150,6 +150,27 @@ class Shape : public ::testing::Test {
                   0);
     }
 
+    // A srtcm policy on the lab's address with --shape sockets.
+    void add_sockets_policy(const std::string &name, const std::string &cir,
+                            const std::string &cbs) {
+        ASSERT_EQ(d.ctl({"policy", "add", name, "--algo", "srtcm", "--cir", cir, "--cbs", cbs,
+                         "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
+                      .exit_code,
+                  0);
+    }
+
+    // A TCP connection from here to the lab's namespace: the listener, this end, the far end.
+    struct Conn {
+        int lst = -1, a = -1, pa = -1;
+    };
+    void connect_pair(uint16_t port, Conn *c) {
+        c->lst = listen_in_ns(lab.ns, lab.ns_v4, port);
+        ASSERT_GE(c->lst, 0);
+        c->a = connect_to(lab.ns_v4, port);
+        ASSERT_GE(c->a, 0);
+        c->pa = accept(c->lst, nullptr, nullptr);
+    }
+
     Share share_of(const std::string &cir, int sockets) {
         Policy p;
         p.meter.cir = std::stoull(cir);
@@ -298,15 +319,10 @@ TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
 // slow, such as a CLI call, between the emptying and that reading: in an emulated guest it
 // takes longer than that).
 TEST_F(Shape, PaceFollowsTheBucketsLevel) {
-    ASSERT_EQ(d.ctl({"policy", "add", "pace", "--algo", "srtcm", "--cir", "512kbit", "--cbs", "64k",
-                     "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
-                  .exit_code,
-              0);
-    int lst = listen_in_ns(lab.ns, lab.ns_v4, 5204);
-    ASSERT_GE(lst, 0);
-    int a = connect_to(lab.ns_v4, 5204);
-    ASSERT_GE(a, 0);
-    int pa = accept(lst, nullptr, nullptr);
+    ASSERT_NO_FATAL_FAILURE(add_sockets_policy("pace", "512kbit", "64k"));
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connect_pair(5204, &c));
+    const int a = c.a, pa = c.pa;
     const Share share = share_of("512000", 1);
     auto is = [](uint32_t want) { return [want](uint32_t v) { return v == want; }; };
     auto red = [&] { return policy_stats(d, "pace")["red"]["packets"].get<uint64_t>(); };
@@ -323,27 +339,21 @@ TEST_F(Shape, PaceFollowsTheBucketsLevel) {
 
     std::this_thread::sleep_for(std::chrono::milliseconds(1200)); // full again
     EXPECT_EQ(pacing_after_traffic(a, pa, is(share.hi), 1024), share.hi);
-    for (int fd : {a, pa, lst})
+    for (int fd : {c.a, c.pa, c.lst})
         close(fd);
 }
 
 TEST_F(Shape, ARestartedDaemonKeepsPacing) {
-    ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "20000000", "--cbs", "64k",
-                     "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
-                  .exit_code,
-              0);
+    ASSERT_NO_FATAL_FAILURE(add_sockets_policy("tcp", "20000000", "64k"));
     d.kill9();
     d.start(); // adopts the pinned maps and swaps its sock_ops program into the pinned link
-    int lst = listen_in_ns(lab.ns, lab.ns_v4, 5203);
-    ASSERT_GE(lst, 0);
-    int a = connect_to(lab.ns_v4, 5203);
-    ASSERT_GE(a, 0);
-    int pa = accept(lst, nullptr, nullptr);
-    EXPECT_THAT(pacing(a), IsStartingAt(share_of("20000000", 1)));
-    pump(a, pa, 256 * 1024);
-    EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connect_pair(5203, &c));
+    EXPECT_THAT(pacing(c.a), IsStartingAt(share_of("20000000", 1)));
+    pump(c.a, c.pa, 256 * 1024);
+    EXPECT_THAT(pacing(c.a), IsPacedAt(share_of("20000000", 1)));
     EXPECT_EQ(json::parse(d.ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
-    for (int fd : {a, pa, lst})
+    for (int fd : {c.a, c.pa, c.lst})
         close(fd);
 }
 
