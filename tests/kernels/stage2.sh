@@ -32,6 +32,9 @@ printf '#!/bin/sh\nexec /sbin/modprobe -d %s "$@"\n' "$KROOT" >/run/guest-bin/mo
 chmod +x /run/guest-bin/modprobe
 echo /run/guest-bin/modprobe >/proc/sys/kernel/modprobe
 export PATH=/run/guest-bin:$PATH
+# A checkout under one of the tmpfs mounts above (e.g. /root/tricolor) needs its mount point made
+# again: the tmpfs hid it.
+mkdir -p "$REPO"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 repo "$REPO"
 RUN=/run/guest-run # the host's exchange directory: command in, exit code out
 mkdir -p $RUN
