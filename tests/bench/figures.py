@@ -246,29 +246,44 @@ def block_meter(res):
 TCP_MODES = [("htb", "HTB"), ("tbf", "TBF"), ("police", "police (tc egress)"),
              ("sockets", "--shape sockets"), ("xdp", "police (XDP)"), ("aqm_drop", "--aqm drop"),
              ("aqm_ecn", "--aqm ecn")]
+TCP_LABELS = dict(TCP_MODES + [("edt", "--shape edt (fq)")])
 TCP_ID = re.compile(r"^tcp_rtt(\d+)_cbs(\d+)k_([a-z_]+)_f(\d+)$")
 
 
-def block_tcp(res):
+def block_tcp(res, args=""):
     """tests/bench/tcp_bench.sh's matrix, one row an (RTT, CBS, flows), one column a mode; a
     cell is goodput as % of CIR / retransmits (/ Jain's index, with more than one flow). Rows
-    are every (RTT, CBS, flows) the results hold (ids with a suffix, such as _bbr, are not
-    part of it); every mode of a row must be there."""
-    keys = sorted({(int(m[1]), int(m[2]), int(m[4])) for m in map(TCP_ID.match, res) if m})
+    are every (RTT, CBS, flows) the results hold with ids that end in suffix= (default none:
+    a matrix run with ID_SUFFIX, such as _bbr or the 6.1 guest's _g61, is a table of its own);
+    modes= (default: the native matrix's) names the columns; every mode of a row must be
+    there."""
+    opts = dict(a.split("=", 1) for a in args.split() if "=" in a)
+    suffix = opts.get("suffix", "")
+    modes = [m for m in opts.get("modes", "").split(",") if m] or [m for m, _ in TCP_MODES]
+    unknown = [m for m in modes if m not in TCP_LABELS]
+    if unknown:
+        raise Missing(f"unknown TCP mode {unknown[0]}")
+    keys = set()
+    for r in res:
+        if not r.endswith(suffix):
+            continue
+        m = TCP_ID.match(r[:len(r) - len(suffix)] if suffix else r)
+        if m:
+            keys.add((int(m[1]), int(m[2]), int(m[4])))
     if not keys:
-        raise Missing("no RESULT name=tcp_rtt<R>_cbs<K>k_<mode>_f<N>")
+        raise Missing(f"no RESULT name=tcp_rtt<R>_cbs<K>k_<mode>_f<N>{suffix}")
     rows, names = [], []
-    for rtt, cbs, flows in keys:
+    for rtt, cbs, flows in sorted(keys):
         row = [f"{rtt} ms", f"{cbs} KiB", str(flows)]
-        for mode, _ in TCP_MODES:
-            n = f"tcp_rtt{rtt}_cbs{cbs}k_{mode}_f{flows}"
+        for mode in modes:
+            n = f"tcp_rtt{rtt}_cbs{cbs}k_{mode}_f{flows}{suffix}"
             names.append(n)
             cell = f"{value(res, n, 'pct_cir')}% / {value(res, n, 'retransmits')}"
             if flows > 1:
                 cell += f" / {value(res, n, 'jain')}"
             row.append(cell)
         rows.append(row)
-    return table(res, ["RTT", "CBS", "flows"] + [label for _, label in TCP_MODES], rows, names)
+    return table(res, ["RTT", "CBS", "flows"] + [TCP_LABELS[m] for m in modes], rows, names)
 
 
 def block_table(res, args):
@@ -296,6 +311,8 @@ def render(text, res, problems, path):
         try:
             if name == "table":
                 body = block_table(res, args)
+            elif name == "tcp":
+                body = block_tcp(res, args)
             elif name in BLOCKS and not args:
                 body = BLOCKS[name](res)
             else:

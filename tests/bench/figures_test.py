@@ -83,5 +83,42 @@ with tempfile.TemporaryDirectory() as root:
     expect(r.returncode == 1 and "has no p99" in r.stderr,
            "check fails on a key the RESULT line lacks: " + r.stderr)
 
+# The TCP matrix: a suffixed run (ID_SUFFIX=_g61) is a table of its own, with its own modes,
+# and stays out of the unsuffixed table.
+TCP_DOC = """# t
+<!-- figures:tcp modes=htb,sockets -->
+<!-- /figures -->
+
+<!-- figures:tcp suffix=_g61 modes=htb,edt -->
+<!-- /figures -->
+"""
+with tempfile.TemporaryDirectory() as root:
+    os.makedirs(os.path.join(root, "docs"))
+    bench = os.path.join(root, "bench.out")
+    with open(bench, "w") as f:
+        for name, pct in [("htb_f1", 95.6), ("sockets_f1", 96.3), ("htb_f1_g61", 95.1),
+                          ("edt_f1_g61", 96.5), ("edt_f4_g61", 96.4), ("htb_f4_g61", 95.0)]:
+            f.write(f"RESULT name=tcp_rtt0_cbs16k_{name} goodput_mbit=19 pct_cir={pct} "
+                    "retransmits=0 jain=0.999\n")
+    open(os.path.join(root, "README.md"), "w").write("# r\n")
+    doc = os.path.join(root, "docs", "x.md")
+    open(doc, "w").write(TCP_DOC)
+    expect(run(root, "collect", bench).returncode == 0, "collect (tcp)")
+    r = run(root, "write")
+    expect(r.returncode == 0, "write (tcp): " + r.stderr)
+    text = open(doc).read()
+    native, guest = text.split("suffix=_g61")
+    expect("| 0 ms | 16 KiB | 1 | 95.6% / 0 | 96.3% / 0 |" in native and "| 4 |" not in native,
+           "the unsuffixed table has the native row only:\n" + text)
+    expect("| RTT | CBS | flows | HTB | --shape edt (fq) |" in guest and
+           "| 0 ms | 16 KiB | 1 | 95.1% / 0 | 96.5% / 0 |" in guest and
+           "| 0 ms | 16 KiB | 4 | 95.0% / 0 / 0.999 | 96.4% / 0 / 0.999 |" in guest,
+           "the _g61 table has its own rows and columns:\n" + text)
+    # A mode a row lacks fails the check, as a missing figure does.
+    open(doc, "w").write(TCP_DOC.replace("modes=htb,edt", "modes=htb,edt,police"))
+    r = run(root, "check")
+    expect(r.returncode == 1 and "no RESULT name=tcp_rtt0_cbs16k_police_f1_g61" in r.stderr,
+           "check fails on a mode the suffixed run lacks: " + r.stderr)
+
 print(f"figures_test.py: {len(failures)} failures")
 sys.exit(1 if failures else 0)
