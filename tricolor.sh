@@ -231,6 +231,11 @@ run_benches() {
     tests/bench/fleet_bench.sh "$BUILD_DIR"
     echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/police_bench.sh "$BUILD_DIR"
+    # --shape edt needs sch_fq, which only the guest's kernel has: the local-sender modes again
+    # there, RTT 0 and 20 ms, against HTB and the hard policer of the same run.
+    echo "== TCP: --shape edt under fq against --shape sockets, HTB and the hard policer, in 6.1"
+    tests/kernels/guest.sh --timeout 1500 -- env RTTS="0 20" MODES="htb police sockets edt" \
+        ID_SUFFIX=_g61 tests/bench/tcp_bench.sh "$BUILD_DIR"
 }
 
 case "$cmd" in
