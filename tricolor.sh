@@ -236,6 +236,15 @@ run_benches() {
     echo "== TCP: --shape edt under fq against --shape sockets, HTB and the hard policer, in 6.1"
     tests/kernels/guest.sh --timeout 1500 -- env RTTS="0 20" MODES="htb police sockets edt" \
         ID_SUFFIX=_g61 tests/bench/tcp_bench.sh "$BUILD_DIR"
+    # The setting the TCP issue's prototype was measured in (6.1 under QEMU, netem 10 ms each
+    # way), and the same guest through the delay line: remote senders, one flow, RTT 20 ms.
+    echo "== TCP: remote senders in 6.1 under QEMU, RTT 20 ms through netem, then the delay line"
+    local how
+    for how in netem delayline; do
+        tests/kernels/guest.sh --timeout 900 -- env DELAY_HOW=$how RTTS=20 FLOWS_LIST=1 \
+            MODES="htb xdp aqm_drop aqm_ecn" ID_SUFFIX=_g61_$how tests/bench/tcp_bench.sh \
+            "$BUILD_DIR"
+    done
 }
 
 case "$cmd" in

@@ -21,7 +21,8 @@
 # congestion control, cubic), ID_SUFFIX (appended to every RESULT name, so that a second
 # matrix, e.g. CC=bbr ID_SUFFIX=_bbr or longer runs, keeps its own ids), TSV (a file to append
 # the rows to, for tests/bench/tcp_plot.py), STATS (non-empty: print the policy's counters to
-# stderr after each case).
+# stderr after each case), DELAY_HOW (delayline, or netem where sch_netem exists: the 6.1
+# guest; RTT 0 is then netem with no delay).
 set -euo pipefail
 BUILD_DIR=$1
 RATE_MBIT=${RATE_MBIT:-20}
@@ -33,6 +34,11 @@ MODES=${MODES:-"htb tbf police sockets xdp aqm_drop aqm_ecn"}
 CC=${CC:-cubic}
 ID_SUFFIX=${ID_SUFFIX:-}
 TSV=${TSV:-}
+DELAY_HOW=${DELAY_HOW:-delayline}
+case "$DELAY_HOW" in
+delayline | netem) ;;
+*) echo "tcp_bench.sh: DELAY_HOW must be delayline or netem, not '$DELAY_HOW'" >&2; exit 2 ;;
+esac
 DIR=/run/tricolor-tcpbench
 DIR_B=/run/tricolor-tcpbench-b
 A="ip netns exec tcpb-a"
@@ -86,8 +92,10 @@ print(e["sum_received"]["bits_per_second"], e["sum_sent"].get("retransmits", 0),
 printf "%-6s %-6s %-8s %-5s %14s %8s %8s %6s\n" RTT CBS mode flows "goodput Mbit/s" "% CIR" retrans jain
 for rtt in $RTTS; do
     cleanup
+    delay="$((rtt * 500))us"
+    [ "$DELAY_HOW" = netem ] && delay="netem:$delay"
     lab_up_delayed tcpb-a tcpb0 198.18.170.1 tcpb-b tcpb1 198.18.170.2 "$DIR" \
-        "$BUILD_DIR/tests/delayline" "$((rtt * 500))us"
+        "$BUILD_DIR/tests/delayline" "$delay"
     lab_daemon tcpb-a "$BUILD_DIR" "$DIR" --metrics none
     mkdir -p "$DIR_B/bpf"
     mount -t bpf bpf "$DIR_B/bpf"
