@@ -48,7 +48,7 @@ int tricolor_tc(struct __sk_buff *skb) {
     fr.len = skb->len;
     struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
     if (v.drop)
-        return TC_ACT_SHOT;
+        return shape_tc_drop(skb);
     if (v.kind == TCM_ACT_KIND_MARK)
         skb->mark = v.value;
     else if (v.kind == TCM_ACT_KIND_PRIORITY)

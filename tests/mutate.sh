@@ -243,6 +243,10 @@ mutant shape-no-ssthresh-reset bpf/lib/shape.h \
     's/if \(tp && tp->delivered_ce == 0\)/if (0 \&\& tp)/' \
     "--shape sockets: a window cut by local refusals alone stays cut (slow start ends early)" \
     "e2e:ShapeLongRtt.LocalRefusalsDoNotEndSlowStart"
+mutant shape-start-refused bpf/lib/shape.h \
+    's/return bpf_redirect\(0, 0\);/return TC_ACT_SHOT;/' \
+    "--shape sockets: a clamped socket's red burst with nothing in flight is refused (stall to the probe timer)" \
+    "e2e:Shape.StartsThatMeetRedAreLostNotRefused"
 mutant aqm-counters-inherited userspace/src/datapath.cpp \
     's/int tcp_fd = impl_->fd\(skel->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
     "a new policy on a reused id starts with the old one's --aqm and edt counters" \

@@ -39,6 +39,11 @@
  *    A longer round trip lifts the clamp.
  *  - A red drop here is not a loss to TCP but a refused transmit (it enters CWR); with nothing
  *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later.
+ *    Several connections that start at once send more unpaced segments than a small bucket
+ *    holds, and each was left so (four flows, 16 KiB: 200 ms of nothing from all four). A
+ *    packet of several segments from a clamped socket with nothing in flight is therefore
+ *    dropped as a lost one, which TCP's loss probe recovers within milliseconds
+ *    (shape_tc_drop).
  *
  * Refusals and slow start: CWR cuts ssthresh to 0.7 of the window, as a loss does. Early in slow
  * start at a long round trip that ends it at a few segments, and CUBIC regrows about one segment
@@ -53,6 +58,7 @@
 #define TRICOLOR_SHAPE_H
 
 #include <linux/bpf.h>
+#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -359,6 +365,38 @@ static __always_inline void shape_sock_stop(struct bpf_sock_ops *skops) {
         return;
     __sync_fetch_and_add(&st->sockets, -1);
     __sync_fetch_and_add(&st->gen, 1);
+}
+
+/* The verdict for a red packet on tc egress that is to be dropped. A refused transmit
+ * (TC_ACT_SHOT: the qdisc layer's NET_XMIT_DROP) is what a local sender should get, with one
+ * exception: a paced socket at a short round trip (its window clamped: see the top of this file)
+ * that has nothing else in flight. Refused, it would wait for its zero-window probe, at least
+ * 200 ms (four flows starting at once through 16 KiB at RTT ~ 0 all did, together). Such a
+ * packet is dropped as a lost one: TCP counts it sent, and its loss probe, two round trips and
+ * a couple of milliseconds later, starts an ordinary recovery (a retransmission where the
+ * refusal retransmitted nothing). A one-segment packet is refused all the same: with one
+ * packet in flight the loss probe waits TCP's minimum RTO, no sooner than the zero-window
+ * probe. Under tcx, TC_ACT_STOLEN is not a verdict ("next": the packet would pass); a
+ * redirect to no device is dropped in both tcx and clsact and reported to the sender as sent.
+ * The packet is red and counted as dropped either way: only what the sender is told differs. */
+static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
+    if (!tcm_shape_policies || skb->gso_segs < 2)
+        return TC_ACT_SHOT;
+    struct bpf_sock *sk = skb->sk;
+    if (!sk)
+        return TC_ACT_SHOT;
+    sk = bpf_sk_fullsock(sk);
+    if (!sk || sk->protocol != 6 /* IPPROTO_TCP */)
+        return TC_ACT_SHOT;
+    struct tcm_sock_shape *ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
+    struct tcm_sock_cwnd *cw = bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0);
+    if (!ss || !ss->policy_id || ss->counted == 2 || !cw || !cw->set)
+        return TC_ACT_SHOT;
+    struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+    /* packets_out does not count this packet yet (TCP counts it once it is sent). */
+    if (!tp || tp->packets_out != 0)
+        return TC_ACT_SHOT;
+    return bpf_redirect(0, 0);
 }
 
 SEC("sockops")

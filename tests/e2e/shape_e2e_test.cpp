@@ -457,6 +457,38 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     EXPECT_LE(red_shaped, time_scale() > 1 ? 16u : 0u) << "hard " << red_hard << " red";
 }
 
+// Four flows that start at once through 16 KiB at a veth's round trip: their first ten
+// segments each are unpaced, more than the bucket holds, and a socket refused with nothing in
+// flight would wait for its zero-window probe (200 ms or more; all four did, together). A red
+// packet of several segments from such a socket is dropped as a lost one instead (shape.h,
+// shape_tc_drop): TCP recovers it with a retransmission, which a refusal never causes. So the
+// senders retransmit here, where before they stalled with none.
+TEST_F(Shape, StartsThatMeetRedAreLostNotRefused) {
+    if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
+        GTEST_SKIP() << "iperf3 is not installed";
+    if (time_scale() > 1)
+        GTEST_SKIP() << "whether a start meets red with nothing in flight depends on timing "
+                        "an emulated CPU does not keep";
+    auto server =
+        lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", "/tmp/tricolor-e2e-starts.pid"});
+    ASSERT_EQ(server.exit_code, 0) << server.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_NO_FATAL_FAILURE(add_sockets_policy("starts", "20mbit", "16k"));
+    auto r = run_command(
+        {"/usr/bin/iperf3", "-C", "cubic", "-c", lab.ns_v4, "-P", "4", "-t", "2", "-J"});
+    run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-starts.pid)"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto end = json::parse(r.out)["end"];
+    uint64_t retransmits = end["sum_sent"]["retransmits"].get<uint64_t>();
+    uint64_t red = policy_stats(d, "starts")["red"]["packets"].get<uint64_t>();
+    RecordProperty("red", std::to_string(red));
+    RecordProperty("retransmits", std::to_string(retransmits));
+    ASSERT_GT(red, 0u) << "no red segment: the case tests nothing";
+    EXPECT_GT(retransmits, 0u) << red << " red packets, every one refused";
+    // Loose: the benchmark measures the goodput.
+    EXPECT_GT(end["sum_received"]["bits_per_second"].get<double>(), 0.5 * 20e6);
+}
+
 // A red drop on the sender's host is a refused transmit, and Linux answers it as it answers a
 // loss: CWR, ssthresh to 0.7 of the window. In slow start at a long round trip that left four
 // flows sharing 16 KiB at 63% of CIR for a whole benchmark run (CUBIC then regrows about one
