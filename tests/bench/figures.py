@@ -250,6 +250,11 @@ TCP_LABELS = dict(TCP_MODES + [("edt", "--shape edt (fq)")])
 TCP_ID = re.compile(r"^tcp_rtt(\d+)_cbs(\d+)k_([a-z_]+)_f(\d+)$")
 
 
+def block_opts(args):
+    """A block's key=value arguments."""
+    return dict(a.split("=", 1) for a in args.split() if "=" in a)
+
+
 def block_tcp(res, args=""):
     """tests/bench/tcp_bench.sh's matrix, one row an (RTT, CBS, flows), one column a mode; a
     cell is goodput as % of CIR / retransmits (/ Jain's index, with more than one flow). Rows
@@ -257,7 +262,7 @@ def block_tcp(res, args=""):
     a matrix run with ID_SUFFIX, such as _bbr or the 6.1 guest's _g61, is a table of its own);
     modes= (default: the native matrix's) names the columns; every mode of a row must be
     there."""
-    opts = dict(a.split("=", 1) for a in args.split() if "=" in a)
+    opts = block_opts(args)
     suffix = opts.get("suffix", "")
     modes = [m for m in opts.get("modes", "").split(",") if m] or [m for m, _ in TCP_MODES]
     unknown = [m for m in modes if m not in TCP_LABELS]
@@ -288,7 +293,7 @@ def block_tcp(res, args=""):
 
 def block_table(res, args):
     """The generic table: one row a RESULT id, one column a key, values as the bench printed."""
-    opts = dict(a.split("=", 1) for a in args.split() if "=" in a)
+    opts = block_opts(args)
     ids = [i for i in opts.get("ids", "").split(",") if i]
     keys = [k for k in opts.get("keys", "").split(",") if k]
     if not ids or not keys:
@@ -298,8 +303,7 @@ def block_table(res, args):
 
 
 BLOCKS = {"datapath": block_datapath, "chains": block_chains, "invariants": block_invariants,
-          "control": block_control, "meter": block_meter, "tcp": block_tcp,
-          "flows_top": block_flows_top}
+          "control": block_control, "meter": block_meter, "flows_top": block_flows_top}
 BLOCK_RE = re.compile(r"(<!-- figures:([a-z0-9_-]+)((?: [^>]*?)?) -->\n)(.*?)(<!-- /figures -->)",
                       re.S)
 INLINE_RE = re.compile(r"(<!-- fig:([A-Za-z0-9_.-]+)\.([A-Za-z0-9_]+) -->)([^<]*)(<!-- /fig -->)")

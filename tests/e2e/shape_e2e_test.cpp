@@ -150,6 +150,21 @@ class Shape : public ::testing::Test {
                   0);
     }
 
+    // An iperf3 server in the lab's namespace, killed when the test ends: after a failed
+    // assertion too, so that the next case finds its port free.
+    void start_iperf_server() {
+        auto server = lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", kIperfPid});
+        ASSERT_EQ(server.exit_code, 0) << server.err;
+        iperf_server_ = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(int(300 * time_scale())));
+    }
+    void TearDown() override {
+        if (iperf_server_)
+            run_command({"/bin/sh", "-c", std::string("kill $(cat ") + kIperfPid + ")"});
+    }
+    static constexpr const char *kIperfPid = "/tmp/tricolor-e2e-shape-iperf3.pid";
+    bool iperf_server_ = false;
+
     // A srtcm policy on the lab's address with --shape sockets.
     void add_sockets_policy(const std::string &name, const std::string &cir,
                             const std::string &cbs) {
@@ -430,10 +445,7 @@ double iperf_goodput(const Lab &lab, int seconds) {
 TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
         GTEST_SKIP() << "iperf3 is not installed";
-    auto server =
-        lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", "/tmp/tricolor-e2e-shape.pid"});
-    ASSERT_EQ(server.exit_code, 0) << server.err;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_NO_FATAL_FAILURE(start_iperf_server());
     ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k",
                      "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
                   .exit_code,
@@ -444,7 +456,6 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "sockets"}).exit_code, 0);
     double shaped = iperf_goodput(lab, 3);
     uint64_t red_shaped = red() - red_hard;
-    run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-shape.pid)"});
     RecordProperty("hard_mbit", std::to_string(hard / 1e6));
     RecordProperty("shaped_mbit", std::to_string(shaped / 1e6));
     // Loose: the benchmark measures ≥ 95% on an idle machine.
@@ -469,14 +480,10 @@ TEST_F(Shape, StartsThatMeetRedAreLostNotRefused) {
     if (time_scale() > 1)
         GTEST_SKIP() << "whether a start meets red with nothing in flight depends on timing "
                         "an emulated CPU does not keep";
-    auto server =
-        lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", "/tmp/tricolor-e2e-starts.pid"});
-    ASSERT_EQ(server.exit_code, 0) << server.err;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_NO_FATAL_FAILURE(start_iperf_server());
     ASSERT_NO_FATAL_FAILURE(add_sockets_policy("starts", "20mbit", "16k"));
     auto r = run_command(
         {"/usr/bin/iperf3", "-C", "cubic", "-c", lab.ns_v4, "-P", "4", "-t", "2", "-J"});
-    run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-starts.pid)"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     auto end = json::parse(r.out)["end"];
     uint64_t retransmits = end["sum_sent"]["retransmits"].get<uint64_t>();
@@ -548,10 +555,7 @@ TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
     if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
         GTEST_SKIP() << "iperf3 is not installed";
     REQUIRE_FQ(lab);
-    auto server =
-        lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", "/tmp/tricolor-e2e-edt.pid"});
-    ASSERT_EQ(server.exit_code, 0) << server.err;
-    std::this_thread::sleep_for(std::chrono::milliseconds(int(300 * time_scale())));
+    ASSERT_NO_FATAL_FAILURE(start_iperf_server());
     constexpr double kCir = 10e6, kCbs = 16384;
     ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "10mbit", "--cbs", "16k",
                      "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
@@ -567,7 +571,6 @@ TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
     double edt = iperf_goodput(lab, 3);
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto after = policy_stats(d, "tcp");
-    run_command({"/bin/sh", "-c", "kill $(cat /tmp/tricolor-e2e-edt.pid)"});
     RecordProperty("hard_mbit", std::to_string(hard / 1e6));
     RecordProperty("edt_mbit", std::to_string(edt / 1e6));
     RecordProperty("edt_delayed", after["shape"]["delayed"]["packets"].dump());
