@@ -838,8 +838,9 @@ Result<void> Daemon::load_at_start() {
                 else
                     doc.specs.push_back(rec["put"]);
             } else if (rec.contains("del") && rec["del"].is_string()) {
+                const auto &del = rec["del"].get_ref<const std::string &>();
                 std::erase_if(doc.specs, [&](const json &j) {
-                    return j.is_object() && j.value("name", "") == rec["del"];
+                    return j.is_object() && j.value("name", "") == del;
                 });
             }
         }
