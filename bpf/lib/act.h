@@ -24,7 +24,7 @@ static __always_inline __u16 act_csum_fold(__u32 sum) {
 static __always_inline int act_set_dscp(void *data, void *data_end, const struct tcm_pkt *p,
                                         __u8 dscp) {
     if (p->key.flags & TCM_KEY_F_IPV6) {
-        __be32 *word = TCM_HDR(data, data_end, p->l3_off & 0xff, 4);
+        __be32 *word = tcm_hdr(data, data_end, p->l3_off & 0xff, 4);
         if (!word)
             return -1;
         __u32 host = bpf_ntohl(*word);
@@ -32,7 +32,7 @@ static __always_inline int act_set_dscp(void *data, void *data_end, const struct
         *word = bpf_htonl(host);
         return 0;
     }
-    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
+    struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip)
         return -1;
     __u16 *first = (__u16 *)ip; /* version/ihl and tos: the word the checksum sees */

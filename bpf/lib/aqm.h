@@ -150,7 +150,7 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
  * (RFC 1624), IPv6 has none. Returns 0 if marked, -1 if the packet is not ECN-capable. */
 static __always_inline int act_set_ce(void *data, void *data_end, const struct tcm_pkt *p) {
     if (p->key.flags & TCM_KEY_F_IPV6) {
-        __be32 *word = TCM_HDR(data, data_end, p->l3_off & 0xff, 4);
+        __be32 *word = tcm_hdr(data, data_end, p->l3_off & 0xff, 4);
         if (!word)
             return -1;
         __u32 host = bpf_ntohl(*word);
@@ -159,7 +159,7 @@ static __always_inline int act_set_ce(void *data, void *data_end, const struct t
         *word = bpf_htonl(host | (3u << 20));
         return 0;
     }
-    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
+    struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip || (ip->tos & 3) == 0)
         return -1;
     __u16 *first = (__u16 *)ip;

@@ -15,6 +15,7 @@
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
 
@@ -27,6 +28,8 @@ enum tcm_parse_result {
 #ifndef IPPROTO_MH
 #define IPPROTO_MH 135
 #endif
+/* No header we read starts further in (six IPv6 extension headers of 2 KiB each end before). */
+#define TCM_HDR_OFF_MAX 0x7fff
 #define TCM_IPV6_MAX_EXT 6 /* extension headers walked before giving up (malformed) */
 
 struct tcm_pkt {
@@ -37,10 +40,29 @@ struct tcm_pkt {
     __u32 l4_off;    /* 0 when there is no L4 header to rewrite or read */
 };
 
-/* A pointer to @len bytes at @off of the packet, or NULL if they are not all there. */
-#define TCM_HDR(data, data_end, off, len)                                                          \
-    ((void *)((__u8 *)(data) + (off) + (len)) > (data_end) ? NULL                                  \
-                                                           : (void *)((__u8 *)(data) + (off)))
+/* A pointer to @len bytes at @off of the packet, or NULL if they are not all there.
+ *
+ * The verifier gives a packet pointer its range only through the register the bounds check was
+ * made on (and copies of it at constant offsets). An optimiser is free to compute data + off
+ * twice, or to fold the NULL test into the bounds test; clang 19 checked (data + off) + len in
+ * one register and loaded through another copy of data + off, which the verifier refuses. The
+ * two barriers make both choices for the compiler: the pointer checked is the pointer returned,
+ * and the caller's NULL test is a test of that register. See docs/datapath.md ("Packet
+ * access"). */
+static __always_inline void *tcm_hdr(void *data, void *data_end, __u32 off, __u32 len) {
+    __u8 *hdr;
+    void *ret;
+
+    /* The verifier ranges a packet pointer only while its variable offset is provably under
+     * 64 KiB; an offset built over an IPv6 extension chain is not, to every compiler. */
+    if (off > TCM_HDR_OFF_MAX)
+        return NULL;
+    hdr = (__u8 *)data + off;
+    barrier_var(hdr);
+    ret = hdr + len > (__u8 *)data_end ? NULL : hdr;
+    barrier_var(ret);
+    return ret;
+}
 
 struct tcm_vlan_hdr {
     __be16 tci;
@@ -73,11 +95,11 @@ static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *
 
     switch (p->key.proto) {
     case IPPROTO_TCP: {
-        struct tcphdr *th = TCM_HDR(data, data_end, off, sizeof(*th));
+        struct tcphdr *th = tcm_hdr(data, data_end, off, sizeof(*th));
         if (!th || avail < sizeof(*th))
             return TCM_PARSE_MALFORMED;
         hlen = th->doff * 4;
-        if (hlen < sizeof(*th) || hlen > avail || !TCM_HDR(data, data_end, off, hlen))
+        if (hlen < sizeof(*th) || hlen > avail || !tcm_hdr(data, data_end, off, hlen))
             return TCM_PARSE_MALFORMED;
         p->key.sport = bpf_ntohs(th->source);
         p->key.dport = bpf_ntohs(th->dest);
@@ -85,7 +107,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *
     }
     case IPPROTO_UDP:
     case IPPROTO_UDPLITE: {
-        struct udphdr *uh = TCM_HDR(data, data_end, off, sizeof(*uh));
+        struct udphdr *uh = tcm_hdr(data, data_end, off, sizeof(*uh));
         if (!uh || avail < sizeof(*uh))
             return TCM_PARSE_MALFORMED;
         hlen = sizeof(*uh);
@@ -94,7 +116,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *
         break;
     }
     case IPPROTO_SCTP: {
-        __be16 *ports = TCM_HDR(data, data_end, off, 12); /* common header: ports, tag, csum */
+        __be16 *ports = tcm_hdr(data, data_end, off, 12); /* common header: ports, tag, csum */
         if (!ports || avail < 12)
             return TCM_PARSE_MALFORMED;
         hlen = 12;
@@ -104,7 +126,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *
     }
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
-        if (!TCM_HDR(data, data_end, off, 8) || avail < 8)
+        if (!tcm_hdr(data, data_end, off, 8) || avail < 8)
             return TCM_PARSE_MALFORMED;
         p->l3l4_hlen += 8;
         p->l4_off = off;
@@ -120,7 +142,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct tcm_pkt *
 
 static __always_inline int parse_ipv4(void *data, void *data_end, struct tcm_pkt *p,
                                       __u32 frame_len) {
-    struct iphdr *ip = TCM_HDR(data, data_end, p->l3_off, sizeof(*ip));
+    struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off, sizeof(*ip));
     __u32 ihl, tot_len;
     __u16 frag;
 
@@ -129,7 +151,7 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct tcm_pkt
     ihl = ip->ihl * 4;
     tot_len = bpf_ntohs(ip->tot_len);
     if (ihl < sizeof(*ip) || tot_len < ihl || tot_len > frame_len - p->l3_off ||
-        !TCM_HDR(data, data_end, p->l3_off, ihl))
+        !tcm_hdr(data, data_end, p->l3_off, ihl))
         return TCM_PARSE_MALFORMED;
     p->l3_len = tot_len;
     p->l3l4_hlen = ihl;
@@ -146,7 +168,7 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct tcm_pkt
 
 static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt *p,
                                       __u32 frame_len) {
-    struct ipv6hdr *ip6 = TCM_HDR(data, data_end, p->l3_off, sizeof(*ip6));
+    struct ipv6hdr *ip6 = tcm_hdr(data, data_end, p->l3_off, sizeof(*ip6));
     __u32 off, end;
     __u8 next;
 
@@ -170,7 +192,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt
         case IPPROTO_ROUTING:
         case IPPROTO_DSTOPTS:
         case IPPROTO_MH: {
-            struct tcm_ipv6_opt_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_opt_hdr *h = tcm_hdr(data, data_end, off, sizeof(*h));
             if (!h)
                 return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
@@ -178,7 +200,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt
             break;
         }
         case IPPROTO_AH: {
-            struct tcm_ipv6_opt_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_opt_hdr *h = tcm_hdr(data, data_end, off, sizeof(*h));
             if (!h)
                 return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
@@ -186,7 +208,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt
             break;
         }
         case IPPROTO_FRAGMENT: {
-            struct tcm_ipv6_frag_hdr *h = TCM_HDR(data, data_end, off, sizeof(*h));
+            struct tcm_ipv6_frag_hdr *h = tcm_hdr(data, data_end, off, sizeof(*h));
             if (!h)
                 return TCM_PARSE_MALFORMED;
             next = h->nexthdr;
@@ -217,7 +239,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct tcm_pkt
  * linear part) is @frame_len. */
 static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_len,
                                         struct tcm_pkt *p) {
-    struct ethhdr *eth = TCM_HDR(data, data_end, 0, sizeof(*eth));
+    struct ethhdr *eth = tcm_hdr(data, data_end, 0, sizeof(*eth));
     __u16 proto;
     __u32 off = sizeof(*eth);
 
@@ -228,7 +250,7 @@ static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_
     for (int i = 0; i < 2; i++) {
         if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
             break;
-        struct tcm_vlan_hdr *vh = TCM_HDR(data, data_end, off, sizeof(*vh));
+        struct tcm_vlan_hdr *vh = tcm_hdr(data, data_end, off, sizeof(*vh));
         if (!vh)
             return TCM_PARSE_MALFORMED;
         if (i == 0 && !p->key.vlan)
