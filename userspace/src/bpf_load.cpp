@@ -28,13 +28,20 @@ thread_local std::string *g_capture = nullptr;
 
 int print_libbpf(enum libbpf_print_level level, const char *format, va_list args) {
     if (g_capture) {
-        char buf[4096];
+        // libbpf hands over a refused program's whole verifier log in one message, often
+        // hundreds of KiB: all of it is kept, since the reason and the place are at its end.
         va_list copy;
         va_copy(copy, args);
-        int n = std::vsnprintf(buf, sizeof buf, format, copy);
+        int n = std::vsnprintf(nullptr, 0, format, copy);
         va_end(copy);
-        if (n > 0)
-            g_capture->append(buf, std::min<size_t>(n, sizeof buf - 1));
+        if (n > 0) {
+            size_t at = g_capture->size();
+            g_capture->resize(at + static_cast<size_t>(n) + 1);
+            va_copy(copy, args);
+            std::vsnprintf(g_capture->data() + at, static_cast<size_t>(n) + 1, format, copy);
+            va_end(copy);
+            g_capture->resize(at + static_cast<size_t>(n));
+        }
         if (!std::getenv("TRICOLOR_BPF_LOG"))
             return 0;
     } else if (level == LIBBPF_DEBUG || level == LIBBPF_INFO) {
