@@ -174,33 +174,43 @@ TEST_F(E2E, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
     EXPECT_EQ(json::parse(j.err)["error"], "no policy named 'ghost'");
 }
 
+// One line to the control socket as it is written (no client to tidy it), and the reply.
+json raw_request(const std::string &socket_path, const std::string &line) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, socket_path.c_str());
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    shutdown(fd, SHUT_WR);
+    std::string reply;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+        reply.append(buf, static_cast<size_t>(n));
+    close(fd);
+    return json::parse(reply, nullptr, false);
+}
+
 TEST_F(E2E, MalformedSocketRequestsAreRefusedAndTheDaemonLives) {
-    auto raw = [&](const std::string &line) {
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::strcpy(addr.sun_path, daemon->socket().c_str());
-        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
-        EXPECT_EQ(write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
-        shutdown(fd, SHUT_WR);
-        std::string reply;
-        char buf[4096];
-        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
-            reply.append(buf, static_cast<size_t>(n));
-        close(fd);
-        return json::parse(reply, nullptr, false);
-    };
+    auto raw = [&](const std::string &line) { return raw_request(daemon->socket(), line); };
     for (const auto &[line, message] : std::vector<std::pair<std::string, std::string>>{
              {"this is not json\n", "not valid JSON"},
              {"[1,2,3]\n", "must be a JSON object"},
              {"{}\n", "needs \"cmd\""},
              {"{\"cmd\": 7}\n", "needs \"cmd\""},
-             {"{\"cmd\": \"reboot\"}\n", "unknown command 'reboot'"},
-             {"{\"cmd\": \"policy_add\"}\n", "needs \"policy\""},
-             {"{\"cmd\": \"policy_add\", \"policy\": {\"name\": \"x\"}}\n", "algo: missing"},
-             {"{\"cmd\": \"policy_set\", \"name\": \"x\"}\n", "needs \"patch\""},
-             {"{\"cmd\": \"attach\", \"iface\": 5}\n", "needs \"iface\""},
-             {"{\"cmd\": \"apply\", \"policies\": {}}\n", "needs \"policies\""},
+             {"{\"cmd\": \"status\"}\n", "needs \"version\" (the control protocol's: 1)"},
+             {"{\"cmd\": \"status\", \"version\": 2}\n",
+              "version 2 asked; this tricolord speaks version 1"},
+             {"{\"cmd\": \"reboot\", \"version\": 1}\n", "unknown command 'reboot'"},
+             {"{\"cmd\": \"policy_add\", \"version\": 1}\n", "needs \"policy\""},
+             {"{\"cmd\": \"policy_add\", \"version\": 1, \"policy\": {\"name\": \"x\"}}\n",
+              "algo: missing"},
+             {"{\"cmd\": \"policy_set\", \"version\": 1, \"name\": \"x\"}\n", "needs \"patch\""},
+             {"{\"cmd\": \"attach\", \"version\": 1, \"iface\": 5}\n",
+              "\"iface\" must be a string"},
+             {"{\"cmd\": \"apply\", \"version\": 1, \"policies\": {}}\n",
+              "\"policies\" must be an array"},
+             {"{\"cmd\": \"status\", \"version\": 1, \"cmd\": \"apply\"}\n", "names \"cmd\" twice"},
              {"", "not valid JSON"},
          }) {
         SCOPED_TRACE(line);
@@ -210,6 +220,84 @@ TEST_F(E2E, MalformedSocketRequestsAreRefusedAndTheDaemonLives) {
         EXPECT_THAT(reply["error"].get<std::string>(), HasSubstr(message));
     }
     EXPECT_EQ(daemon->ctl({"status"}).exit_code, 0);
+}
+
+// Every command, every field: unknown, named twice, of the wrong type, or (if required)
+// missing, and the request is refused naming the field, before anything is done (docs/control.md).
+// Once an "apply" whose "dry_run" had a flipped byte was applied for real, deleting policies.
+TEST_F(E2E, EveryCommandRefusesABadFieldAndChangesNothing) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "keep", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match",
+        "proto", "udp"});
+    auto snapshot = [&] {
+        auto status = parse_json(ok({"-j", "status"}));
+        return parse_json(ok({"-j", "policy", "list"})).dump() + status["attachments"].dump();
+    };
+    const std::string before = snapshot();
+    json other = {{"name", "other"}, {"algo", "srtcm"}, {"cir", "1mbit"}, {"cbs", "16k"}};
+    const std::vector<std::pair<json, std::vector<std::string>>> commands = {
+        {{{"cmd", "attach"},
+          {"iface", lab->host_if},
+          {"hook", "xdp"},
+          {"direction", "ingress"},
+          {"xdp_mode", "auto"}},
+         {"iface"}},
+        {{{"cmd", "detach"}, {"iface", lab->host_if}, {"hook", "xdp"}, {"direction", "ingress"}},
+         {"iface"}},
+        {{{"cmd", "policy_add"}, {"policy", other}}, {"policy"}},
+        {{{"cmd", "policy_set"}, {"name", "keep"}, {"patch", {{"cir", "2mbit"}}}},
+         {"name", "patch"}},
+        {{{"cmd", "policy_del"}, {"name", "keep"}}, {"name"}},
+        {{{"cmd", "policy_list"}}, {}},
+        {{{"cmd", "policy_show"}, {"name", "keep"}}, {"name"}},
+        {{{"cmd", "apply"}, {"policies", json::array({other})}, {"dry_run", true}}, {"policies"}},
+        {{{"cmd", "stats"}, {"name", "keep"}}, {}},
+        {{{"cmd", "flows"}, {"policy", "keep"}, {"top", 5}, {"walk", false}}, {}},
+        {{{"cmd", "status"}}, {}},
+    };
+    // A value of another kind than the field's.
+    auto wrong = [](const json &v) -> json {
+        if (v.is_string())
+            return 7;
+        if (v.is_boolean() || v.is_number())
+            return "yes";
+        return 1;
+    };
+    int refused = 0;
+    auto expect_refused = [&](const std::string &line, const std::string &message) {
+        SCOPED_TRACE(line);
+        auto reply = raw_request(daemon->socket(), line + "\n");
+        ASSERT_TRUE(reply.is_object());
+        EXPECT_EQ(reply["ok"], false);
+        EXPECT_THAT(reply.value("error", ""), HasSubstr(message));
+        ++refused;
+    };
+    for (auto [request, required] : commands) {
+        request["version"] = 1;
+        const std::string cmd = request["cmd"];
+        json unknown = request;
+        unknown["drE_run"] = true;
+        expect_refused(unknown.dump(), cmd + ": unknown field \"drE_run\"");
+        for (const auto &[field, value] : request.items()) {
+            if (field == "cmd" || field == "version")
+                continue;
+            json typed = request;
+            typed[field] = wrong(value);
+            expect_refused(typed.dump(), fmt::format("{}: \"{}\" must be", cmd, field));
+            std::string twice = request.dump();
+            twice.insert(twice.size() - 1, fmt::format(",\"{}\":{}", field, value.dump()));
+            expect_refused(twice, fmt::format("names \"{}\" twice", field));
+        }
+        for (const auto &field : required) {
+            json missing = request;
+            missing.erase(field);
+            expect_refused(missing.dump(), fmt::format("{}: the request needs \"{}\"", cmd, field));
+        }
+    }
+    json negative = {{"cmd", "flows"}, {"version", 1}, {"top", -1}};
+    expect_refused(negative.dump(), "flows: \"top\" must be a whole number from 0");
+    EXPECT_EQ(refused, 56);        // 11 unknown, 18 fields twice each, 8 missing, 1 negative
+    EXPECT_EQ(snapshot(), before); // not one refused request changed a policy or an attachment
 }
 
 TEST_F(E2E, TrafficIsColouredCountedAndRedDropped) {

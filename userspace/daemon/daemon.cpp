@@ -20,6 +20,7 @@
 #include <net/if.h>
 #include <optional>
 #include <set>
+#include <span>
 #include <unistd.h>
 
 namespace tricolor {
@@ -1164,6 +1165,76 @@ void Daemon::detach_all() {
     Datapath::remove_pins(options_.pin_dir);
 }
 
+namespace {
+
+// The fields of one command's request (docs/control.md): anything else, a wrong type or a
+// missing required field is refused before the command runs, naming the field. A mistyped
+// "dry_run" must never become a real apply.
+enum class Kind { string, boolean, count, object, array };
+struct Field {
+    std::string_view name;
+    Kind kind;
+    bool required = false;
+};
+
+bool is_kind(const json &v, Kind k) {
+    switch (k) {
+    case Kind::string:
+        return v.is_string();
+    case Kind::boolean:
+        return v.is_boolean();
+    case Kind::count:
+        return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    case Kind::object:
+        return v.is_object();
+    case Kind::array:
+        return v.is_array();
+    }
+    return false;
+}
+
+std::string_view kind_text(Kind k) {
+    switch (k) {
+    case Kind::string:
+        return "a string";
+    case Kind::boolean:
+        return "true or false";
+    case Kind::count:
+        return "a whole number from 0";
+    case Kind::object:
+        return "an object";
+    case Kind::array:
+        return "an array";
+    }
+    return "?";
+}
+
+Result<void> check_fields(std::string_view cmd, const json &r, std::span<const Field> fields) {
+    for (const auto &[key, value] : r.items()) {
+        if (key == "cmd" || key == "version")
+            continue;
+        auto f = std::ranges::find(fields, std::string_view(key), &Field::name);
+        if (f == fields.end()) {
+            std::string known;
+            for (const auto &k : fields)
+                known += fmt::format("{}{}", known.empty() ? "" : ", ", k.name);
+            return std::unexpected(
+                fmt::format("{}: unknown field \"{}\" ({})", cmd, key,
+                            known.empty() ? "it takes no fields" : "its fields: " + known));
+        }
+        if (!is_kind(value, f->kind))
+            return std::unexpected(
+                fmt::format("{}: \"{}\" must be {}", cmd, key, kind_text(f->kind)));
+    }
+    for (const auto &f : fields)
+        if (f.required && !r.contains(f.name))
+            return std::unexpected(
+                fmt::format("{}: the request needs \"{}\" ({})", cmd, f.name, kind_text(f.kind)));
+    return {};
+}
+
+} // namespace
+
 json Daemon::handle(const json &r) {
     std::lock_guard lock(mu_);
     if (!r.is_object())
@@ -1172,31 +1243,55 @@ json Daemon::handle(const json &r) {
     if (cmd == r.end() || !cmd->is_string())
         return error("the request needs \"cmd\" (a string)");
     const std::string c = *cmd;
-    // The control protocol's commands (README, "The control protocol"): one row each.
+    auto version = r.find("version");
+    if (version == r.end() || !version->is_number_integer())
+        return error(fmt::format("the request needs \"version\" (the control protocol's: {})",
+                                 kControlProtocolVersion));
+    if (*version != kControlProtocolVersion)
+        return error(fmt::format("control protocol version {} asked; this tricolord speaks "
+                                 "version {} (tricolorctl and tricolord from one release agree)",
+                                 version->dump(), kControlProtocolVersion));
+    // The control protocol's commands (docs/control.md): one row each, with its fields.
     using Handler = json (Daemon::*)(const json &);
-    static const std::pair<std::string_view, Handler> kCommands[] = {
-        {"attach", &Daemon::cmd_attach},
-        {"detach", &Daemon::cmd_detach},
-        {"policy_add", &Daemon::cmd_policy_add},
-        {"policy_set", &Daemon::cmd_policy_set},
-        {"policy_del", &Daemon::cmd_policy_del},
-        {"policy_list", &Daemon::cmd_policy_list},
-        {"policy_show", &Daemon::cmd_policy_show},
-        {"apply", &Daemon::cmd_apply},
-        {"stats", &Daemon::cmd_stats},
-        {"flows", &Daemon::cmd_flows},
-        {"status", &Daemon::cmd_status},
+    struct Command {
+        std::string_view name;
+        Handler handler;
+        std::vector<Field> fields;
     };
-    auto row = std::ranges::find(kCommands, std::string_view(c),
-                                 &std::pair<std::string_view, Handler>::first);
+    static const std::vector<Field> kAttach = {{"iface", Kind::string, true},
+                                               {"hook", Kind::string},
+                                               {"direction", Kind::string},
+                                               {"xdp_mode", Kind::string}};
+    static const Command kCommands[] = {
+        {"attach", &Daemon::cmd_attach, kAttach},
+        {"detach", &Daemon::cmd_detach, kAttach},
+        {"policy_add", &Daemon::cmd_policy_add, {{"policy", Kind::object, true}}},
+        {"policy_set",
+         &Daemon::cmd_policy_set,
+         {{"name", Kind::string, true}, {"patch", Kind::object, true}}},
+        {"policy_del", &Daemon::cmd_policy_del, {{"name", Kind::string, true}}},
+        {"policy_list", &Daemon::cmd_policy_list, {}},
+        {"policy_show", &Daemon::cmd_policy_show, {{"name", Kind::string, true}}},
+        {"apply",
+         &Daemon::cmd_apply,
+         {{"policies", Kind::array, true}, {"dry_run", Kind::boolean}}},
+        {"stats", &Daemon::cmd_stats, {{"name", Kind::string}}},
+        {"flows",
+         &Daemon::cmd_flows,
+         {{"policy", Kind::string}, {"top", Kind::count}, {"walk", Kind::boolean}}},
+        {"status", &Daemon::cmd_status, {}},
+    };
+    auto row = std::ranges::find(kCommands, std::string_view(c), &Command::name);
     if (row == std::end(kCommands)) {
         std::string known;
-        for (const auto &[name, h] : kCommands)
-            known += (known.empty() ? "" : ", ") + std::string(name);
+        for (const auto &k : kCommands)
+            known += (known.empty() ? "" : ", ") + std::string(k.name);
         return error(fmt::format("unknown command '{}' (known: {})", c, known));
     }
+    if (auto ok_fields = check_fields(c, r, row->fields); !ok_fields)
+        return error(ok_fields.error());
     try {
-        return (this->*row->second)(r);
+        return (this->*row->handler)(r);
     } catch (const std::exception &e) {
         return error(fmt::format("{}: {}", c, e.what()));
     }

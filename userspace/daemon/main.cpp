@@ -92,10 +92,8 @@ void serve_one(int client, Daemon &d) {
     if (line.size() >= (16u << 20)) {
         reply = {{"ok", false}, {"error", "request larger than 16 MiB"}};
     } else {
-        auto req = nlohmann::json::parse(line.substr(0, line.find('\n')), nullptr, false);
-        reply = req.is_discarded()
-                    ? nlohmann::json{{"ok", false}, {"error", "the request is not valid JSON"}}
-                    : d.handle(req);
+        auto req = parse_control_request(std::string_view(line).substr(0, line.find('\n')));
+        reply = req ? d.handle(*req) : nlohmann::json{{"ok", false}, {"error", req.error()}};
     }
     std::string out = reply.dump() + "\n";
     for (size_t off = 0; off < out.size();) {

@@ -9,6 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace tricolor {
 
@@ -28,7 +31,10 @@ Result<nlohmann::json> control_request(const std::string &path, const nlohmann::
     };
     if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
         return fail("cannot reach tricolord at");
-    std::string line = request.dump() + "\n";
+    nlohmann::json versioned = request;
+    if (versioned.is_object() && !versioned.contains("version"))
+        versioned["version"] = kControlProtocolVersion;
+    std::string line = versioned.dump() + "\n";
     for (size_t off = 0; off < line.size();) {
         ssize_t n = write(fd, line.data() + off, line.size() - off);
         if (n < 0 && errno == EINTR)
@@ -58,6 +64,40 @@ Result<nlohmann::json> control_request(const std::string &path, const nlohmann::
                                            "JSON object",
                                            path));
     return parsed;
+}
+
+Result<nlohmann::json> parse_control_request(std::string_view line) {
+    using nlohmann::json;
+    std::vector<std::set<std::string>> open; // names seen in each object being read
+    std::string duplicate;
+    json::parser_callback_t note = [&](int, json::parse_event_t event, json &parsed) {
+        switch (event) {
+        case json::parse_event_t::object_start:
+            open.emplace_back();
+            break;
+        case json::parse_event_t::object_end:
+            if (!open.empty())
+                open.pop_back();
+            break;
+        case json::parse_event_t::key:
+            if (!open.empty() && parsed.is_string() && !open.back().insert(parsed).second &&
+                duplicate.empty())
+                duplicate = parsed.get<std::string>();
+            break;
+        default:
+            break;
+        }
+        return true;
+    };
+    json r = json::parse(line, note, false);
+    if (r.is_discarded())
+        return std::unexpected("the request is not valid JSON");
+    if (!duplicate.empty())
+        return std::unexpected(
+            fmt::format("the request names \"{}\" twice in one object", duplicate));
+    if (!r.is_object())
+        return std::unexpected("a request must be a JSON object");
+    return r;
 }
 
 } // namespace tricolor

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 
 namespace tricolor {
 
@@ -16,9 +17,18 @@ inline constexpr const char *kDefaultSocket = "/run/tricolor/tricolor.sock";
 inline constexpr const char *kDefaultPinDir = "/sys/fs/bpf/tricolor";
 inline constexpr const char *kDefaultConfig = "/etc/tricolor/tricolor.yaml";
 
+// The protocol's version: every request carries it as "version" (control_request adds it), and
+// tricolord refuses a request of another version, naming both (docs/control.md).
+inline constexpr int kControlProtocolVersion = 1;
+
 // Sends @request to the daemon at @socket_path and returns its response (which may itself be
-// {"ok": false}); an error only when the daemon cannot be reached or answers garbage.
+// {"ok": false}); an error only when the daemon cannot be reached or answers garbage. A request
+// without "version" is sent with this client's.
 Result<nlohmann::json> control_request(const std::string &socket_path,
                                        const nlohmann::json &request);
+
+// One request line as tricolord reads it: a JSON object, with no name twice in any object
+// (a JSON parser keeps one of the two silently; which one the sender meant is unknowable).
+Result<nlohmann::json> parse_control_request(std::string_view line);
 
 } // namespace tricolor
