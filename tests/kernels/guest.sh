@@ -7,6 +7,9 @@
 #
 #   tests/kernels/guest.sh [--kernel PKG] [--timeout S] -- COMMAND [ARG...]
 #
+# PKG is Debian 12's 6.1 by default; a Debian 13 kernel (linux-image-6.12.*+deb13-*) is fetched
+# in Debian 13's root (tests/distros/root.sh).
+#
 # The kernel package is downloaded from Debian (apt-get download), unpacked, and an initramfs of
 # busybox-static plus the virtio and 9p modules is built around it, all cached under
 # $TRICOLOR_KERNEL_CACHE (default /var/cache/tricolor/kernels) and never committed. The guest
@@ -44,10 +47,24 @@ if [ ! -f "$KDIR/ready" ]; then
     echo "guest.sh: preparing $KERNEL_PKG in $KDIR" >&2
     rm -rf "$KDIR"
     mkdir -p "$KDIR/root"
-    (cd "$KDIR" && apt-get download -q "$KERNEL_PKG" >/dev/null 2>&1) ||
-        die "cannot download $KERNEL_PKG (apt-get update first?)"
+    # This release's kernels from this machine's apt; Debian 13's (+deb13) from its root
+    # (tests/distros/root.sh), where its package lists are.
+    case "$KERNEL_PKG" in
+    *+deb13*)
+        "$REPO/tests/distros/root.sh" --bind "$KDIR" -- bash -c \
+            "cd $KDIR && apt-get update -qq && apt-get download -q $KERNEL_PKG" >/dev/null 2>&1 ||
+            die "cannot download $KERNEL_PKG in Debian 13's root"
+        ;;
+    *)
+        (cd "$KDIR" && apt-get download -q "$KERNEL_PKG" >/dev/null 2>&1) ||
+            die "cannot download $KERNEL_PKG (apt-get update first?)"
+        ;;
+    esac
     dpkg-deb -x "$KDIR"/*.deb "$KDIR/root"
     rm -f "$KDIR"/*.deb
+    # Debian 13's package has its modules under /usr/lib (merged /usr): depmod and the guest's
+    # modprobe -d look under lib/.
+    [ -e "$KDIR/root/lib" ] || ln -s usr/lib "$KDIR/root/lib"
     kver=$(ls "$KDIR/root/lib/modules")
     depmod -b "$KDIR/root" "$kver"
     ln -s "root/boot/vmlinuz-$kver" "$KDIR/vmlinuz"
@@ -59,9 +76,15 @@ if [ ! -f "$KDIR/ready" ]; then
     cp /bin/busybox "$ird/bin/busybox"
     for m in virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci netfs \
         fscache 9pnet 9pnet_virtio 9p; do
-        f=$(find "$KDIR/root/lib/modules/$kver" -name "$m.ko" | head -1)
-        [ -n "$f" ] || die "module $m not in $KERNEL_PKG"
-        cp "$f" "$ird/modules/"
+        f=$(find "$KDIR/root/lib/modules/$kver/" -name "$m.ko" -o -name "$m.ko.xz" | head -1)
+        # Built in (Debian 13 builds virtio into the kernel) or gone (6.12 folded fscache into
+        # netfs): nothing to load; a kernel that truly lacks one fails at the 9p mount below.
+        [ -n "$f" ] || continue
+        # busybox's insmod takes the module as it is: Debian 13's come xz-compressed.
+        case "$f" in
+        *.xz) xz -dc "$f" >"$ird/modules/$m.ko" ;;
+        *) cp "$f" "$ird/modules/" ;;
+        esac
         echo "$m" >>"$ird/modules/order"
     done
     cat >"$ird/init" <<'INIT'
