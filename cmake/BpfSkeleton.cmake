@@ -3,7 +3,14 @@
 # skeleton header, so C++ binaries embed the bytecode and need no .o file at run time.
 #   tricolor_bpf_skeleton(NAME SOURCE) -> interface target NAME_skel carrying NAME.skel.h
 
-find_program(BPF_CLANG NAMES clang clang-14 REQUIRED)
+# The BPF compiler is an option: -DBPF_CLANG=/usr/bin/clang-19. Any clang from 14 to 19 builds
+# objects every supported kernel loads (tests/compilers/matrix.sh checks each).
+find_program(BPF_CLANG NAMES clang clang-14 REQUIRED
+             DOC "clang that compiles the BPF programs (14 to 19)")
+execute_process(COMMAND ${BPF_CLANG} --version OUTPUT_VARIABLE _bpf_clang_version
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REGEX MATCH "clang version [0-9.]+" _bpf_clang_version "${_bpf_clang_version}")
+message(STATUS "BPF compiler: ${BPF_CLANG} (${_bpf_clang_version})")
 find_program(BPFTOOL NAMES bpftool PATHS /usr/sbin /usr/local/sbin REQUIRED)
 find_program(LLVM_STRIP NAMES llvm-strip llvm-strip-14)
 
