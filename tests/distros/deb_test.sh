@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+# deb_test.sh: the .deb as a user meets it. For Debian 12 (built here) and Debian 13 (built in
+# the Debian 13 root of root.sh): a fresh root of that release installs it with
+# `apt-get install ./tricolor_*.deb` (its dependencies from the archive), runs tricolord and
+# tricolorctl, finds the man pages, the completion and the unit (systemd-analyze verify), then
+# `apt-get purge --autoremove tricolor` must leave the file tree as it was before the install.
+#   tests/distros/deb_test.sh BUILD_DIR
+set -euo pipefail
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
+BUILD=$(readlink -f "${1:?usage: deb_test.sh BUILD_DIR}")
+ROOT_SH=$REPO/tests/distros/root.sh
+cd "$REPO"
+
+# What runs inside the fresh root: $1 is the .deb.
+check() {
+    cat <<'CHECK'
+set -euo pipefail
+deb=$1
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# systemd-analyze, to verify the unit; installed before the first listing, so it is not counted.
+apt-get install -y -qq --no-install-recommends systemd >/dev/null
+listing() {
+    find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \
+        -o -path /var/cache -o -path /var/lib/apt -o -path /var/lib/dpkg -o -path /var/log \
+        -o -path /var/lib/systemd/deb-systemd-helper-enabled -o -path "$(dirname "$deb")" \) \
+        -prune -o -print | sort
+}
+listing >/tmp/before
+apt-get install -y -qq --no-install-recommends "$deb" >/dev/null
+echo "deb_test: installed $(dpkg-query -W -f='${Package} ${Version}' tricolor) on Debian $(cat /etc/debian_version)"
+tricolord --version
+tricolorctl --version
+for f in /usr/share/man/man8/tricolord.8 /usr/share/man/man8/tricolorctl.8 \
+    /usr/share/bash-completion/completions/tricolorctl /usr/lib/systemd/system/tricolord.service; do
+    [ -s "$f" ] || [ -s "$f.gz" ] || { echo "deb_test: $f missing"; exit 1; }
+done
+unit=/usr/lib/systemd/system/tricolord.service
+grep -q '^ExecStart=/usr/sbin/tricolord ' "$unit" || { echo "deb_test: $unit does not start /usr/sbin/tricolord"; exit 1; }
+systemd-analyze verify "$unit"
+echo "deb_test: systemd-analyze verify $unit: clean"
+apt-get purge -y -qq --autoremove tricolor >/dev/null
+listing >/tmp/after
+if ! diff -u /tmp/before /tmp/after; then
+    echo "deb_test: files left behind after apt-get purge (above)"
+    exit 1
+fi
+echo "deb_test: purged; the file tree is as before the install"
+CHECK
+}
+
+rc=0
+echo "== Debian 12: build the .deb here"
+deb12=$(BUILD_DIR=$BUILD ./tricolor.sh deb | tail -1)
+echo "== Debian 13: build the .deb in the Debian 13 root"
+deb13=$("$ROOT_SH" --suite trixie -- env BUILD_DIR="$BUILD/debian13" ./tricolor.sh deb | tail -1)
+for pair in "bookworm $deb12" "trixie $deb13"; do
+    set -- $pair
+    echo "== $(basename "$2") in a fresh $1 root"
+    "$ROOT_SH" --suite "$1" --fresh --bind "$(dirname "$2")" -- bash -c "$(check)" check "$2" ||
+        { echo "deb_test: $(basename "$2") on $1: FAILED"; rc=1; }
+done
+exit $rc
