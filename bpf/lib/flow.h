@@ -24,12 +24,9 @@ static __always_inline void flow_mask_prefix(__u32 *addr, __u32 plen) {
     }
 }
 
-/* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet.
- * A global function: a chain meters up to TCM_MAX_LEVELS keys, and the verifier then checks the
- * (mode, family, four prefix words) paths once rather than once per level and per path. */
-__attribute__((noinline)) int flow_key_of(const struct tcm_policy *pol,
-                                          const struct tcm_class_key *key,
-                                          struct tcm_flow_key *fk) {
+/* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet. */
+static __always_inline int flow_key_fill(const struct tcm_policy *pol,
+                                         const struct tcm_class_key *key, struct tcm_flow_key *fk) {
     if (!pol || !key || !fk)
         return -1;
     __u32 v6 = key->flags & TCM_KEY_F_IPV6;
@@ -52,6 +49,15 @@ __attribute__((noinline)) int flow_key_of(const struct tcm_policy *pol,
         break;
     }
     return 0;
+}
+
+/* flow_key_fill as a global function: a chain meters up to TCM_MAX_LEVELS keys, and the
+ * verifier then checks the (mode, family, four prefix words) paths once rather than once per
+ * level and per path. */
+__attribute__((noinline)) int flow_key_of(const struct tcm_policy *pol,
+                                          const struct tcm_class_key *key,
+                                          struct tcm_flow_key *fk) {
+    return flow_key_fill(pol, key, fk);
 }
 
 /* A new flow's value, all zero, in .rodata: up to TCM_MAX_LEVELS inlined copies of

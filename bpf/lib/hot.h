@@ -23,21 +23,28 @@ __u64 tcm_hot_threshold SEC(".data") = ~0ull;
 __u64 tcm_hot_overflow = 0;
 
 /* Records the flow of @key under @pol (one level of a chain) as a heavy hitter. A global
- * function: the key is built on its own stack, once per crossing, not on the chain's. */
+ * function, whose key is built in a per-CPU scratch slot (tcm_hot_key) by the inlined
+ * flow_key_fill, not on a stack and not through flow_key_of: it is called from the deepest
+ * frame of a chain (entry point, chain_meter_packet, here), and Linux 6.1 refuses a chain of
+ * frames over 512 bytes, each rounded up to 32. With clang 18 and 19 the key on this stack and
+ * a fourth frame for flow_key_of came to 544. */
 __attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
                                             const struct tcm_class_key *key) {
-    struct tcm_flow_key fk;
+    __u32 zero = 0;
     __u8 one = 1;
 
     if (!pol || !key || pol->per == TCM_PER_AGGREGATE)
         return 0;
-    __builtin_memset(&fk, 0, sizeof(fk));
-    if (flow_key_of(pol, key, &fk) < 0)
+    struct tcm_flow_key *fk = bpf_map_lookup_elem(&tcm_hot_key, &zero);
+    if (!fk)
+        return 0;
+    __builtin_memset(fk, 0, sizeof(*fk));
+    if (flow_key_fill(pol, key, fk) < 0)
         return 0;
     /* A full flow table meters a new flow in the policy's aggregate bucket: no flow to list. */
-    if (!bpf_map_lookup_elem(&tcm_flows, &fk))
+    if (!bpf_map_lookup_elem(&tcm_flows, fk))
         return 0;
-    if (bpf_map_update_elem(&tcm_flow_hot, &fk, &one, BPF_ANY))
+    if (bpf_map_update_elem(&tcm_flow_hot, fk, &one, BPF_ANY))
         __sync_fetch_and_add(&tcm_hot_overflow, 1);
     return 0;
 }

@@ -180,9 +180,10 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
             // A cache is not state: a new program starts with an empty one. The heavy hitters
-            // go with this program's threshold (in .data, not pinned either).
+            // go with this program's threshold (in .data, not pinned either); the hot key is
+            // scratch.
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
-                m == impl_->skel->maps.tcm_flow_hot)
+                m == impl_->skel->maps.tcm_flow_hot || m == impl_->skel->maps.tcm_hot_key)
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
