@@ -51,7 +51,7 @@ for v in $CLANGS; do
     # Make does not rebuild on a changed command line: the objects go, and with them what embeds them.
     rm -f "$DIR"/bpf/*.bpf.o "$DIR"/tests/*.bpf.o
     case " $SUITE_CLANGS " in
-    *" $v "*) targets=(bpf_tests) ;;
+    *" $v "*) targets=(bpf_tests bench_skel_gen) ;;
     *) targets=(tricolor_dp_skel_gen replay_skel_gen bench_skel_gen) ;;
     esac
     if ! cmake -S "$REPO" -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBPF_CLANG="$cc" >/dev/null ||
@@ -88,7 +88,7 @@ echo "== every object of every compiler, loaded on $(uname -r)"
 for k in $KERNELS; do
     echo "== every object of every compiler, loaded on $k (QEMU)"
     "$REPO/tests/kernels/guest.sh" --kernel "$k" --timeout 1200 -- \
-        tests/compilers/load_objects.sh "$BUILD/tests/load_check" "$OBJS" | tee -a "$LOADS"
+        tests/compilers/load_objects.sh "$BUILD/tests/load_check" "$OBJS" | tr -d "\r" | tee -a "$LOADS"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 done
 for v in $CLANGS; do

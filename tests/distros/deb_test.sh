@@ -5,7 +5,8 @@
 # `apt-get install ./tricolor_*.deb` (its dependencies from the archive), runs tricolord and
 # tricolorctl, finds the man pages, the completion and the unit (systemd-analyze verify), then
 # `apt-get purge --autoremove tricolor` must leave the file tree as it was before the install.
-#   tests/distros/deb_test.sh BUILD_DIR
+#   tests/distros/deb_test.sh BUILD_DIR                       both releases, built then checked
+#   tests/distros/deb_test.sh BUILD_DIR --install SUITE DEB   one built package, checked
 set -euo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 BUILD=$(readlink -f "${1:?usage: deb_test.sh BUILD_DIR}")
@@ -19,8 +20,9 @@ set -euo pipefail
 deb=$1
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# systemd-analyze, to verify the unit; installed before the first listing, so it is not counted.
-apt-get install -y -qq --no-install-recommends systemd >/dev/null
+# systemd-analyze, to verify the unit, and man, which it runs to find the unit's Documentation=
+# pages; installed before the first listing, so they are not counted.
+apt-get install -y -qq --no-install-recommends systemd man-db >/dev/null
 listing() {
     find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \
         -o -path /var/cache -o -path /var/lib/apt -o -path /var/lib/dpkg -o -path /var/log \
@@ -50,6 +52,16 @@ echo "deb_test: purged; the file tree is as before the install"
 CHECK
 }
 
+# install_check SUITE DEB: the whole check of one package in a fresh root of SUITE.
+install_check() {
+    echo "== $(basename "$2") in a fresh $1 root"
+    "$ROOT_SH" --suite "$1" --fresh --bind "$(dirname "$2")" -- bash -c "$(check)" check "$2"
+}
+if [ "${2:-}" = --install ]; then # deb_test.sh BUILD_DIR --install SUITE DEB: one package only
+    install_check "$3" "$(readlink -f "$4")"
+    exit
+fi
+
 rc=0
 echo "== Debian 12: build the .deb here"
 deb12=$(BUILD_DIR=$BUILD ./tricolor.sh deb | tail -1)
@@ -57,8 +69,6 @@ echo "== Debian 13: build the .deb in the Debian 13 root"
 deb13=$("$ROOT_SH" --suite trixie -- env BUILD_DIR="$BUILD/debian13" ./tricolor.sh deb | tail -1)
 for pair in "bookworm $deb12" "trixie $deb13"; do
     set -- $pair
-    echo "== $(basename "$2") in a fresh $1 root"
-    "$ROOT_SH" --suite "$1" --fresh --bind "$(dirname "$2")" -- bash -c "$(check)" check "$2" ||
-        { echo "deb_test: $(basename "$2") on $1: FAILED"; rc=1; }
+    install_check "$1" "$2" || { echo "deb_test: $(basename "$2") on $1: FAILED"; rc=1; }
 done
 exit $rc
