@@ -7,9 +7,17 @@
 #   ./tricolor.sh test-kernels  the same build, then every suite again under Debian 12's own
 #                         kernel (6.1) booted in QEMU: the kernel matrix (tests/kernels/)
 #   ./tricolor.sh bench   the same build, then the benchmarks (ratios to baselines in the run)
+#   ./tricolor.sh test-distros  ./tricolor.sh test again inside a Debian 13 root (debootstrap,
+#                         cached under /var/cache/tricolor): its g++, clang, libbpf and the rest
+#   ./tricolor.sh test-compilers  the BPF objects of clang 14 to 19 loaded on every kernel of
+#                         the matrix, and the BPF suite run with each (tests/compilers/)
+#   ./tricolor.sh deb     the same build, then a .deb for the Debian release it runs on
+#   ./tricolor.sh test-deb  the .deb of Debian 12 and of Debian 13, each installed, run and
+#                         purged in a fresh root of its release
 #   ./tricolor.sh install the same build, then install under /usr/local: tricolord and
 #                         tricolorctl, man pages, bash completion, the systemd unit
-# Run as root (BPF programs are loaded by the tests). BUILD_DIR overrides ./build.
+# Run as root (BPF programs are loaded by the tests). BUILD_DIR overrides ./build. Debian 12 and
+# Debian 13 both work as the machine it runs on.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")"
@@ -23,9 +31,9 @@ PACKAGES=(
     libcli11-dev libfmt-dev nlohmann-json3-dev  # tricolorctl, tricolord
     libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
     libgtest-dev libgmock-dev                   # tests
-    help2man                                    # man pages
     iproute2 iperf3 python3                     # test labs: TCP through them, ss parsed
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
+    dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -69,7 +77,10 @@ run_tests() {
 # QEMU with this machine's root file system (tests/kernels/guest.sh). The kernel packages and
 # the initramfs are built from Debian's packages and cached, never committed.
 KERNELS=(linux-image-6.1.0-50-amd64-unsigned)
-KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio)
+# Debian 13's kernel: the BPF and CLI suites (every program loaded and run through
+# BPF_PROG_TEST_RUN); the end-to-end suites run on 6.1 and on this machine's kernel.
+KERNELS_BPF=(linux-image-6.12.117+deb13-amd64-unsigned)
+KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio xz-utils debootstrap)
 # End-to-end cases whose assertions are about time and rate, which a guest whose CPUs QEMU
 # emulates at a tenth of the speed cannot keep: the accuracy floors and the two-CPU floor
 # (green >= CIR*T - ..., broken by receive stalls), the fleet's utilisation (50 ms exchanges on
@@ -98,7 +109,46 @@ test_kernels() {
             env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure \
             -E "$TCG_EXCLUDE" "$@" || rc=1
     done
+    for k in "${KERNELS_BPF[@]}"; do
+        echo "== kernel matrix: $k (BPF and CLI suites)"
+        tests/kernels/guest.sh --kernel "$k" --timeout "$GUEST_TIMEOUT" -- \
+            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure \
+            -L '^(bpf|cli)$' "$@" || rc=1
+    done
     return $rc
+}
+
+# Debian 13 (trixie) as the machine: the same ./tricolor.sh test inside a root made by
+# debootstrap (tests/distros/root.sh), which installs its own packages as on a new machine.
+# Its build directory is apart: $BUILD_DIR/debian13.
+test_distros() {
+    echo "== Debian 13 root: ./tricolor.sh test"
+    tests/distros/root.sh --suite trixie -- env BUILD_DIR="$BUILD_DIR/debian13" \
+        ./tricolor.sh test "$@"
+}
+
+# The compiler matrix: clang 14, 15 and 16 here (Debian 12's), 17, 18 and 19 in the Debian 13
+# root; each one's objects loaded on this kernel and on the guest kernels, and the BPF suite
+# run with each one's objects here (tests/compilers/matrix.sh).
+test_compilers() {
+    tests/distros/root.sh --suite trixie -- bash -c 'dpkg-query -W clang-17 clang-18 clang-19 \
+        libbpf-dev >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends clang-17 clang-18 clang-19 libbpf-dev \
+        linux-libc-dev >/dev/null; }'
+    # clang 14's suite is ./tricolor.sh test's, clang 19's ./tricolor.sh test-distros'.
+    # TRICOLOR_COMPILER_SUITES= (empty) loads every object everywhere but runs no suite: CI's.
+    SUITE_CLANGS="${TRICOLOR_COMPILER_SUITES-15 16 17 18}" \
+        KERNELS="${KERNELS[*]} ${KERNELS_BPF[*]}" tests/compilers/matrix.sh "$BUILD_DIR"
+}
+
+# The .deb of the release this runs on, from the build in $BUILD_DIR: $BUILD_DIR/deb/.
+make_deb() {
+    local release
+    release=$(. /etc/os-release && echo "${VERSION_ID%%.*}")
+    cmake -S . -B "$BUILD_DIR" -DTRICOLOR_DEB_RELEASE="1~deb$release" >/dev/null
+    rm -rf "$BUILD_DIR/deb"
+    (cd "$BUILD_DIR" && cpack -G DEB -B "$PWD/deb" >/dev/null) || die "cpack failed"
+    ls "$BUILD_DIR"/deb/tricolor_*.deb
 }
 
 # The demo: namespaces tcdemo-a (sender, 198.18.100.1) and tcdemo-b (receiver, 198.18.100.2)
@@ -185,11 +235,16 @@ demo() {
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh demo|build|test|test-kernels|bench|install [ctest args...]
+usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|deb|test-deb|bench|install [ctest args...]
   demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
-  test-kernels  build, then every test under Debian 12's 6.1 kernel in QEMU (TCG)
+  test-kernels  build, then every test under Debian 12's 6.1 kernel in QEMU (TCG), and the
+         BPF and CLI suites under Debian 13's 6.12
+  test-distros  ./tricolor.sh test inside a Debian 13 root (its compilers and libraries)
+  test-compilers  BPF objects of clang 14 to 19: loaded on each kernel, BPF suite with each
+  deb    build, then a .deb for this Debian release (\$BUILD_DIR/deb/)
+  test-deb  the .debs of Debian 12 and 13 installed, run and purged in fresh roots
   bench  build, then the data-path benchmark (not part of the tests)
   install  build, then install binaries, man pages, bash completion and the systemd unit
 USAGE
@@ -285,6 +340,30 @@ bench)
     run_benches 2>&1 | tee "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py collect "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py write
+    ;;
+test-distros)
+    need_root
+    install_deps debootstrap
+    test_distros "$@"
+    ;;
+test-compilers)
+    need_root
+    install_deps clang-15 clang-16 debootstrap "${KERNEL_PACKAGES[@]}"
+    mount_bpffs
+    build
+    test_compilers
+    ;;
+deb)
+    need_root
+    install_deps
+    build
+    make_deb
+    ;;
+test-deb)
+    need_root
+    install_deps debootstrap
+    build
+    tests/distros/deb_test.sh "$BUILD_DIR"
     ;;
 install)
     need_root

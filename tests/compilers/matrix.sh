@@ -20,7 +20,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 BUILD=$(readlink -f "${1:?usage: matrix.sh BUILD_DIR}")
 CLANGS=${CLANGS:-14 15 16 17 18 19}
-SUITE_CLANGS=${SUITE_CLANGS:-$CLANGS}
+SUITE_CLANGS=${SUITE_CLANGS-$CLANGS} # empty: no suite, loads only
 KERNELS=${KERNELS:-}
 DIR=$BUILD/compilers
 OBJS=$DIR/objects
