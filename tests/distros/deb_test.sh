@@ -42,7 +42,10 @@ unit=/usr/lib/systemd/system/tricolord.service
 grep -q '^ExecStart=/usr/sbin/tricolord ' "$unit" || { echo "deb_test: $unit does not start /usr/sbin/tricolord"; exit 1; }
 systemd-analyze verify "$unit"
 echo "deb_test: systemd-analyze verify $unit: clean"
-apt-get purge -y -qq --autoremove tricolor >/dev/null
+# What tricolor's install pulled in goes with it, even where an installed package merely
+# recommends or suggests it (on Debian 13, apt kept libbpf1 and libelf1 so).
+apt-get purge -y -qq --autoremove -o APT::AutoRemove::RecommendsImportant=false \
+    -o APT::AutoRemove::SuggestsImportant=false tricolor >/dev/null
 listing >/tmp/after
 if ! diff -u /tmp/before /tmp/after; then
     echo "deb_test: files left behind after apt-get purge (above)"
