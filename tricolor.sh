@@ -100,20 +100,24 @@ TCG_EXCLUDE='^e2e\.(AllPaths/Accuracy|Fleet\.|Shape\.TcpThroughTcEgress|E2E\.Two
 # In CI, 2400 s ran out at the 289th of 292 cases; CI allows 90 minutes for both runs.
 GUEST_TIMEOUT=3300
 
+# ctest under guest kernel $1 with the rest as ctest's arguments. Waits in the tests stretch
+# tenfold: TCG loads and verifies programs ~10x slower.
+guest_ctest() {
+    local k=$1
+    shift
+    tests/kernels/guest.sh --kernel "$k" --timeout "$GUEST_TIMEOUT" -- \
+        env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
+}
+
 test_kernels() {
     local k rc=0
     for k in "${KERNELS[@]}"; do
         echo "== kernel matrix: $k"
-        # Waits in the tests stretch tenfold: TCG loads and verifies programs ~10x slower.
-        tests/kernels/guest.sh --kernel "$k" --timeout "$GUEST_TIMEOUT" -- \
-            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure \
-            -E "$TCG_EXCLUDE" "$@" || rc=1
+        guest_ctest "$k" -E "$TCG_EXCLUDE" "$@" || rc=1
     done
     for k in "${KERNELS_BPF[@]}"; do
         echo "== kernel matrix: $k (BPF and CLI suites)"
-        tests/kernels/guest.sh --kernel "$k" --timeout "$GUEST_TIMEOUT" -- \
-            env TRICOLOR_TIME_SCALE=10 ctest --test-dir "$BUILD_DIR" --output-on-failure \
-            -L '^(bpf|cli)$' "$@" || rc=1
+        guest_ctest "$k" -L '^(bpf|cli)$' "$@" || rc=1
     done
     return $rc
 }
