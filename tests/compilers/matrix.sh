@@ -104,7 +104,12 @@ for v in $CLANGS; do
     passed=$(echo "$suite" | sed -n 's/.* passed=\([^ ]*\).*/\1/p')
     failed=$(echo "$suite" | sed -n 's/.* failed=\([^ ]*\).*/\1/p')
     if [ "$passed" = elsewhere ]; then
-        [ "$v" = 19 ] && line+=" bpf_suite=in_test-distros" || line+=" bpf_suite=in_test"
+        # Debian 12's own clang is ./tricolor.sh test's, Debian 13's test-distros'.
+        case $v in
+        14) line+=" bpf_suite=in_test" ;;
+        19) line+=" bpf_suite=in_test-distros" ;;
+        *) line+=" bpf_suite=not_run" ;;
+        esac
     else
         line+=" bpf_suite=${passed:-0}_passed_${failed:-?}_failed"
     fi
