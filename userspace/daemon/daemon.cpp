@@ -1374,10 +1374,10 @@ json warnings_body(const std::vector<std::string> &w) {
 }
 } // namespace
 
+// The handlers read their fields as handle()'s table has already checked them: present where
+// required, of the kind it names.
 json Daemon::cmd_policy_add(const json &r) {
     auto it = r.find("policy");
-    if (it == r.end() || !it->is_object())
-        return error("the request needs \"policy\" (an object)");
     std::string name = it->value("name", "");
     if (std::ranges::find(policies_, name, &Entry::name) != policies_.end())
         return error(fmt::format("policy '{}' exists: use policy set to change it", name));
@@ -1392,8 +1392,6 @@ json Daemon::cmd_policy_set(const json &r) {
     if (!name)
         return error(name.error());
     auto patch = r.find("patch");
-    if (patch == r.end() || !patch->is_object())
-        return error("the request needs \"patch\" (an object of fields to change)");
     if (patch->contains("name") && (*patch)["name"] != *name)
         return error("a policy cannot be renamed: delete it and add it under the new name");
     auto at = std::ranges::find(policies_, *name, &Entry::name);
@@ -1444,8 +1442,6 @@ json Daemon::cmd_policy_show(const json &r) {
 
 json Daemon::cmd_apply(const json &r) {
     auto it = r.find("policies");
-    if (it == r.end() || !it->is_array())
-        return error("the request needs \"policies\" (a list)");
     bool dry_run = r.value("dry_run", false);
     std::vector<json> specs(it->begin(), it->end());
     // What the file does to the running set, by name.
