@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -37,6 +38,10 @@ json parse_json(const RunResult &r) {
     if (j.is_discarded())
         ADD_FAILURE() << "not JSON: " << r.out << r.err;
     return j;
+}
+
+void write_file(const std::string &path, const std::string &text) {
+    std::ofstream(path) << text;
 }
 
 uint64_t total_packets(const json &stats, const std::string &name) {
@@ -300,6 +305,80 @@ TEST_F(E2E, EveryCommandRefusesABadFieldAndChangesNothing) {
     EXPECT_EQ(snapshot(), before); // not one refused request changed a policy or an attachment
 }
 
+// Who may ask (docs/control.md): the socket is root's (0600); --socket-group opens it to a group
+// (0660) for the read-only commands; every change needs root or CAP_NET_ADMIN, whoever can open
+// the socket. "nobody" (uid 65534, group nogroup) plays the unprivileged user.
+TEST_F(E2E, TheSocketGroupReadsAndOnlyRootOrCapNetAdminChanges) {
+    struct stat st {};
+    ASSERT_EQ(stat(daemon->socket().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    daemon.reset();
+    daemon = std::make_unique<Daemon>("SocketGroup",
+                                      std::vector<std::string>{"--socket-group", "nogroup"});
+    ASSERT_EQ(stat(daemon->socket().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_gid, 65534u);
+    ok({"policy", "add", "keep", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match",
+        "proto", "udp"});
+    // nobody must reach the socket and the CLI wherever this checkout lives: a copy of
+    // tricolorctl in the daemon's directory, opened to all.
+    namespace fs = std::filesystem;
+    const std::string ctl = daemon->dir() + "/tricolorctl";
+    fs::copy_file(tricolorctl_path(), ctl, fs::copy_options::overwrite_existing);
+    fs::permissions(ctl, fs::perms(0755));
+    fs::permissions(daemon->dir(), fs::perms(0755));
+    const std::string file = daemon->dir() + "/set.yaml";
+    write_file(file, "policies:\n"
+                     "  - {name: other, algo: srtcm, cir: 1mbit, cbs: 16k}\n");
+    fs::permissions(file, fs::perms(0644));
+    auto as_nobody = [&](std::vector<std::string> creds, const std::vector<std::string> &args) {
+        std::vector<std::string> argv = {"/usr/bin/setpriv", "--reuid=65534", "--clear-groups"};
+        argv.insert(argv.end(), creds.begin(), creds.end());
+        argv.insert(argv.end(), {ctl, "--socket", daemon->socket()});
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run_command(argv);
+    };
+    const std::vector<std::string> in_group = {"--regid=65534"};
+    auto snapshot = [&] { return parse_json(ok({"-j", "policy", "list"})).dump(); };
+    const std::string before = snapshot();
+    // The read-only commands answer the group.
+    for (const std::vector<std::string> &args :
+         std::vector<std::vector<std::string>>{{"-j", "status"},
+                                               {"-j", "stats"},
+                                               {"-j", "flows"},
+                                               {"-j", "policy", "list"},
+                                               {"-j", "policy", "show", "keep"}}) {
+        auto r = as_nobody(in_group, args);
+        EXPECT_EQ(r.exit_code, 0) << args[1] << ": " << r.err;
+    }
+    // Every change is refused, saying what it needs and who asked, and changes nothing.
+    for (const std::vector<std::string> &args : std::vector<std::vector<std::string>>{
+             {"policy", "del", "keep"},
+             {"policy", "set", "keep", "--cir", "2mbit"},
+             {"policy", "add", "x", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k"},
+             {"apply", "-f", file},
+             {"apply", "-f", file, "--dry-run"},
+             {"attach", lab->host_if},
+             {"detach", lab->host_if}}) {
+        auto r = as_nobody(in_group, args);
+        EXPECT_NE(r.exit_code, 0) << args[0] << " " << args[1];
+        EXPECT_THAT(r.err, HasSubstr("needs root or CAP_NET_ADMIN")) << args[0];
+        EXPECT_THAT(r.err, HasSubstr("is uid 65534")) << args[0];
+    }
+    EXPECT_EQ(snapshot(), before);
+    // CAP_NET_ADMIN is enough, without root.
+    auto r = as_nobody({"--regid=65534", "--inh-caps=+net_admin", "--ambient-caps=+net_admin"},
+                       {"policy", "del", "keep"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(parse_json(ok({"-j", "policy", "list"}))["policies"].empty()) << snapshot();
+    // Outside the group the kernel refuses the connection, and the CLI says why.
+    r = as_nobody({"--regid=65533"}, {"status"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("permission denied"));
+    EXPECT_THAT(r.err, HasSubstr("--socket-group"));
+}
+
 TEST_F(E2E, TrafficIsColouredCountedAndRedDropped) {
     ok({"attach", lab->host_if});
     // 1 byte/s with 15k + 15k buckets: nothing refills during the test.
@@ -355,10 +434,6 @@ TEST_F(E2E, Kill9LeavesThePolicyEnforcedAndARestartAdoptsEveryCounter) {
 } // namespace
 
 namespace {
-
-void write_file(const std::string &path, const std::string &text) {
-    std::ofstream(path) << text;
-}
 
 TEST_F(E2E, ApplyReplacesTheWholeSetOrNothing) {
     ok({"policy", "add", "old", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k"});

@@ -1235,7 +1235,7 @@ Result<void> check_fields(std::string_view cmd, const json &r, std::span<const F
 
 } // namespace
 
-json Daemon::handle(const json &r) {
+json Daemon::handle(const json &r, const Peer &peer) {
     std::lock_guard lock(mu_);
     if (!r.is_object())
         return error("a request must be a JSON object");
@@ -1251,35 +1251,42 @@ json Daemon::handle(const json &r) {
         return error(fmt::format("control protocol version {} asked; this tricolord speaks "
                                  "version {} (tricolorctl and tricolord from one release agree)",
                                  version->dump(), kControlProtocolVersion));
-    // The control protocol's commands (docs/control.md): one row each, with its fields.
+    // The control protocol's commands (docs/control.md): one row each, with its fields and
+    // whether it changes anything (then it needs root or CAP_NET_ADMIN; a dry run is a change
+    // here too: it costs a compile of the whole set).
     using Handler = json (Daemon::*)(const json &);
+    enum Access : bool { read_only = false, changes = true };
     struct Command {
         std::string_view name;
         Handler handler;
         std::vector<Field> fields;
+        Access access;
     };
     static const std::vector<Field> kAttach = {{"iface", Kind::string, true},
                                                {"hook", Kind::string},
                                                {"direction", Kind::string},
                                                {"xdp_mode", Kind::string}};
     static const Command kCommands[] = {
-        {"attach", &Daemon::cmd_attach, kAttach},
-        {"detach", &Daemon::cmd_detach, kAttach},
-        {"policy_add", &Daemon::cmd_policy_add, {{"policy", Kind::object, true}}},
+        {"attach", &Daemon::cmd_attach, kAttach, changes},
+        {"detach", &Daemon::cmd_detach, kAttach, changes},
+        {"policy_add", &Daemon::cmd_policy_add, {{"policy", Kind::object, true}}, changes},
         {"policy_set",
          &Daemon::cmd_policy_set,
-         {{"name", Kind::string, true}, {"patch", Kind::object, true}}},
-        {"policy_del", &Daemon::cmd_policy_del, {{"name", Kind::string, true}}},
-        {"policy_list", &Daemon::cmd_policy_list, {}},
-        {"policy_show", &Daemon::cmd_policy_show, {{"name", Kind::string, true}}},
+         {{"name", Kind::string, true}, {"patch", Kind::object, true}},
+         changes},
+        {"policy_del", &Daemon::cmd_policy_del, {{"name", Kind::string, true}}, changes},
+        {"policy_list", &Daemon::cmd_policy_list, {}, read_only},
+        {"policy_show", &Daemon::cmd_policy_show, {{"name", Kind::string, true}}, read_only},
         {"apply",
          &Daemon::cmd_apply,
-         {{"policies", Kind::array, true}, {"dry_run", Kind::boolean}}},
-        {"stats", &Daemon::cmd_stats, {{"name", Kind::string}}},
+         {{"policies", Kind::array, true}, {"dry_run", Kind::boolean}},
+         changes},
+        {"stats", &Daemon::cmd_stats, {{"name", Kind::string}}, read_only},
         {"flows",
          &Daemon::cmd_flows,
-         {{"policy", Kind::string}, {"top", Kind::count}, {"walk", Kind::boolean}}},
-        {"status", &Daemon::cmd_status, {}},
+         {{"policy", Kind::string}, {"top", Kind::count}, {"walk", Kind::boolean}},
+         read_only},
+        {"status", &Daemon::cmd_status, {}, read_only},
     };
     auto row = std::ranges::find(kCommands, std::string_view(c), &Command::name);
     if (row == std::end(kCommands)) {
@@ -1288,6 +1295,12 @@ json Daemon::handle(const json &r) {
             known += (known.empty() ? "" : ", ") + std::string(k.name);
         return error(fmt::format("unknown command '{}' (known: {})", c, known));
     }
+    if (row->access == changes && !peer.may_change)
+        return error(fmt::format("{} changes tricolord's state: it needs root or CAP_NET_ADMIN "
+                                 "(the caller, pid {}, is uid {} without CAP_NET_ADMIN); the "
+                                 "socket's group may use policy_list, policy_show, stats, flows "
+                                 "and status",
+                                 c, peer.pid, peer.uid));
     if (auto ok_fields = check_fields(c, r, row->fields); !ok_fields)
         return error(ok_fields.error());
     try {

@@ -44,6 +44,15 @@ struct DaemonOptions {
     uint32_t fleet_lease_ms = 1000;
 };
 
+// Who sent a request: the control socket's peer as the kernel saw it at connect (SO_PEERCRED).
+// Read-only commands answer anyone who can open the socket (root, or --socket-group's members);
+// a change needs root or CAP_NET_ADMIN (may_change).
+struct Peer {
+    uint32_t uid = 0;
+    int32_t pid = 0;
+    bool may_change = true;
+};
+
 struct AttachmentSpec {
     std::string iface;
     Hook hook = Hook::xdp;
@@ -63,8 +72,9 @@ class Daemon {
     explicit Daemon(DaemonOptions options); // throws on what prevents starting
     ~Daemon();
 
-    // Answers one request; never throws for a bad request.
-    nlohmann::json handle(const nlohmann::json &request);
+    // Answers one request; never throws for a bad request. A peer that may not change state
+    // gets the read-only commands alone.
+    nlohmann::json handle(const nlohmann::json &request, const Peer &peer = {});
     // Re-reads the config file and makes it the running state: all or nothing, attachments
     // included (an interface that does not exist refuses the whole file).
     Result<void> reload();

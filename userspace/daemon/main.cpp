@@ -21,11 +21,13 @@
 #include <cstring>
 #include <filesystem>
 #include <condition_variable>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/mount.h>
@@ -46,7 +48,8 @@ void log(const std::string &msg) {
 }
 
 // A socket file that no daemon answers is stale; one that answers belongs to a live daemon.
-int listen_on(const std::string &path) {
+// gid: --socket-group's (the socket is root:gid 0660 then), or -1 (root's alone, 0600).
+int listen_on(const std::string &path, gid_t gid) {
     namespace fs = std::filesystem;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -71,8 +74,54 @@ int listen_on(const std::string &path) {
     if (rc < 0 || listen(fd, 16) < 0)
         throw std::runtime_error(
             fmt::format("cannot listen on {}: {}", path, std::strerror(errno)));
-    chmod(path.c_str(), 0600);
+    // Group ownership first, then the group's bits: there is never a moment when the socket
+    // is open to a group other than the one asked for.
+    if (gid != static_cast<gid_t>(-1) && chown(path.c_str(), 0, gid) < 0)
+        throw std::runtime_error(
+            fmt::format("cannot give {} to group {}: {}", path, gid, std::strerror(errno)));
+    chmod(path.c_str(), gid != static_cast<gid_t>(-1) ? 0660 : 0600);
     return fd;
+}
+
+// --socket-group's gid, or -1 for none; an unknown group refuses the start.
+gid_t socket_group_id(const std::string &name) {
+    if (name.empty())
+        return static_cast<gid_t>(-1);
+    group g{}, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) != 0 || !found)
+        throw std::runtime_error(
+            fmt::format("--socket-group '{}': no such group (getent group lists them)", name));
+    return g.gr_gid;
+}
+
+// Whether process pid, which the kernel says connected as uid, holds CAP_NET_ADMIN. Its
+// capabilities are read from /proc, and believed only while that process still has the
+// effective uid the kernel gave: a pid reused by another user's process lends nothing.
+bool has_net_admin(pid_t pid, uid_t uid) {
+    constexpr int kCapNetAdmin = 12; // linux/capability.h
+    std::ifstream f(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    bool same_uid = false;
+    uint64_t effective = 0;
+    while (std::getline(f, line)) {
+        unsigned long real = 0, euid = 0;
+        if (std::sscanf(line.c_str(), "Uid: %lu %lu", &real, &euid) == 2)
+            same_uid = euid == uid;
+        else if (line.starts_with("CapEff:"))
+            effective = std::strtoull(line.c_str() + 7, nullptr, 16);
+    }
+    return same_uid && ((effective >> kCapNetAdmin) & 1);
+}
+
+// The request's sender as the kernel saw it at connect (SO_PEERCRED). Unknown: may not change.
+Peer peer_of(int client) {
+    ucred c{};
+    socklen_t len = sizeof(c);
+    if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &c, &len) < 0)
+        return Peer{.uid = ~0u, .pid = 0, .may_change = false};
+    return Peer{
+        .uid = c.uid, .pid = c.pid, .may_change = c.uid == 0 || has_net_admin(c.pid, c.uid)};
 }
 
 // One request a connection: read a line (bounded in size and time), answer a line.
@@ -93,7 +142,8 @@ void serve_one(int client, Daemon &d) {
         reply = {{"ok", false}, {"error", "request larger than 16 MiB"}};
     } else {
         auto req = parse_control_request(std::string_view(line).substr(0, line.find('\n')));
-        reply = req ? d.handle(*req) : nlohmann::json{{"ok", false}, {"error", req.error()}};
+        reply = req ? d.handle(*req, peer_of(client))
+                    : nlohmann::json{{"ok", false}, {"error", req.error()}};
     }
     std::string out = reply.dump() + "\n";
     for (size_t off = 0; off < out.size();) {
@@ -158,6 +208,11 @@ class Metrics : public prometheus::Collectable {
 };
 
 // "ADDR:PORT" or "[V6ADDR]:PORT"; the daemon never listens on every address unless told to.
+bool is_loopback(const std::string &host_port) {
+    return host_port.starts_with("127.") || host_port.starts_with("[::1]:") ||
+           host_port.starts_with("localhost:");
+}
+
 std::string check_metrics_address(const std::string &a) {
     if (a == "none")
         return a;
@@ -328,7 +383,13 @@ int main(int argc, char **argv) {
                    "The daemon's own state file, rewritten (temp file, fsync, rename) by every "
                    "change made with tricolorctl (default: /var/lib/tricolor/state.yaml, or "
                    "state-<pin dir>.yaml beside it for another --pin-dir)");
-    app.add_option("--socket", o.socket, "Control socket")->capture_default_str();
+    app.add_option("--socket", o.socket, "Control socket (root's alone: mode 0600)")
+        ->capture_default_str();
+    std::string socket_group;
+    app.add_option("--socket-group", socket_group,
+                   "Open the control socket to this group (mode 0660) for the read-only "
+                   "commands: policy list and show, stats, flows, status. Changes still need "
+                   "root or CAP_NET_ADMIN");
     app.add_option("--pin-dir", o.pin_dir, "bpffs directory for the pinned maps")
         ->capture_default_str();
     app.add_option("--flows", o.flow_capacity, "Flow table capacity (fixed at first start)")
@@ -405,8 +466,10 @@ int main(int argc, char **argv) {
     }
 
     // Everything that can refuse the start is checked before anything is created.
+    gid_t socket_gid = static_cast<gid_t>(-1);
     try {
         check_metrics_address(o.metrics);
+        socket_gid = socket_group_id(socket_group);
         probe_socket(o.socket);
         if (o.metrics != "none")
             probe_metrics_address(o.metrics);
@@ -449,7 +512,7 @@ int main(int argc, char **argv) {
     std::string metrics_at = "none";
     try {
         // Clients that connect now wait until the loop below answers them.
-        listen_fd = listen_on(o.socket);
+        listen_fd = listen_on(o.socket, socket_gid);
         if (o.metrics != "none") {
             try {
                 exposer = std::make_unique<prometheus::Exposer>(o.metrics);
@@ -489,8 +552,12 @@ int main(int argc, char **argv) {
         log(e.what());
         return 1;
     }
-    log(fmt::format("ready: socket {}, pin dir {}, config {}, state {}, metrics {}", o.socket,
-                    o.pin_dir, o.config, o.state, metrics_at));
+    log(fmt::format(
+        "ready: socket {} ({}), pin dir {}, config {}, state {}, metrics {}{}", o.socket,
+        socket_group.empty() ? "root's alone"
+                             : fmt::format("read-only commands for group {} too", socket_group),
+        o.pin_dir, o.config, o.state, metrics_at,
+        is_loopback(metrics_at) ? " (loopback only: --metrics ADDR:PORT opens it)" : ""));
     sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     bool running = true;

@@ -29,8 +29,17 @@ Result<nlohmann::json> control_request(const std::string &path, const nlohmann::
         close(fd);
         return std::unexpected(fmt::format("{} {}: {}", what, path, std::strerror(err)));
     };
-    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
+    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0) {
+        if (errno == EACCES) {
+            close(fd);
+            return std::unexpected(fmt::format(
+                "cannot reach tricolord at {}: permission denied (the socket is root's, and "
+                "its group's when tricolord runs with --socket-group: run as root, or join "
+                "that group for the read-only commands)",
+                path));
+        }
         return fail("cannot reach tricolord at");
+    }
     nlohmann::json versioned = request;
     if (versioned.is_object() && !versioned.contains("version"))
         versioned["version"] = kControlProtocolVersion;
