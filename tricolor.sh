@@ -11,6 +11,7 @@
 #                         cached under /var/cache/tricolor): its g++, clang, libbpf and the rest
 #   ./tricolor.sh test-compilers  the BPF objects of clang 14 to 19 loaded on every kernel of
 #                         the matrix, and the BPF suite run with each (tests/compilers/)
+#   ./tricolor.sh test-sanitizers  the unit, CLI and BPF suites built with ASan and UBSan
 #   ./tricolor.sh deb     the same build, then a .deb for the Debian release it runs on
 #   ./tricolor.sh test-deb  the .deb of Debian 12 and of Debian 13, each installed, run and
 #                         purged in a fresh root of its release
@@ -151,6 +152,18 @@ test_compilers() {
         KERNELS="${KERNELS[*]} $KERNEL_612" tests/compilers/matrix.sh "$BUILD_DIR"
 }
 
+# The unit, CLI and BPF suites built with ASan and UBSan ($BUILD_DIR/sanitize): a leak, an
+# out-of-bounds access or undefined behaviour anywhere in user space fails the test that ran
+# it. The end-to-end suites stay with the plain build (their rates and timeouts are for it).
+test_sanitizers() {
+    local dir="$BUILD_DIR/sanitize"
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRICOLOR_SANITIZE=ON >/dev/null
+    cmake --build "$dir" -j "$(nproc)" --target unit_tests cli_tests bpf_tests tricolorctl
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --test-dir "$dir" --output-on-failure -L '^(unit|cli|bpf)$' "$@"
+}
+
 # The .deb of the release this runs on, from the build in $BUILD_DIR: $BUILD_DIR/deb/.
 make_deb() {
     local release
@@ -245,7 +258,7 @@ demo() {
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|deb|test-deb|bench|install [ctest args...]
+usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|test-sanitizers|deb|test-deb|bench|install [ctest args...]
   demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest
@@ -253,6 +266,7 @@ usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|de
          BPF and CLI suites under Debian 13's 6.12
   test-distros  ./tricolor.sh test inside a Debian 13 root (its compilers and libraries)
   test-compilers  BPF objects of clang 14 to 19: loaded on each kernel, BPF suite with each
+  test-sanitizers  the unit, CLI and BPF suites built with ASan and UBSan
   deb    build, then a .deb for this Debian release (\$BUILD_DIR/deb/)
   test-deb  the .debs of Debian 12 and 13 installed, run and purged in fresh roots
   bench  build, then the data-path benchmark (not part of the tests)
@@ -350,6 +364,12 @@ bench)
     run_benches 2>&1 | tee "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py collect "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py write
+    ;;
+test-sanitizers)
+    need_root
+    install_deps
+    mount_bpffs
+    test_sanitizers "$@"
     ;;
 test-distros)
     need_root

@@ -3,10 +3,12 @@
 #include "tricolor/yaml.hpp"
 
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 using namespace tricolor;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -61,4 +63,24 @@ TEST(Yaml, FleetTrueIsABoolean) {
     auto j = yaml_to_json("policies:\n  - name: a\n    fleet: true\n");
     ASSERT_TRUE(j.has_value());
     EXPECT_EQ((*j)["policies"][0]["fleet"], true);
+}
+
+// Found by the config harness (tests/fuzz): an anchor holding its own alias recursed until the
+// stack ran out, in tricolord's config reader and in tricolorctl apply alike.
+TEST(Yaml, AnAliasInsideItsOwnAnchorIsRefusedNotACrash) {
+    auto r = yaml_to_json("a: &x [*x]\n");
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), HasSubstr("nested deeper than 64 levels"));
+}
+
+// Aliases of aliases: nine lines that would expand to 10^9 values.
+TEST(Yaml, AliasesThatExpandToBillionsAreRefused) {
+    std::string text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+    for (int i = 1; i < 9; ++i)
+        text += fmt::format("a{1}: &a{1} [*a{0}, *a{0}, *a{0}, *a{0}, *a{0}, *a{0}, *a{0}, *a{0}, "
+                            "*a{0}, *a{0}]\n",
+                            i - 1, i);
+    auto r = yaml_to_json(text);
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), HasSubstr("more than 1000000 values"));
 }

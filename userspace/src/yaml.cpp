@@ -20,18 +20,33 @@ bool is_uint(const std::string &s, uint64_t &out) {
     return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
 }
 
-nlohmann::json convert(const YAML::Node &n) {
+// YAML's aliases make a document a graph: an anchor that contains its own alias
+// (`a: &x [*x]`) is a cycle, and aliases of aliases grow a few lines into billions of nodes.
+// The JSON made of it is bounded in depth and in size; no policy set comes near either.
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxNodes = 1'000'000;
+
+struct TooBig {
+    std::string why;
+};
+
+nlohmann::json convert(const YAML::Node &n, int depth, size_t &nodes) {
+    if (depth > kMaxDepth)
+        throw TooBig{fmt::format("nested deeper than {} levels (an alias inside its own anchor?)",
+                                 kMaxDepth)};
+    if (++nodes > kMaxNodes)
+        throw TooBig{fmt::format("more than {} values once its aliases are expanded", kMaxNodes)};
     switch (n.Type()) {
     case YAML::NodeType::Map: {
         nlohmann::json obj = nlohmann::json::object();
         for (const auto &kv : n)
-            obj[kv.first.as<std::string>()] = convert(kv.second);
+            obj[kv.first.as<std::string>()] = convert(kv.second, depth + 1, nodes);
         return obj;
     }
     case YAML::NodeType::Sequence: {
         nlohmann::json arr = nlohmann::json::array();
         for (const auto &item : n)
-            arr.push_back(convert(item));
+            arr.push_back(convert(item, depth + 1, nodes));
         return arr;
     }
     case YAML::NodeType::Scalar: {
@@ -53,6 +68,11 @@ nlohmann::json convert(const YAML::Node &n) {
     default:
         return nullptr;
     }
+}
+
+nlohmann::json convert(const YAML::Node &n) {
+    size_t nodes = 0;
+    return convert(n, 0, nodes);
 }
 
 bool reads_as_other(const std::string &s) {
@@ -105,6 +125,8 @@ void emit(YAML::Emitter &out, const nlohmann::json &j) {
 Result<nlohmann::json> yaml_to_json(const std::string &text) {
     try {
         return convert(YAML::Load(text));
+    } catch (const TooBig &e) {
+        return std::unexpected("the document is " + e.why);
     } catch (const YAML::Exception &e) {
         return std::unexpected(
             fmt::format("line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
