@@ -30,8 +30,9 @@ TEST(LoadErrors, AVerifierRejectionIsReportedAsOneNotAsPermissions) {
     // line too where the kernel's log names them: 6.4 and later (6.1 gives the line alone).
     EXPECT_NE(msg.find("(at: return v[i] + sum"), std::string::npos) << msg;
     KernelRelease k = running_kernel();
-    if (k.major > 6 || (k.major == 6 && k.minor >= 4))
+    if (k.major > 6 || (k.major == 6 && k.minor >= 4)) {
         EXPECT_NE(msg.find("@ rejected.bpf.c:30)"), std::string::npos) << msg;
+    }
     EXPECT_EQ(msg.find("CAP_BPF"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("Permission denied"), std::string::npos) << msg;
 }

@@ -166,8 +166,9 @@ TEST(Completion, CompletesCommandsFlagsAndValues) {
     std::string words = " " + complete("tricolorctl policy set x --").out;
     std::ranges::replace(words, '\n', ' ');
     for (const auto &flag : policy_flags())
-        if (flag.kind != PolicyFlagKind::Name)
+        if (flag.kind != PolicyFlagKind::Name) {
             EXPECT_THAT(words, HasSubstr(" " + policy_flag_option(flag) + " "));
+        }
 }
 
 // Usage errors exit 2, and under -j they are JSON on stderr, CLI11's own included.
@@ -220,8 +221,9 @@ TEST(ManPages, AreWrittenByHandAndComplete) {
         std::string roff;
         for (char c : policy_flag_option(flag))
             roff += c == '-' ? std::string("\\-") : std::string(1, c);
-        if (flag.kind != PolicyFlagKind::Name)
+        if (flag.kind != PolicyFlagKind::Name) {
             EXPECT_THAT(ctl, HasSubstr(roff));
+        }
     }
     std::string d = test::read_file(std::string(TRICOLOR_BINARY_DIR) + "/man/tricolord.8");
     for (const char *section : {".SH SIGNALS", ".SH FILES", ".SH \"EXIT STATUS\"", "\\-\\-state"})
