@@ -376,6 +376,11 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
 // ---- the real data path --------------------------------------------------------------------
 
 std::vector<uint8_t> synthesize_frame(const FlowTracePacket &p) {
+    // The trace parser refuses such packets; a caller that builds its own must not get a frame
+    // whose headers were written past its end.
+    if (uint32_t headers = (p.ipv6 ? 40 : 20) + l4_header_len(p.proto); p.bytes < headers)
+        throw std::invalid_argument(fmt::format(
+            "a {}-byte IP packet cannot hold its headers ({} bytes)", p.bytes, headers));
     std::vector<uint8_t> f(kEthLen + p.bytes, 0);
     f[12] = p.ipv6 ? 0x86 : 0x08;
     f[13] = p.ipv6 ? 0xdd : 0x00;

@@ -88,7 +88,8 @@ class HierBpfEngine final : public HierEngine {
 };
 
 // The frame HierBpfEngine sends: Ethernet, IPv4 or IPv6 (DSCP 0, AF12 or AF13 for an incoming
-// green, yellow or red), the L4 header of the protocol, zeroes up to the IP length.
+// green, yellow or red), the L4 header of the protocol, zeroes up to the IP length. A packet
+// shorter than its headers (which parse_flow_trace_line refuses) throws std::invalid_argument.
 std::vector<uint8_t> synthesize_frame(const FlowTracePacket &packet);
 // The DSCP that carries an incoming colour under the AF colour map.
 uint8_t dscp_of_color(Color color);
