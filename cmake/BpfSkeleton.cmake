@@ -15,8 +15,13 @@ find_program(BPFTOOL NAMES bpftool PATHS /usr/sbin /usr/local/sbin REQUIRED)
 find_program(LLVM_STRIP NAMES llvm-strip llvm-strip-14)
 
 # asm/types.h lives under the multiarch directory on Debian; -target bpf does not look there.
-execute_process(COMMAND ${CMAKE_C_COMPILER} -print-multiarch
-                OUTPUT_VARIABLE TRICOLOR_MULTIARCH OUTPUT_STRIP_TRAILING_WHITESPACE)
+# CMake knows it (x86_64-linux-gnu) whichever compiler builds user space; gcc is asked otherwise
+# (clang has no -print-multiarch).
+set(TRICOLOR_MULTIARCH "${CMAKE_LIBRARY_ARCHITECTURE}")
+if(NOT TRICOLOR_MULTIARCH)
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-multiarch
+                  OUTPUT_VARIABLE TRICOLOR_MULTIARCH OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()
 set(BPF_INCLUDES -I${PROJECT_SOURCE_DIR}/bpf/include -I${PROJECT_SOURCE_DIR}/bpf/lib
     -I/usr/include/${TRICOLOR_MULTIARCH})
 string(TOLOWER "${CMAKE_SYSTEM_PROCESSOR}" _bpf_arch)

@@ -84,3 +84,20 @@ TEST(Yaml, AliasesThatExpandToBillionsAreRefused) {
     ASSERT_FALSE(r);
     EXPECT_THAT(r.error(), HasSubstr("more than 1000000 values"));
 }
+
+// Found by libFuzzer (tests/fuzz/config_fuzz): a scalar of bytes that are not UTF-8 was read as
+// a string that could not be printed back the same, nor dumped as JSON (nlohmann refuses it).
+TEST(Yaml, BytesThatAreNotUtf8OrControlCharactersAreRefusedNamingWhere) {
+    auto r = yaml_to_json("policies:\n  - name: \"a\xff\"\n");
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), HasSubstr("line 2, column 13: byte 0xff is not UTF-8 text"));
+    r = yaml_to_json(std::string("\x0e\0\0\0\0\xff\xff\0", 8));
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), HasSubstr("line 1, column 1: control character 0x0e"));
+    r = yaml_to_json("name: \"\xc0\xaf\"\n"); // an overlong '/'
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.error(), HasSubstr("not UTF-8"));
+    auto ok = yaml_to_json("name: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa6\"\t# text\r\n");
+    ASSERT_TRUE(ok) << ok.error();
+    EXPECT_EQ((*ok)["name"], "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa6");
+}

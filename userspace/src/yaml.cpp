@@ -120,9 +120,49 @@ void emit(YAML::Emitter &out, const nlohmann::json &j) {
     }
 }
 
+// A config is text: UTF-8 (JSON's strings are, and a name of other bytes could not be printed
+// back, nor sent over the socket), without control characters other than tab and line ends
+// (YAML forbids them in a stream). Empty when it is; else where the first bad byte is.
+std::string text_problem(const std::string &text) {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < text.size();) {
+        auto c = static_cast<unsigned char>(text[i]);
+        size_t len = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xe  ? 3
+                     : (c >> 3) == 0x1e ? 4
+                                        : 0;
+        bool ok = len != 0 && i + len <= text.size();
+        for (size_t k = 1; ok && k < len; ++k)
+            ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+        if (ok && len > 1) { // the shortest form, and no surrogates or code points past U+10FFFF
+            uint32_t cp = c & (0x7f >> len);
+            for (size_t k = 1; k < len; ++k)
+                cp = cp << 6 | (static_cast<unsigned char>(text[i + k]) & 0x3f);
+            static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+            ok = cp >= kMin[len] && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (!ok)
+            return fmt::format("line {}, column {}: byte 0x{:02x} is not UTF-8 text", line, column,
+                               c);
+        if (len == 1 && (c < 0x20 || c == 0x7f) && c != '\t' && c != '\n' && c != '\r')
+            return fmt::format("line {}, column {}: control character 0x{:02x}", line, column, c);
+        if (c == '\n') {
+            ++line;
+            column = 1;
+        } else {
+            ++column;
+        }
+        i += len;
+    }
+    return {};
+}
+
 } // namespace
 
 Result<nlohmann::json> yaml_to_json(const std::string &text) {
+    if (auto why = text_problem(text); !why.empty())
+        return std::unexpected(why);
     try {
         return convert(YAML::Load(text));
     } catch (const TooBig &e) {
