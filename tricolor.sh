@@ -361,6 +361,9 @@ run_benches() {
             MODES="htb xdp aqm_drop aqm_ecn" ID_SUFFIX=_g61_$how tests/bench/tcp_bench.sh \
             "$BUILD_DIR"
     done
+    # docs/testing.md's fuzzing figures: each harness for 10 minutes (Debian 13's clang).
+    echo "== fuzz: each libFuzzer harness for 10 minutes"
+    fuzz 600
 }
 
 case "$cmd" in
