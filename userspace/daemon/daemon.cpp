@@ -1295,12 +1295,16 @@ json Daemon::handle(const json &r, const Peer &peer) {
             known += (known.empty() ? "" : ", ") + std::string(k.name);
         return error(fmt::format("unknown command '{}' (known: {})", c, known));
     }
-    if (row->access == changes && !peer.may_change)
+    if (row->access == changes && !peer.may_change) {
+        std::string readable;
+        for (const auto &k : kCommands)
+            if (k.access == read_only)
+                readable += (readable.empty() ? "" : ", ") + std::string(k.name);
         return error(fmt::format("{} changes tricolord's state: it needs root or CAP_NET_ADMIN "
                                  "(the caller, pid {}, is uid {} without CAP_NET_ADMIN); the "
-                                 "socket's group may use policy_list, policy_show, stats, flows "
-                                 "and status",
-                                 c, peer.pid, peer.uid));
+                                 "socket's group may use {}",
+                                 c, peer.pid, peer.uid, readable));
+    }
     if (auto ok_fields = check_fields(c, r, row->fields); !ok_fields)
         return error(ok_fields.error());
     try {

@@ -207,12 +207,13 @@ class Metrics : public prometheus::Collectable {
     const Daemon &d_;
 };
 
-// "ADDR:PORT" or "[V6ADDR]:PORT"; the daemon never listens on every address unless told to.
+// Whether the metrics endpoint (HOST:PORT as served) is reachable from this machine alone.
 bool is_loopback(const std::string &host_port) {
     return host_port.starts_with("127.") || host_port.starts_with("[::1]:") ||
            host_port.starts_with("localhost:");
 }
 
+// "ADDR:PORT" or "[V6ADDR]:PORT"; the daemon never listens on every address unless told to.
 std::string check_metrics_address(const std::string &a) {
     if (a == "none")
         return a;
