@@ -203,7 +203,7 @@ fuzz() {
 # The .deb of the release this runs on, from the build in $BUILD_DIR: $BUILD_DIR/deb/.
 make_deb() {
     local release
-    release=$(. /etc/os-release && echo "${VERSION_ID%%.*}")
+    release=$(debian_release)
     cmake -S . -B "$BUILD_DIR" -DTRICOLOR_DEB_RELEASE="1~deb$release" >/dev/null
     rm -rf "$BUILD_DIR/deb"
     (cd "$BUILD_DIR" && cpack -G DEB -B "$PWD/deb" >/dev/null) || die "cpack failed"
