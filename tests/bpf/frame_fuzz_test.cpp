@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <linux/pkt_cls.h>
 
+#include <array>
 #include <cstdlib>
 #include <random>
 
@@ -80,14 +81,25 @@ class FrameFuzz : public DatapathFixture {
         apply({udp, v6, per});
     }
 
-    uint64_t counted() {
-        uint64_t n = 0;
-        for (uint32_t id : {1u, 2u, 3u}) {
-            auto c = dp->policy_counter(id);
-            n += c.packets[0] + c.packets[1] + c.packets[2];
+    // The three policies' counters and the global ones, read once a frame.
+    struct Counts {
+        std::array<tcm_counters, 4> policy{}; // by id: 1 udp, 2 v6, 3 per
+        tcm_global_counters global{};
+        static uint64_t packets(const tcm_counters &c) {
+            return c.packets[0] + c.packets[1] + c.packets[2];
         }
-        auto g = dp->global_counters();
-        return n + g.unclassified_packets + g.non_ip_packets + g.malformed_packets;
+        // Every frame lands in exactly one of these.
+        uint64_t counted() const {
+            return packets(policy[1]) + packets(policy[2]) + packets(policy[3]) +
+                   global.unclassified_packets + global.non_ip_packets + global.malformed_packets;
+        }
+    };
+    Counts read_counts() const {
+        Counts c;
+        for (uint32_t id : {1u, 2u, 3u})
+            c.policy[id] = dp->policy_counter(id);
+        c.global = dp->global_counters();
+        return c;
     }
 
     // One mutation of @frame, whose headers end at @ends.
@@ -145,7 +157,7 @@ class FrameFuzz : public DatapathFixture {
             ends.push_back(t.header_ends());
         }
         uint64_t now = 1'000'000'000, first = now, drops = 0, refused = 0;
-        uint64_t before = counted();
+        const uint64_t before = read_counts().counted();
         for (uint64_t i = 0; i < frames; ++i) {
             size_t k = static_cast<size_t>(rng() % built.size());
             std::vector<uint8_t> frame = built[k];
@@ -177,25 +189,23 @@ class FrameFuzz : public DatapathFixture {
                 ASSERT_EQ(v.policy_id, std::optional<uint32_t>(1)) << "frame " << i;
                 ASSERT_EQ(v.color, Color::red) << "frame " << i;
             }
-            ASSERT_EQ(counted() - before, i + 1 - refused)
+            const Counts n = read_counts();
+            ASSERT_EQ(n.counted() - before, i + 1 - refused)
                 << "frame " << i << " (template " << k << ", " << frame.size() << " bytes)";
             // Aggregate buckets, started full at their first packet: green <= CBS + CIR*T.
             const uint64_t bound = kCbs + kCir * (now - first) / 8'000'000'000;
-            ASSERT_LE(dp->policy_counter(1).bytes[TCM_GREEN], bound) << "udp, frame " << i;
-            ASSERT_LE(dp->policy_counter(2).bytes[TCM_GREEN], bound) << "v6, frame " << i;
+            ASSERT_LE(n.policy[1].bytes[TCM_GREEN], bound) << "udp, frame " << i;
+            ASSERT_LE(n.policy[2].bytes[TCM_GREEN], bound) << "v6, frame " << i;
             now += kStepNs;
         }
-        std::map<uint32_t, tcm_counters> c;
-        for (uint32_t id : {1u, 2u, 3u})
-            c[id] = dp->policy_counter(id);
-        auto g = dp->global_counters();
+        const Counts n = read_counts();
+        const tcm_global_counters &g = n.global;
         std::printf(
             "%s: policies %llu/%llu/%llu packets, unclassified %llu, non-IP %llu, "
             "malformed %llu, dropped %llu, refused by the test runner %llu\n",
-            tc ? "tc" : "XDP",
-            static_cast<unsigned long long>(c[1].packets[0] + c[1].packets[1] + c[1].packets[2]),
-            static_cast<unsigned long long>(c[2].packets[0] + c[2].packets[1] + c[2].packets[2]),
-            static_cast<unsigned long long>(c[3].packets[0] + c[3].packets[1] + c[3].packets[2]),
+            tc ? "tc" : "XDP", static_cast<unsigned long long>(Counts::packets(n.policy[1])),
+            static_cast<unsigned long long>(Counts::packets(n.policy[2])),
+            static_cast<unsigned long long>(Counts::packets(n.policy[3])),
             static_cast<unsigned long long>(g.unclassified_packets),
             static_cast<unsigned long long>(g.non_ip_packets),
             static_cast<unsigned long long>(g.malformed_packets),
