@@ -65,6 +65,11 @@ uint32_t l4_header_len(uint8_t proto) {
     }
 }
 
+// The IP and L4 headers a packet of @p's family and protocol must hold.
+uint32_t headers_len(const FlowTracePacket &p) {
+    return (p.ipv6 ? 40 : 20) + l4_header_len(p.proto);
+}
+
 // IPv6 next-header values the parser walks as extension headers: a trace cannot use them as
 // the protocol of a packet without building the extension.
 bool is_ipv6_extension(uint8_t proto) {
@@ -140,7 +145,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
     if (i < f.size())
         return fail(fmt::format("unexpected field '{}' after the ports", f[i]));
     uint64_t bytes = 0;
-    uint32_t headers = (p.ipv6 ? 40 : 20) + l4_header_len(p.proto);
+    uint32_t headers = headers_len(p);
     if (!parse_whole(f[1], bytes) || bytes < headers || bytes > 65535)
         return fail(fmt::format("packet length '{}' is not an IP length from {} (its headers) to "
                                 "65535",
@@ -378,7 +383,7 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
 std::vector<uint8_t> synthesize_frame(const FlowTracePacket &p) {
     // The trace parser refuses such packets; a caller that builds its own must not get a frame
     // whose headers were written past its end.
-    if (uint32_t headers = (p.ipv6 ? 40 : 20) + l4_header_len(p.proto); p.bytes < headers)
+    if (uint32_t headers = headers_len(p); p.bytes < headers)
         throw std::invalid_argument(fmt::format(
             "a {}-byte IP packet cannot hold its headers ({} bytes)", p.bytes, headers));
     std::vector<uint8_t> f(kEthLen + p.bytes, 0);
