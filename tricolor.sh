@@ -292,7 +292,8 @@ demo() {
     grep -E "sender|receiver" "$DEMO_DIR/tcp.log" || tail -3 "$DEMO_DIR/tcp.log"
     echo "== busiest flows"
     "$ctl" flows --top 5
-    # Hierarchies (README): 12 sources at 12 Mbit/s each; every source 10, all together 100.
+    # Hierarchies (docs/hierarchies.md): 12 sources at 12 Mbit/s each; every source 10, all
+    # together 100.
     echo "== every source 10 Mbit/s, all of them together 100: 12 sources at 12 Mbit/s"
     set -x
     "$ctl" policy add all-sources --algo srtcm --cir 100mbit --cbs 256k --ebs 256k --only-parent

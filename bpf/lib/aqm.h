@@ -11,7 +11,7 @@
  *   under S/2, so one drain sends one signal whatever the packet rate.
  *   A signal goes to a packet that would pass (not red, its colour's action not drop).
  *
- * Why (measured: README "TCP through the policer", docs/benchmarks.md): a window-based sender
+ * Why (measured: docs/tcp.md, docs/benchmarks.md): a window-based sender
  * needs at most one signal per RTT and reacts an RTT late; with no bottleneck ahead of the
  * policer it sends its window as a burst every RTT, so a drain's depth is its window. Random
  * early drop sends signals in proportion to the packet rate; PCN-style marking of every packet

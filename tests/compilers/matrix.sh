@@ -79,7 +79,7 @@ for v in $CLANGS; do
     [ "${failed:-1}" = 0 ] || rc=1
 done
 
-# Each kernel's load lines, then one line per compiler for the README's table.
+# Each kernel's load lines, then one line per compiler for docs/platforms.md's table.
 LOADS=$DIR/loads.txt
 : >"$LOADS"
 echo "== every object of every compiler, loaded on $(uname -r)"

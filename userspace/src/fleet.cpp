@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // fleet.cpp: the Redis side of fleet policies (docs/spec.md §10): the exchange script's client and
-// the agent that leases tokens for every fleet policy of this host. Design in README "Fleet-wide
-// limits"; the script is userspace/src/fleet.lua.
+// the agent that leases tokens for every fleet policy of this host. Design in docs/fleet.md; the
+// script is userspace/src/fleet.lua.
 #include "tricolor/fleet.hpp"
 
 #include <fmt/format.h>

@@ -13,7 +13,7 @@
 
 namespace tricolor {
 
-// The oldest kernel tricolor supports: the oldest it is tested on (see the README's platforms).
+// The oldest kernel tricolor supports: the oldest it is tested on (see docs/platforms.md).
 inline constexpr int kMinKernelMajor = 6;
 inline constexpr int kMinKernelMinor = 1;
 

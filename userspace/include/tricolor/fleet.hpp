@@ -2,7 +2,7 @@
 // fleet.hpp: fleet-wide limits through Redis (docs/spec.md §10). A fleet policy's committed bucket
 // is one bucket for all hosts, kept in Redis; each host leases chunks of it by running one atomic
 // Lua script per exchange (userspace/src/fleet.lua) and grants them to its data path, which
-// spends nothing else (bpf/lib/fleet.h). See README "Fleet-wide limits".
+// spends nothing else (bpf/lib/fleet.h). See docs/fleet.md.
 #pragma once
 
 #include "tricolor/datapath.hpp"
