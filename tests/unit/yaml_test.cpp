@@ -73,6 +73,17 @@ TEST(Yaml, AnAliasInsideItsOwnAnchorIsRefusedNotACrash) {
     EXPECT_THAT(r.error(), HasSubstr("nested deeper than 64 levels"));
 }
 
+// Found by libFuzzer (tests/fuzz/config_fuzz): a string whose text is that self-alias, printed
+// back as YAML, escaped the printer's check of whether it reads as another type and ended the
+// process. It is quoted and reads back as the same string.
+TEST(Yaml, AStringThatReadsAsASelfAliasPrintsBackQuoted) {
+    nlohmann::json doc = {{"name", ": &x [*x]"}, {"other", "&x [*x]"}};
+    std::string text = json_to_yaml(doc);
+    auto back = yaml_to_json(text);
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(*back, doc) << text;
+}
+
 // Aliases of aliases: nine lines that would expand to 10^9 values.
 TEST(Yaml, AliasesThatExpandToBillionsAreRefused) {
     std::string text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";

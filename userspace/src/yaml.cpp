@@ -98,9 +98,13 @@ void emit(YAML::Emitter &out, const nlohmann::json &j) {
     } else if (j.is_string()) {
         const std::string &s = j.get_ref<const std::string &>();
         bool quote = false;
+        // A string that does not read back as itself is quoted: one YAML cannot parse, and one
+        // that parses as a graph too big to convert (`&x [*x]`, a string like any other here).
         try {
             quote = reads_as_other(s);
         } catch (const YAML::Exception &) {
+            quote = true;
+        } catch (const TooBig &) {
             quote = true;
         }
         if (quote)
