@@ -324,7 +324,7 @@ mutant state-not-atomic userspace/daemon/state_file.cpp \
     's/if \(rename\(tmp\.c_str\(\), options_\.state\.c_str\(\)\) < 0\)/if (false)/' \
     "state file: the temp file is never renamed over the state (changes lost at restart)" \
     "e2e:Fault.RestartThreeTimesUnderTraffic"
-mutant abi1-not-migrated userspace/daemon/main.cpp \
+mutant abi1-not-migrated userspace/daemon/pin_dir.cpp \
     's/std::string to = name\.rfind\("tc_", 0\) == 0 \? "tcm_" \+ name\.substr\(3\) : name;/std::string to = "old_" + name;/' \
     "pin ABI 1 -> 2: the old maps are moved but not under their new names" \
     "e2e:Fault.UpgradeFromAbi1KeepsCountersAndPolicies"
