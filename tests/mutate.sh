@@ -159,7 +159,7 @@ mutant apply-unchecked userspace/src/datapath.cpp \
     's/if \(auto ok = check\(policies\); !ok\)\s*return ok;//' \
     "Datapath::apply writes a set without checking it first" \
     "bpf:*RefusedApplyChangesNothing*"
-mutant daemon-partial-apply userspace/daemon/daemon.cpp \
+mutant daemon-partial-apply userspace/daemon/policy_changes.cpp \
     's/if \(!errors\.empty\(\)\)\s*return std::unexpected\(join_lines\(errors\)\);\s*\/\/ Two policies/if (!errors.empty() \&\& out.policies.empty())\n        return std::unexpected(join_lines(errors));\n    \/\/ Two policies/' \
     "daemon applies the good policies of a set with bad ones (not all or nothing)" \
     "e2e:*ApplyReplacesTheWholeSetOrNothing*:*SighupReloadsTheConfigAllOrNothing*:*EveryBadInputIsRefused*"
@@ -320,15 +320,15 @@ mutant fleet-lua-cap userspace/src/fleet.lua \
     's/local grant = math\.min\(want, tokens\)/local grant = want/' \
     "fleet script: grants what a host wants, not what the bucket holds" \
     "unit:FleetScriptTest.*"
-mutant state-not-atomic userspace/daemon/daemon.cpp \
+mutant state-not-atomic userspace/daemon/state_file.cpp \
     's/if \(rename\(tmp\.c_str\(\), options_\.state\.c_str\(\)\) < 0\)/if (false)/' \
     "state file: the temp file is never renamed over the state (changes lost at restart)" \
     "e2e:Fault.RestartThreeTimesUnderTraffic"
-mutant abi1-not-migrated userspace/daemon/main.cpp \
+mutant abi1-not-migrated userspace/daemon/pin_dir.cpp \
     's/std::string to = name\.rfind\("tc_", 0\) == 0 \? "tcm_" \+ name\.substr\(3\) : name;/std::string to = "old_" + name;/' \
     "pin ABI 1 -> 2: the old maps are moved but not under their new names" \
     "e2e:Fault.UpgradeFromAbi1KeepsCountersAndPolicies"
-mutant metrics-no-parent userspace/daemon/daemon.cpp \
+mutant metrics-no-parent userspace/daemon/metrics.cpp \
     's/m\.label = \{\{"color", colors\[i\]\}, \{"parent", parent\}, \{"policy", name\}\};/m.label = {{"color", colors[i]}, {"policy", name}};/' \
     "metrics: per-policy counters lose their parent label" \
     "e2e:E2E.MetricsScrapedOverHttpMatchStats"

@@ -15,9 +15,12 @@
 #include <prometheus/metric_family.h>
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -101,19 +104,26 @@ class Daemon {
     std::vector<std::string> reload_warnings; // of the last successful reload
 
   private:
-    struct Entry {
+    // The member functions are defined by job, each group in the file its comment names; the
+    // public ones above in start_and_reload.cpp (the constructor, reload), commands.cpp
+    // (handle), attachments.cpp (detach_all), flow_passes.cpp, metrics.cpp and state_file.cpp
+    // (compact_state).
+
+    struct Entry { // one active policy
         uint32_t id;
         nlohmann::json spec;
         std::string name;
         std::string match_key; // priority and match: two alike means one never matches
     };
+
+    // policy_changes.cpp
     static Entry make_entry(uint32_t id, const nlohmann::json &spec, const Policy &p);
     static std::string same_match_warning(const std::string &later, const std::string &first);
-
     struct Prepared {
         std::vector<Entry> entries;
         std::vector<Policy> policies;
     };
+    class IdAllocator;
     // Checks @specs whole; warnings only about the policy named @warn_about ("" for all).
     Result<Prepared> prepare(const std::vector<nlohmann::json> &specs,
                              std::vector<std::string> *warnings,
@@ -121,21 +131,26 @@ class Daemon {
     // One spec on its own: its policy, and warnings about it when @warnings.
     Result<Policy> prepare_one(const nlohmann::json &spec, uint32_t id,
                                std::vector<std::string> *warnings) const;
-    // Adds or replaces (@spec) or deletes (null) the policy @name: see daemon.cpp.
+    // Adds or replaces (@spec) or deletes (null) the policy @name: see policy_changes.cpp.
     Result<void> change_one(const std::string &name, const nlohmann::json *spec,
                             std::vector<std::string> *warnings);
     Result<void> apply_specs(const std::vector<nlohmann::json> &specs, bool dry_run,
                              std::vector<std::string> *warnings,
                              const std::string &warn_about = "");
-    Result<AttachResult> do_attach(AttachmentSpec &a);
-    Result<void> load_at_start();
-    size_t flow_pass(bool reclaim);
-    Result<std::string> detach_one(const AttachmentSpec &a);
-    // The state file: stage() writes @state to a temp file beside it (fsynced), commit() renames
-    // it into place, unstage() drops it. A change that cannot be staged is refused.
+    // Runs @change on the data path's policy set with the fleet agent held off, then gives the
+    // agent the set now active.
+    Result<void> change_policy_set(const std::function<Result<void>()> &change);
+    // Readies --shape sockets before a shaping policy goes live: the egress interfaces it
+    // paces on, and the sock_ops program on the root cgroup.
+    Result<void> start_socket_shaping();
+
+    // state_file.cpp
+    // stage() writes @state to a temp file beside the state file (fsynced), commit() renames it
+    // into place, unstage() drops it. A change that cannot be staged is refused.
     Result<void> stage(const nlohmann::json &state) const;
     Result<void> commit() const;
     void unstage() const;
+    Result<void> write_state_whole(); // the running state, staged and committed
     // The state journal, <state>.journal: one JSON record a line ({"put": spec} or
     // {"del": name}) after a header naming the text of the state file it extends, each fsynced
     // before its change is applied, so that a change of one policy writes one line rather than
@@ -147,9 +162,36 @@ class Daemon {
     nlohmann::json state_json(const std::vector<nlohmann::json> &specs,
                               const std::vector<AttachmentSpec> &attachments) const;
     std::vector<nlohmann::json> specs() const;
-    class IdAllocator;
-    std::string link_dir() const; // where tcx links are pinned
 
+    // attachments.cpp
+    std::string link_dir() const; // where tcx links are pinned
+    Result<AttachResult> do_attach(AttachmentSpec &a);
+    Result<std::string> detach_one(const AttachmentSpec &a);
+    Result<void> detach_hook(const AttachmentSpec &a, int ifindex);
+    std::vector<AttachmentSpec> attachments_without(const AttachmentSpec &a) const;
+    nlohmann::json attachment_status(const AttachmentSpec &a) const;
+    nlohmann::json unlisted_attachments() const;
+
+    // start_and_reload.cpp
+    Result<void> load_at_start();
+    Result<void> apply_at_start(const std::vector<nlohmann::json> &specs, const std::string &from);
+    void attach_at_start(const std::vector<AttachmentSpec> &attachments);
+    Result<Prepared> check_reload(const std::vector<nlohmann::json> &specs,
+                                  const std::vector<AttachmentSpec> &attachments,
+                                  std::vector<std::string> *warnings);
+    Result<std::vector<AttachmentSpec>>
+    attach_for_reload(const std::vector<AttachmentSpec> &attachments,
+                      std::vector<AttachmentSpec> &added, std::vector<std::string> &warnings);
+    void detach_unlisted(const std::vector<AttachmentSpec> &kept,
+                         std::vector<std::string> &warnings);
+
+    // flow_passes.cpp
+    size_t flow_pass(bool reclaim);
+
+    // commands.cpp: the control protocol's commands, one row each in commands(), and their
+    // handlers.
+    struct Command;
+    static std::span<const Command> commands();
     nlohmann::json cmd_attach(const nlohmann::json &r);
     nlohmann::json cmd_detach(const nlohmann::json &r);
     nlohmann::json cmd_policy_add(const nlohmann::json &r);
@@ -161,6 +203,8 @@ class Daemon {
     nlohmann::json cmd_stats(const nlohmann::json &r);
     nlohmann::json cmd_flows(const nlohmann::json &r);
     nlohmann::json cmd_status(const nlohmann::json &r);
+    nlohmann::json commit_attachments(std::vector<AttachmentSpec> next, nlohmann::json reply);
+    nlohmann::json fleet_status() const;
 
     DaemonOptions options_;
     std::unique_ptr<Datapath> dp_;

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// attachments.cpp: the data path on interfaces: attaching, detaching, and what the kernel runs
+// on each hook (status's attachments).
+#include "daemon_internal.hpp"
+
+#include "tricolor/shape.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <net/if.h>
+
+namespace tricolor {
+
+using namespace daemon_internal;
+
+namespace daemon_internal {
+
+bool same_hook(const AttachmentSpec &a, const AttachmentSpec &b) {
+    return a.iface == b.iface && a.hook == b.hook && a.direction == b.direction;
+}
+
+std::string hook_text(const AttachmentSpec &a) {
+    return a.hook == Hook::xdp ? fmt::format("{} xdp", a.iface)
+                               : fmt::format("{} tc {}", a.iface, to_string(a.direction));
+}
+
+HookState query_hook(const AttachmentSpec &a, int ifindex) {
+    return a.hook == Hook::xdp ? query_xdp(ifindex) : query_tc(ifindex, a.direction);
+}
+
+std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attachments) {
+    std::vector<uint32_t> out;
+    for (const auto &a : attachments)
+        if (a.hook == Hook::tc && a.direction == Direction::egress)
+            if (auto idx = interface_index(a.iface))
+                out.push_back(static_cast<uint32_t>(*idx));
+    return out;
+}
+
+} // namespace daemon_internal
+
+namespace {
+
+bool runs_tricolor(const HookState &s) {
+    return s.prog_id != 0 && (s.prog_name == kXdpProgName || s.prog_name == kTcProgName);
+}
+
+// The name @a's interface has now, when its own name is gone but its ifindex is not (renamed).
+std::optional<std::string> renamed_to(const AttachmentSpec &a) {
+    char buf[IF_NAMESIZE] = {};
+    if (a.ifindex > 0 && if_indextoname(static_cast<unsigned>(a.ifindex), buf))
+        return std::string(buf);
+    return std::nullopt;
+}
+
+// The options of `tricolorctl attach|detach IFACE` that name this hook.
+std::string hook_options(Hook h, Direction d) {
+    return h == Hook::tc ? fmt::format(" --hook tc --direction {}", to_string(d)) : "";
+}
+
+} // namespace
+
+std::string Daemon::link_dir() const {
+    return dp_->pin_path().empty() ? "" : dp_->pin_path() + "/links";
+}
+
+Result<AttachResult> Daemon::do_attach(AttachmentSpec &a) {
+    auto idx = interface_index(a.iface);
+    if (!idx)
+        return std::unexpected(idx.error());
+    a.ifindex = *idx;
+    if (a.hook == Hook::xdp)
+        return attach_xdp(*idx, dp_->xdp_prog_fd(), a.xdp_mode);
+    return attach_tc(*idx, a.direction, dp_->tc_prog_fd(), link_dir());
+}
+
+Result<void> Daemon::detach_hook(const AttachmentSpec &a, int ifindex) {
+    return a.hook == Hook::xdp ? detach_xdp(ifindex) : detach_tc(ifindex, a.direction, link_dir());
+}
+
+// Takes @a off its hook. An interface that is gone (deleted, moved to another namespace) has
+// nothing left to detach here: its pinned tcx link, if any, is released. Returns a note.
+Result<std::string> Daemon::detach_one(const AttachmentSpec &a) {
+    auto idx = interface_index(a.iface);
+    if (!idx) {
+        // Renamed: the ifindex still exists under another name, and the program runs there.
+        if (auto now = renamed_to(a)) {
+            if (auto r = detach_hook(a, a.ifindex); !r)
+                return std::unexpected(r.error());
+            return fmt::format("{} is now called {}: detached from it", a.iface, *now);
+        }
+        int released = a.hook == Hook::tc ? release_defunct_tcx_links(link_dir()) : 0;
+        return fmt::format("{} no longer exists (deleted, or moved to another namespace): entry "
+                           "removed{}",
+                           a.iface, released ? ", its pinned tcx link released" : "");
+    }
+    if (!runs_tricolor(query_hook(a, *idx))) {
+        // Not in the kernel (taken off by hand): only the entry is left to remove.
+        if (a.hook == Hook::tc)
+            (void)detach_tc(*idx, a.direction, link_dir()); // a pinned link, if one is left
+        return fmt::format("the kernel had no tricolor program on {}: entry removed", hook_text(a));
+    }
+    if (auto r = detach_hook(a, *idx); !r)
+        return std::unexpected(r.error());
+    return std::string();
+}
+
+void Daemon::detach_all() {
+    for (const auto &a : attachments_)
+        (void)detach_one(a);
+    attachments_.clear();
+    detach_sockops(link_dir());
+    Datapath::remove_pins(options_.pin_dir);
+}
+
+std::vector<AttachmentSpec> Daemon::attachments_without(const AttachmentSpec &a) const {
+    auto out = attachments_;
+    std::erase_if(out, [&](const AttachmentSpec &x) { return same_hook(x, a); });
+    return out;
+}
+
+// What the kernel has, not what the daemon remembers: the entry is queried, and if the kernel
+// does not run it, "stale" says why (and how to remove it).
+json Daemon::attachment_status(const AttachmentSpec &a) const {
+    json j = attachment_json(a);
+    j["mode"] = a.mode;
+    auto idx = interface_index(a.iface);
+    HookState s;
+    std::string stale;
+    int where = idx ? *idx : 0;
+    if (!idx)
+        if (auto now = renamed_to(a)) {
+            where = a.ifindex;
+            stale = fmt::format("{} is now called {} (ifindex {})", a.iface, *now, a.ifindex);
+        }
+    if (where)
+        s = query_hook(a, where);
+    bool attached = runs_tricolor(s);
+    if (!where)
+        stale = fmt::format("no interface named '{}' (deleted, or moved to another "
+                            "namespace)",
+                            a.iface);
+    else if (!attached && stale.empty())
+        stale = s.prog_id ? fmt::format("the kernel runs '{}' there, not tricolor", s.prog_name)
+                          : "the kernel has no tricolor program there";
+    if (attached && !s.mode.empty())
+        j["mode"] = s.mode; // as the kernel reports it
+    j["prog_id"] = s.prog_id;
+    j["attached"] = attached && where == (idx ? *idx : -1);
+    if (!stale.empty())
+        j["stale"] = stale + fmt::format("; tricolorctl detach {}{} removes this entry", a.iface,
+                                         hook_options(a.hook, a.direction));
+    return j;
+}
+
+// What the kernel runs of this data path (its programs on its maps) that no entry names: left
+// by hand or by an older daemon. Listed so that it can be adopted or taken off.
+json Daemon::unlisted_attachments() const {
+    json out = json::array();
+    struct if_nameindex *all = if_nameindex();
+    if (!all)
+        return out;
+    for (auto *i = all; i->if_index != 0; ++i) {
+        int idx = static_cast<int>(i->if_index);
+        std::string name = i->if_name;
+        auto listed = [&](Hook h, Direction d) {
+            return std::ranges::any_of(attachments_, [&](const AttachmentSpec &a) {
+                return a.hook == h && (h == Hook::xdp || a.direction == d) &&
+                       (a.iface == name || a.ifindex == idx);
+            });
+        };
+        auto add = [&](Hook h, Direction d, const HookState &s) {
+            json j = {{"iface", name},   {"hook", to_string(h)}, {"direction", to_string(d)},
+                      {"mode", s.mode},  {"prog_id", s.prog_id}, {"attached", true},
+                      {"managed", false}};
+            j["stale"] = fmt::format(
+                "not in the state (left by hand or by an older daemon): tricolorctl attach "
+                "{0}{1} adopts it, tricolorctl detach {0}{1} takes it off",
+                name, hook_options(h, d));
+            out.push_back(j);
+        };
+        if (!listed(Hook::xdp, Direction::ingress)) {
+            HookState s = query_xdp(idx);
+            if (s.prog_name == kXdpProgName && shares_maps(s.prog_id, dp_->xdp_prog_fd()))
+                add(Hook::xdp, Direction::ingress, s);
+        }
+        for (Direction d : {Direction::ingress, Direction::egress})
+            if (!listed(Hook::tc, d)) {
+                HookState s = query_tc(idx, d);
+                if (s.prog_name == kTcProgName && shares_maps(s.prog_id, dp_->tc_prog_fd()))
+                    add(Hook::tc, d, s);
+            }
+    }
+    if_freenameindex(all);
+    return out;
+}
+
+} // namespace tricolor

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// metrics.cpp: the Prometheus families main.cpp's endpoint serves, each from one consistent read
+// of the counters.
+#include "daemon.hpp"
+
+#include <utility>
+
+namespace tricolor {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+namespace {
+
+// A family of one metric without labels.
+MetricFamily single(std::string name, std::string help, MetricType type, double v) {
+    ClientMetric m;
+    if (type == MetricType::Counter)
+        m.counter.value = v;
+    else
+        m.gauge.value = v;
+    return MetricFamily{std::move(name), std::move(help), type, {m}};
+}
+
+} // namespace
+
+void Daemon::set_metrics_address(std::string address) {
+    std::lock_guard lock(mu_);
+    metrics_address_ = std::move(address);
+}
+
+std::vector<MetricFamily> Daemon::metrics() const {
+    std::lock_guard lock(mu_);
+    auto counters = dp_->policy_counters();
+    auto g = dp_->global_counters();
+    MetricFamily packets{
+        "tricolor_packets_total", "Packets metered, by policy and colour", MetricType::Counter, {}};
+    MetricFamily bytes{
+        "tricolor_bytes_total", "Bytes metered, by policy and colour", MetricType::Counter, {}};
+    const char *colors[] = {"green", "yellow", "red"};
+    auto tcp = dp_->shape_counters();
+    MetricFamily sockets{"tricolor_shape_sockets",
+                         "TCP sockets of this host paced by the policy (--shape sockets)",
+                         MetricType::Gauge,
+                         {}};
+    MetricFamily tcp_packets{"tricolor_tcp_signal_packets_total",
+                             "Packets that would have passed, by what the policy's --aqm or "
+                             "--shape did instead (aqm_marked, aqm_dropped, shape_delayed, "
+                             "shape_dropped)",
+                             MetricType::Counter,
+                             {}};
+    for (const auto &e : policies_) {
+        const auto &t = tcp[e.id];
+        std::string name = e.spec.value("name", "");
+        std::string parent = e.spec.value("parent", "");
+        ClientMetric m;
+        m.label = {{"parent", parent}, {"policy", name}};
+        m.gauge.value = t.sockets;
+        sockets.metric.push_back(m);
+        std::pair<const char *, uint64_t> what[] = {{"aqm_marked", t.tcp.aqm_marked_packets},
+                                                    {"aqm_dropped", t.tcp.aqm_dropped_packets},
+                                                    {"shape_delayed", t.tcp.shape_delayed_packets},
+                                                    {"shape_dropped", t.tcp.shape_dropped_packets}};
+        for (auto [action, v] : what) {
+            ClientMetric c;
+            c.label = {{"action", action}, {"parent", parent}, {"policy", name}};
+            c.counter.value = static_cast<double>(v);
+            tcp_packets.metric.push_back(c);
+        }
+    }
+    for (const auto &e : policies_) {
+        const auto &c = counters[e.id];
+        std::string name = e.spec.value("name", "");
+        std::string parent = e.spec.value("parent", "");
+        for (int i = 0; i < TCM_NR_COLORS; ++i) {
+            ClientMetric m;
+            // parent: a chain's levels can be summed or told apart in PromQL (empty at a top).
+            m.label = {{"color", colors[i]}, {"parent", parent}, {"policy", name}};
+            m.counter.value = static_cast<double>(c.packets[i]);
+            packets.metric.push_back(m);
+            m.counter.value = static_cast<double>(c.bytes[i]);
+            bytes.metric.push_back(m);
+        }
+    }
+    return {packets,
+            bytes,
+            sockets,
+            tcp_packets,
+            single("tricolor_unclassified_packets_total", "IP packets no policy matched",
+                   MetricType::Counter, static_cast<double>(g.unclassified_packets)),
+            single("tricolor_unclassified_bytes_total", "Bytes of IP packets no policy matched",
+                   MetricType::Counter, static_cast<double>(g.unclassified_bytes)),
+            single("tricolor_non_ip_packets_total", "Frames that are not IPv4 or IPv6",
+                   MetricType::Counter, static_cast<double>(g.non_ip_packets)),
+            single("tricolor_malformed_packets_total", "Packets with truncated or invalid headers",
+                   MetricType::Counter, static_cast<double>(g.malformed_packets)),
+            single("tricolor_table_full_total",
+                   "Packets of new flows metered in the aggregate bucket: flow table full",
+                   MetricType::Counter, static_cast<double>(g.table_full)),
+            single("tricolor_lock_timeouts_total",
+                   "Packets coloured red because a flow lock stayed taken", MetricType::Counter,
+                   static_cast<double>(g.lock_timeouts)),
+            single("tricolor_flows",
+                   "Flows in the flow table, as of the daemon's last pass over it (every "
+                   "--reclaim-interval seconds, or 10)",
+                   MetricType::Gauge, static_cast<double>(dp_->counted_flows())),
+            single("tricolor_flows_reclaimed_total",
+                   "Idle flows deleted because their buckets were full again", MetricType::Counter,
+                   static_cast<double>(reclaimed_total_)),
+            single("tricolor_flow_capacity", "Capacity of the flow table", MetricType::Gauge,
+                   static_cast<double>(options_.flow_capacity)),
+            single("tricolor_policies", "Active policies", MetricType::Gauge,
+                   static_cast<double>(policies_.size()))};
+}
+
+// Fleet metrics (docs/spec.md §10), apart from metrics() so each scrape adds them after it.
+std::vector<MetricFamily> Daemon::fleet_metrics() const {
+    std::lock_guard lock(mu_);
+    if (!fleet_)
+        return {};
+    auto t = fleet_->totals();
+    std::vector<MetricFamily> fleet_families = {
+        single("tricolor_fleet_exchanges_total", "Exchanges with the fleet's Redis",
+               MetricType::Counter, static_cast<double>(t.exchanges)),
+        single("tricolor_fleet_failures_total", "Exchanges Redis did not answer in time",
+               MetricType::Counter, static_cast<double>(t.failures)),
+        single("tricolor_fleet_fallbacks_total",
+               "Switches of a fleet policy to its fallback (Redis lost)", MetricType::Counter,
+               static_cast<double>(t.fallbacks)),
+        single("tricolor_fleet_recoveries_total", "Returns of a fleet policy from its fallback",
+               MetricType::Counter, static_cast<double>(t.recoveries)),
+        single("tricolor_fleet_in_fallback", "1 while any fleet policy runs on its fallback",
+               MetricType::Gauge, t.fallback ? 1.0 : 0.0)};
+    MetricFamily hosts{
+        "tricolor_fleet_hosts_seen", "Hosts in the fleet of a policy", MetricType::Gauge, {}};
+    MetricFamily held{"tricolor_fleet_local_held_bits",
+                      "Fleet tokens this host holds for a policy (bits or packets)",
+                      MetricType::Gauge,
+                      {}};
+    for (const auto &e : policies_) {
+        std::string name = e.spec.value("name", "");
+        auto f = fleet_->policy_status(name);
+        if (f.is_null())
+            continue;
+        ClientMetric m;
+        m.label = {{"parent", e.spec.value("parent", "")}, {"policy", name}};
+        m.gauge.value = f.value("hosts_seen", 0.0);
+        hosts.metric.push_back(m);
+        m.gauge.value = f.value("local_held", 0.0);
+        held.metric.push_back(m);
+    }
+    fleet_families.push_back(hosts);
+    fleet_families.push_back(held);
+    return fleet_families;
+}
+
+} // namespace tricolor

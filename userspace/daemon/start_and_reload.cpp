@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// start_and_reload.cpp: making a file the running state: at start (the config or the state
+// file, whichever is newer) and on SIGHUP (the config, all or nothing).
+#include "daemon_internal.hpp"
+
+#include "tricolor/shape.hpp"
+#include "tricolor/text.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <unistd.h>
+
+namespace tricolor {
+
+using namespace daemon_internal;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What a start applies (tricolord --help), and why.
+struct StartChoice {
+    Doc doc;
+    std::string from;    // "config", "state" or "nothing": status's started_from
+    std::string note;    // which file, and why
+    std::string warning; // the config does not check, so the state runs: what is wrong with it
+};
+
+// The newer of the config and the state file (the state on a tie; changes in its @journal count
+// as the state's), the state when the config does not check, or nothing when neither exists.
+Result<StartChoice> choose_start(const DaemonOptions &o, const std::string &journal_path,
+                                 const Result<std::optional<Doc>> &cfg,
+                                 const std::optional<Doc> &st, const std::vector<json> &journal) {
+    std::error_code e1, e2, e3;
+    bool cfg_exists = !cfg || *cfg;
+    auto state_time = fs::last_write_time(o.state, e1);
+    if (!journal.empty())
+        state_time = std::max(state_time, fs::last_write_time(journal_path, e3));
+    bool use_state = st && (!cfg_exists || state_time >= fs::last_write_time(o.config, e2));
+    StartChoice out;
+    if (!cfg && !use_state) {
+        if (!st)
+            return std::unexpected(cfg.error());
+        // The user's newest edit is broken: keep policing with what ran last, and say so.
+        out.warning = fmt::format("{}; applying the state {} instead (what ran last); fix the "
+                                  "config and send SIGHUP",
+                                  cfg.error(), o.state);
+        use_state = true;
+    }
+    if (use_state) {
+        out.doc = *st;
+        replay_journal(out.doc, journal);
+        out.from = "state";
+        out.note =
+            !cfg ? fmt::format("applying the state {}: the config {} does not check (below)",
+                               o.state, o.config)
+            : cfg_exists
+                ? fmt::format("applying the state {}: it is newer than the config {} (changes made "
+                              "with tricolorctl since the config was edited; SIGHUP applies the "
+                              "config)",
+                              o.state, o.config)
+                : fmt::format("applying the state {} (no config at {})", o.state, o.config);
+    } else if (*cfg) {
+        out.doc = **cfg;
+        out.from = "config";
+        out.note = st ? fmt::format("applying the config {}: it is newer than the state {}, whose "
+                                    "tricolorctl changes it replaces",
+                                    o.config, o.state)
+                      : fmt::format("applying the config {}", o.config);
+    } else {
+        out.from = "nothing";
+        out.note = fmt::format(
+            "no config at {} and no state at {}: starting with no policies and no attachments",
+            o.config, o.state);
+    }
+    return out;
+}
+
+} // namespace
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
+    if (options_.state.empty())
+        options_.state = default_state_path(options_.pin_dir);
+    DatapathOptions o;
+    o.pin_dir = options_.pin_dir;
+    o.flow_capacity = options_.flow_capacity;
+    o.top_keep = options_.top_keep;
+    dp_ = std::make_unique<Datapath>(o);
+    dp_->set_drop_malformed(options_.drop_malformed);
+    if (!options_.fleet.empty()) {
+        auto url = fleet::parse_redis_url(options_.fleet);
+        if (!url)
+            throw std::runtime_error("--fleet " + url.error());
+        fleet::AgentOptions fo;
+        fo.url = *url;
+        fo.node = options_.fleet_node;
+        fo.fallback = options_.fleet_fallback;
+        fo.period = std::chrono::milliseconds(options_.fleet_period_ms);
+        fo.lease = std::chrono::milliseconds(options_.fleet_lease_ms);
+        fleet_ = std::make_unique<fleet::Agent>(fo, *dp_);
+    }
+    for (const auto &p : dp_->policies())
+        adopted_ids_[p.name] = p.id;
+    if (auto r = load_at_start(); !r)
+        throw std::runtime_error(r.error());
+    // A sock_ops link an earlier daemon pinned: swap our program in (it reads the same maps),
+    // once the config is applied, so that it knows which policies shape from its first socket.
+    if (sockops_attached(link_dir()))
+        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+            startup_warnings.push_back(r.error());
+}
+
+Daemon::~Daemon() = default;
+
+Result<void> Daemon::load_at_start() {
+    auto cfg = read_doc(options_.config);
+    auto st = read_doc(options_.state);
+    if (!st)
+        return std::unexpected(fmt::format("{} (the daemon's state file: remove it to start from "
+                                           "{})",
+                                           st.error(), options_.config));
+    // Changes since the state file was last written whole, if the journal extends that file.
+    std::vector<json> journal;
+    if (*st)
+        journal = read_journal(journal_path(), (*st)->text_hash);
+    auto start = choose_start(options_, journal_path(), cfg, *st, journal);
+    if (!start)
+        return std::unexpected(start.error());
+    if (!start->warning.empty())
+        startup_warnings.push_back(start->warning);
+    started_from_ = start->from;
+    startup_notes.push_back(start->note);
+    bool use_state = start->from == "state";
+    if (auto r = apply_at_start(start->doc.specs, use_state ? options_.state : options_.config); !r)
+        return r;
+    attach_at_start(start->doc.attachments);
+    if (use_state)
+        state_hash_ = (*st)->text_hash;
+    if (!use_state || !journal.empty() ||
+        std::ranges::any_of(attachments_, [](auto &a) { return a.ifindex; })) {
+        if (auto s = write_state_whole(); !s)
+            startup_warnings.push_back(s.error());
+    } else {
+        unlink(journal_path().c_str()); // stale: it extends another state than this one
+    }
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+    return {};
+}
+
+// The policies of the file @from, whole; any error refuses the start.
+Result<void> Daemon::apply_at_start(const std::vector<json> &specs, const std::string &from) {
+    std::vector<std::string> warnings;
+    auto prep = prepare(specs, &warnings);
+    if (!prep)
+        return std::unexpected(fmt::format("{}: {}", from, prep.error()));
+    if (auto r = dp_->apply(prep->policies); !r)
+        return std::unexpected(fmt::format("{}: {}", from, r.error()));
+    policies_ = std::move(prep->entries);
+    adopted_ids_.clear();
+    startup_warnings.insert(startup_warnings.end(), warnings.begin(), warnings.end());
+    return {};
+}
+
+// An interface that is not there (yet) does not stop the start: the attachment is kept, and
+// status shows it as not attached until it is attached again or detached.
+void Daemon::attach_at_start(const std::vector<AttachmentSpec> &attachments) {
+    for (auto a : attachments) {
+        int recorded = a.ifindex;
+        auto r = do_attach(a);
+        if (!r && !interface_index(a.iface))
+            a.ifindex = 0; // an ifindex from before a reboot may name another interface now
+        else if (!r)
+            a.ifindex = recorded;
+        if (!r)
+            startup_warnings.push_back(fmt::format("attachment {}: {} (kept: status shows it as "
+                                                   "not attached; tricolorctl detach removes it)",
+                                                   hook_text(a), r.error()));
+        else if (!r->warning.empty())
+            startup_warnings.push_back(r->warning);
+        if (r)
+            a.mode = r->mode;
+        attachments_.push_back(a);
+    }
+}
+
+Result<void> Daemon::reload() {
+    std::lock_guard lock(mu_);
+    auto cfg = read_doc(options_.config);
+    if (!cfg)
+        return std::unexpected(cfg.error());
+    if (!*cfg)
+        return std::unexpected(fmt::format("cannot read {}: no such file", options_.config));
+    const Doc &doc = **cfg;
+    std::vector<std::string> warnings;
+    auto prep = check_reload(doc.specs, doc.attachments, &warnings);
+    if (!prep)
+        return std::unexpected(fmt::format("{}: {}", options_.config, prep.error()));
+    if (auto s = stage(state_json(doc.specs, doc.attachments)); !s)
+        return s;
+    // Attach first, then switch the policies: anything that fails undoes what this reload added.
+    std::vector<AttachmentSpec> added;
+    auto undo = [&] {
+        for (const auto &a : added)
+            (void)detach_hook(a, a.ifindex);
+        unstage();
+    };
+    auto attached = attach_for_reload(doc.attachments, added, warnings);
+    if (!attached) {
+        undo();
+        return std::unexpected(fmt::format("{}: {}", options_.config, attached.error()));
+    }
+    if (auto r = dp_->apply(prep->policies); !r) {
+        undo();
+        return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+    }
+    detach_unlisted(*attached, warnings);
+    attachments_ = std::move(*attached);
+    if (!std::ranges::any_of(prep->policies,
+                             [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS; }))
+        dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+    else if (auto r = start_socket_shaping(); !r)
+        warnings.push_back(r.error());
+    policies_ = std::move(prep->entries);
+    adopted_ids_.clear();
+    if (auto c = commit(); !c)
+        warnings.push_back(c.error());
+    reload_warnings = std::move(warnings);
+    return {};
+}
+
+// Everything a reload would refuse, found before anything changes: every interface named, and
+// the policies whole.
+Result<Daemon::Prepared> Daemon::check_reload(const std::vector<json> &specs,
+                                              const std::vector<AttachmentSpec> &attachments,
+                                              std::vector<std::string> *warnings) {
+    std::vector<std::string> errors;
+    for (const auto &a : attachments)
+        if (auto idx = interface_index(a.iface); !idx)
+            errors.push_back(fmt::format("attachment {}: {}", hook_text(a), idx.error()));
+    auto prep = prepare(specs, warnings);
+    if (!prep)
+        errors.push_back(prep.error());
+    else if (auto c = dp_->check(prep->policies); !c)
+        errors.push_back(c.error());
+    if (!errors.empty())
+        return std::unexpected(join_lines(errors));
+    return prep;
+}
+
+// Attaches every one of @attachments and returns them as attached; @added gets those whose hook
+// ran no program before (what an undo takes off).
+Result<std::vector<AttachmentSpec>>
+Daemon::attach_for_reload(const std::vector<AttachmentSpec> &attachments,
+                          std::vector<AttachmentSpec> &added, std::vector<std::string> &warnings) {
+    std::vector<AttachmentSpec> done;
+    for (auto a : attachments) {
+        auto idx = interface_index(a.iface);
+        HookState before = idx ? query_hook(a, *idx) : HookState{};
+        auto r = do_attach(a);
+        if (!r)
+            return std::unexpected(fmt::format("attachment {}: {}", hook_text(a), r.error()));
+        if (!r->warning.empty())
+            warnings.push_back(r->warning);
+        a.mode = r->mode;
+        done.push_back(a);
+        if (!before.prog_id)
+            added.push_back(a);
+    }
+    return done;
+}
+
+// What the config no longer names comes off.
+void Daemon::detach_unlisted(const std::vector<AttachmentSpec> &kept,
+                             std::vector<std::string> &warnings) {
+    for (const auto &old : attachments_) {
+        if (std::ranges::any_of(kept, [&](const AttachmentSpec &d) { return same_hook(d, old); }))
+            continue;
+        auto note = detach_one(old);
+        warnings.push_back(note
+                               ? fmt::format("detached {}: not in {}{}", hook_text(old),
+                                             options_.config, note->empty() ? "" : "; " + *note)
+                               : fmt::format("cannot detach {}: {}", hook_text(old), note.error()));
+    }
+}
+
+} // namespace tricolor
