@@ -1,20 +1,31 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // replay_cmd.cpp: parses the meter flags with the shared units parser and validation, reads
 // the whole trace (a malformed line fails before any output), and replays it.
-#include "replay_cmd.hpp"
+#include "context.hpp"
 
 #include "tricolor/meter.hpp"
 #include "tricolor/hier_replay.hpp"
 #include "tricolor/replay.hpp"
 #include "tricolor/units.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <string>
 
 namespace tricolor::cli {
+
+namespace {
+
+struct ReplayOptions {
+    MeterSpec meter;
+    std::string engine = "model";
+    std::string file;
+    std::string policy_file; // -f: a config file's policies, trace lines with addresses (§9)
+} options;
 
 void add_meter_flags(CLI::App &cmd, MeterSpec &f) {
     cmd.add_option("--algo", f.algo, "Meter algorithm")
@@ -34,27 +45,29 @@ void add_meter_flags(CLI::App &cmd, MeterSpec &f) {
         ->check(CLI::IsMember({"full", "empty"}));
 }
 
-void add_replay_command(CLI::App &app, ReplayOptions &o) {
-    auto *cmd = app.add_subcommand("replay", "Meter a packet trace offline (no daemon needed)");
-    add_meter_flags(*cmd, o.meter);
+} // namespace
+
+void add_replay(CLI::App &cmd) {
+    ReplayOptions &o = options;
+    add_meter_flags(cmd, o.meter);
     // With -f the meters come from the policy file: the meter flags are then refused, and
-    // without it the three that every meter needs are checked in run_replay_command.
-    auto *file = cmd->add_option("-f,--policies", o.policy_file,
-                                 "Policy file (a config file's policies:): trace lines then carry "
-                                 "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy");
+    // without it the three that every meter needs are checked in run_replay.
+    auto *file = cmd.add_option("-f,--policies", o.policy_file,
+                                "Policy file (a config file's policies:): trace lines then carry "
+                                "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy");
     for (const char *name : {"--algo", "--cir", "--cbs", "--ebs", "--pir", "--pbs", "--eir",
                              "--color-aware", "--packet-mode", "--coupling", "--start"}) {
-        auto *opt = cmd->get_option(name);
+        auto *opt = cmd.get_option(name);
         opt->required(false);
         file->excludes(opt);
     }
-    cmd->add_option("--engine", o.engine, "model: the C meter in user space; bpf: the BPF program")
+    cmd.add_option("--engine", o.engine, "model: the C meter in user space; bpf: the BPF program")
         ->check(CLI::IsMember({"model", "bpf"}))
         ->capture_default_str();
-    cmd->add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
+    cmd.add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
         ->required();
-    cmd->footer("Output: one 'time_ns,bytes,color' line a packet on stdout (with -f: "
-                "'time_ns,bytes,color,POLICY', '-' when unclassified); totals on stderr.");
+    cmd.footer("Output: one 'time_ns,bytes,color' line a packet on stdout (with -f: "
+               "'time_ns,bytes,color,POLICY', '-' when unclassified); totals on stderr.");
 }
 
 namespace {
@@ -112,7 +125,8 @@ int run_policy_replay(const ReplayOptions &o) {
 
 } // namespace
 
-int run_replay_command(const ReplayOptions &o) {
+int run_replay(Context &) {
+    const ReplayOptions &o = options;
     if (!o.policy_file.empty())
         return run_policy_replay(o);
     for (auto [name, value] : {std::pair{"--algo", &o.meter.algo}, std::pair{"--cir", &o.meter.cir},

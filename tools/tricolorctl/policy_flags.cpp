@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// policy_flags.cpp: a row of policy_flags() is an option, and what was given for it a field.
+#include "policy_flags.hpp"
+
+namespace tricolor::cli {
+
+using nlohmann::json;
+
+void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool add) {
+    const auto &rows = policy_flags();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const PolicyFlag &row = rows[i];
+        PolicyFlags::Given &g = f.given[i];
+        std::string option = policy_flag_option(row), help(row.help);
+        CLI::Option *opt = nullptr;
+        switch (row.kind) {
+        case PolicyFlagKind::Name:
+            opt = cmd->add_option(option, f.name, help)->required();
+            break;
+        case PolicyFlagKind::Text:
+            opt = cmd->add_option(option, g.text, help);
+            break;
+        case PolicyFlagKind::Match:
+            opt = cmd->add_option(option, g.match, help);
+            break;
+        case PolicyFlagKind::On:
+            opt = cmd->add_flag(option, g.set, help);
+            break;
+        case PolicyFlagKind::Off:
+        case PolicyFlagKind::Clear:
+            if (!add)
+                opt = cmd->add_flag(option, g.set, help);
+            break;
+        }
+        if (!opt)
+            continue;
+        if (!row.choices.empty())
+            opt->check(CLI::IsMember(row.choices));
+        if (add && row.required_on_add)
+            opt->required();
+    }
+}
+
+json policy_json(const PolicyFlags &f, bool full) {
+    json j = json::object();
+    const auto &rows = policy_flags();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const PolicyFlags::Given &g = f.given[i];
+        std::string key(rows[i].key);
+        switch (rows[i].kind) {
+        case PolicyFlagKind::Name:
+            if (full)
+                j[key] = f.name;
+            break;
+        case PolicyFlagKind::Text:
+            if (g.text)
+                j[key] = *g.text;
+            break;
+        case PolicyFlagKind::Match:
+            if (!g.match.empty()) {
+                json m = json::object();
+                for (const auto &[k, v] : g.match)
+                    m[k] = v;
+                j[key] = m;
+            }
+            break;
+        case PolicyFlagKind::On:
+            if (g.set)
+                j[key] = true;
+            break;
+        case PolicyFlagKind::Off:
+            if (g.set)
+                j[key] = false;
+            break;
+        case PolicyFlagKind::Clear:
+            if (g.set)
+                j[key] = nullptr; // merge_policy removes a null field
+            break;
+        }
+    }
+    return j;
+}
+
+} // namespace tricolor::cli
