@@ -100,7 +100,7 @@ void print_buckets(const json &b) {
 } // namespace
 
 void add_policy_add(CLI::App &cmd) {
-    add_policy_flags(&cmd, add_flags, true);
+    add_policy_flags(cmd, add_flags, PolicyFlagsFor::add);
 }
 
 int run_policy_add(Context &ctx) {
@@ -118,7 +118,7 @@ int run_policy_add(Context &ctx) {
 }
 
 void add_policy_set(CLI::App &cmd) {
-    add_policy_flags(&cmd, set_flags, false);
+    add_policy_flags(cmd, set_flags, PolicyFlagsFor::set);
 }
 
 int run_policy_set(Context &ctx) {

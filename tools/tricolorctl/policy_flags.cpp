@@ -6,39 +6,57 @@ namespace tricolor::cli {
 
 using nlohmann::json;
 
-void add_policy_flags(CLI::App *cmd, PolicyFlags &f, bool add) {
+namespace {
+
+// Whether @row makes an option of the command @use is for.
+bool takes(const PolicyFlag &row, PolicyFlagsFor use) {
+    bool way_back = row.kind == PolicyFlagKind::Off || row.kind == PolicyFlagKind::Clear;
+    switch (use) {
+    case PolicyFlagsFor::add:
+        return !way_back;
+    case PolicyFlagsFor::set:
+        return true;
+    case PolicyFlagsFor::replay:
+        return row.meter && !way_back;
+    }
+    return false;
+}
+
+} // namespace
+
+std::vector<CLI::Option *> add_policy_flags(CLI::App &cmd, PolicyFlags &f, PolicyFlagsFor use) {
+    std::vector<CLI::Option *> added;
     const auto &rows = policy_flags();
     for (size_t i = 0; i < rows.size(); ++i) {
         const PolicyFlag &row = rows[i];
+        if (!takes(row, use))
+            continue;
         PolicyFlags::Given &g = f.given[i];
         std::string option = policy_flag_option(row), help(row.help);
         CLI::Option *opt = nullptr;
         switch (row.kind) {
         case PolicyFlagKind::Name:
-            opt = cmd->add_option(option, f.name, help)->required();
+            opt = cmd.add_option(option, f.name, help)->required();
             break;
         case PolicyFlagKind::Text:
-            opt = cmd->add_option(option, g.text, help);
+            opt = cmd.add_option(option, g.text, help);
             break;
         case PolicyFlagKind::Match:
-            opt = cmd->add_option(option, g.match, help);
+            opt = cmd.add_option(option, g.match, help);
             break;
         case PolicyFlagKind::On:
-            opt = cmd->add_flag(option, g.set, help);
-            break;
         case PolicyFlagKind::Off:
         case PolicyFlagKind::Clear:
-            if (!add)
-                opt = cmd->add_flag(option, g.set, help);
+            opt = cmd.add_flag(option, g.set, help);
             break;
         }
-        if (!opt)
-            continue;
         if (!row.choices.empty())
             opt->check(CLI::IsMember(row.choices));
-        if (add && row.required_on_add)
+        if (use == PolicyFlagsFor::add && row.required_on_add)
             opt->required();
+        added.push_back(opt);
     }
+    return added;
 }
 
 json policy_json(const PolicyFlags &f, bool full) {
