@@ -3,6 +3,7 @@
 // The file is read and every policy checked here, so a bad one is bad usage (exit 2) and nothing
 // is sent.
 #include "context.hpp"
+#include "value_doc.hpp"
 
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/yaml.hpp"
@@ -32,8 +33,9 @@ struct ApplyFlags {
 } // namespace
 
 void add_apply(CLI::App &cmd) {
-    cmd.add_option("-f,--file", flags.file, "YAML (or JSON) file with a 'policies:' list")
-        ->required();
+    describe(cmd.add_option("-f,--file", flags.file, "YAML (or JSON) file with a 'policies:' list")
+                 ->required(),
+             {.name = "FILE", .complete = Complete::files});
     cmd.add_flag("--dry-run", flags.dry_run, "Check only; change nothing");
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // attach_cmd.cpp: `tricolorctl attach` and `detach`: the data path on and off an interface.
 #include "context.hpp"
+#include "value_doc.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -19,12 +20,11 @@ struct HookFlags {
 } flags;
 
 void add_hook_flags(CLI::App &cmd) {
-    cmd.add_option("IF", flags.iface, "Interface")->required();
-    cmd.add_option("--hook", flags.hook, "xdp or tc")
-        ->check(CLI::IsMember({"xdp", "tc"}))
-        ->capture_default_str();
-    cmd.add_option("--direction", flags.direction, "ingress or egress (tc)")
-        ->check(CLI::IsMember({"ingress", "egress"}))
+    describe(cmd.add_option("IF", flags.iface, "Interface")->required(),
+             {.complete = Complete::interfaces});
+    one_of(cmd.add_option("--hook", flags.hook, "xdp or tc"), {"xdp", "tc"})->capture_default_str();
+    one_of(cmd.add_option("--direction", flags.direction, "ingress or egress (tc)"),
+           {"ingress", "egress"})
         ->capture_default_str();
 }
 
@@ -59,8 +59,8 @@ int run(Context &ctx, bool attach) {
 
 void add_attach(CLI::App &cmd) {
     add_hook_flags(cmd);
-    cmd.add_option("--xdp-mode", flags.xdp_mode, "native, generic or auto")
-        ->check(CLI::IsMember({"native", "generic", "auto"}))
+    one_of(cmd.add_option("--xdp-mode", flags.xdp_mode, "native, generic or auto"),
+           {"native", "generic", "auto"})
         ->capture_default_str();
 }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // commands.cpp: every tricolorctl command, one row each. A new command is a file defining its
-// add_/run_ pair, a row here (and its paragraph in docs/man/tricolorctl.8.in).
+// add_/run_ pair and a row here; its man page entry is a marker line in
+// docs/man/tricolorctl.8.in (with its paragraph), and its completion comes by itself.
 #include "commands.hpp"
+#include "value_doc.hpp"
 
 namespace tricolor::cli {
 
@@ -66,9 +68,10 @@ std::unique_ptr<CLI::App> make_app(Context &ctx, const Command *&chosen) {
     app->set_help_all_flag("--help-all", "Show help for every command");
     app->set_version_flag("--version", "tricolorctl " TRICOLOR_VERSION);
     app->add_flag("-j,--json", ctx.as_json, "JSON output (errors as {\"error\": ...})");
-    app->add_option("--socket", ctx.socket,
-                    "tricolord's control socket (default $TRICOLOR_SOCKET, then "
-                    "/run/tricolor/tricolor.sock)");
+    describe(app->add_option("--socket", ctx.socket,
+                             "tricolord's control socket (default $TRICOLOR_SOCKET, then "
+                             "/run/tricolor/tricolor.sock)"),
+             {.name = "PATH", .complete = Complete::files});
     for (const Command &c : kCommands) {
         // "policy add": add under the group policy, which an earlier row made.
         CLI::App *parent = app.get();

@@ -3,6 +3,7 @@
 // colour counters and how full their buckets are.
 #include "context.hpp"
 #include "format.hpp"
+#include "value_doc.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -26,8 +27,9 @@ struct FlowFlags {
 } // namespace
 
 void add_flows(CLI::App &cmd) {
-    cmd.add_option("--policy", flags.policy, "Only this policy's flows");
-    cmd.add_option("--top", flags.top, "Only the N busiest (by bytes)")
+    describe(cmd.add_option("--policy", flags.policy, "Only this policy's flows"),
+             {.name = "NAME", .complete = Complete::policies});
+    describe(cmd.add_option("--top", flags.top, "Only the N busiest (by bytes)"), {.name = "N"})
         ->check(CLI::NonNegativeNumber);
 }
 

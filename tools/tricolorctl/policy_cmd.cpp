@@ -5,6 +5,7 @@
 #include "context.hpp"
 #include "format.hpp"
 #include "policy_flags.hpp"
+#include "value_doc.hpp"
 
 #include "tricolor/policy_spec.hpp"
 
@@ -22,6 +23,12 @@ namespace {
 
 PolicyFlags add_flags, set_flags;
 std::string name; // del, show
+
+// del's and show's NAME.
+void add_name(CLI::App &cmd) {
+    describe(cmd.add_option("NAME", name, "Policy name")->required(),
+             {.complete = Complete::policies});
+}
 
 std::string with_unit(uint64_t v, const char *unit) {
     return fmt::format("{} {}", v, unit);
@@ -137,7 +144,7 @@ int run_policy_set(Context &ctx) {
 }
 
 void add_policy_del(CLI::App &cmd) {
-    cmd.add_option("NAME", name, "Policy name")->required();
+    add_name(cmd);
 }
 
 int run_policy_del(Context &ctx) {
@@ -174,7 +181,7 @@ int run_policy_list(Context &ctx) {
 }
 
 void add_policy_show(CLI::App &cmd) {
-    cmd.add_option("NAME", name, "Policy name")->required();
+    add_name(cmd);
 }
 
 int run_policy_show(Context &ctx) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy_flags.cpp: a row of policy_flags() is an option, and what was given for it a field.
 #include "policy_flags.hpp"
+#include "value_doc.hpp"
 
 namespace tricolor::cli {
 
@@ -51,7 +52,17 @@ std::vector<CLI::Option *> add_policy_flags(CLI::App &cmd, PolicyFlags &f, Polic
             break;
         }
         if (!row.choices.empty())
-            opt->check(CLI::IsMember(row.choices));
+            one_of(opt, row.choices);
+        else if (!row.suggest.empty())
+            describe(opt, {.name = std::string(row.value),
+                           .complete = Complete::words,
+                           .words = row.suggest});
+        else if (row.value == "NAME" ||
+                 (row.kind == PolicyFlagKind::Name && use != PolicyFlagsFor::add))
+            // A policy's name (add's NAME is a new one).
+            describe(opt, {.name = std::string(row.value), .complete = Complete::policies});
+        else if (!row.value.empty())
+            describe(opt, {.name = std::string(row.value)});
         if (use == PolicyFlagsFor::add && row.required_on_add)
             opt->required();
         added.push_back(opt);

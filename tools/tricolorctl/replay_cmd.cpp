@@ -4,6 +4,7 @@
 // trace (a malformed line fails before any output), and replays it.
 #include "context.hpp"
 #include "policy_flags.hpp"
+#include "value_doc.hpp"
 
 #include "tricolor/meter.hpp"
 #include "tricolor/hier_replay.hpp"
@@ -40,16 +41,21 @@ void add_replay(CLI::App &cmd) {
     auto meter = add_policy_flags(cmd, o.meter, PolicyFlagsFor::replay);
     // With -f the meters come from the policy file: the meter flags are then refused, and
     // without it the ones that every meter needs are checked in run_replay.
-    auto *file = cmd.add_option("-f,--policies", o.policy_file,
+    auto *file =
+        describe(cmd.add_option("-f,--policies", o.policy_file,
                                 "Policy file (a config file's policies:): trace lines then carry "
-                                "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy");
+                                "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy"),
+                 {.name = "POLICIES", .complete = Complete::files});
     for (CLI::Option *opt : meter)
         file->excludes(opt);
-    cmd.add_option("--engine", o.engine, "model: the C meter in user space; bpf: the BPF program")
-        ->check(CLI::IsMember({"model", "bpf"}))
+    one_of(cmd.add_option("--engine", o.engine,
+                          "model: the C meter in user space; bpf: the BPF program"),
+           {"model", "bpf"})
         ->capture_default_str();
-    cmd.add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
-        ->required();
+    describe(
+        cmd.add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
+            ->required(),
+        {.complete = Complete::files});
     cmd.footer("Output: one 'time_ns,bytes,color' line a packet on stdout (with -f: "
                "'time_ns,bytes,color,POLICY', '-' when unclassified); totals on stderr.");
 }

@@ -3,6 +3,7 @@
 // the policies in tree order, and with --watch the rates between refreshes.
 #include "context.hpp"
 #include "format.hpp"
+#include "value_doc.hpp"
 
 #include "tricolor/datapath.hpp"
 
@@ -112,12 +113,16 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
 } // namespace
 
 void add_stats(CLI::App &cmd) {
-    cmd.add_option("NAME", flags.name, "Only this policy");
+    describe(cmd.add_option("NAME", flags.name, "Only this policy"),
+             {.complete = Complete::policies});
     cmd.add_flag("--watch", flags.watch, "Refresh in place with rates per colour");
-    cmd.add_option("--interval", flags.interval, "Seconds between refreshes")
+    describe(cmd.add_option("--interval", flags.interval, "Seconds between refreshes"),
+             {.name = "S"})
         ->check(CLI::Range(0.1, 3600.0));
     auto *watch = cmd.get_option("--watch");
-    cmd.add_option("--count", flags.count, "Stop after this many refreshes (0: until Ctrl-C)")
+    describe(
+        cmd.add_option("--count", flags.count, "Stop after this many refreshes (0: until Ctrl-C)"),
+        {.name = "N"})
         ->check(CLI::NonNegativeNumber)
         ->needs(watch);
 }
