@@ -242,7 +242,7 @@ TEST(PolicySpec, FleetIsAFlag) {
     EXPECT_THAT(bad.error(), HasSubstr("fleet"));
 }
 
-// The one table of policy flags (tricolorctl policy add|set): its keys are the fields, each
+// The one table of policy flags (tricolorctl policy add|set, replay): its keys are the fields, each
 // once and in its order; a --no-KEY row undoes a flag or a text field given before it; and
 // to_policy reads every field the table makes (none of them is an "unknown field").
 TEST(PolicySpec, TheFlagTableMakesTheFieldsAndEveryWayBack) {

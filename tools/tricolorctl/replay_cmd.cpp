@@ -1,63 +1,88 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// replay_cmd.cpp: parses the meter flags with the shared units parser and validation, reads
-// the whole trace (a malformed line fails before any output), and replays it.
-#include "replay_cmd.hpp"
+// replay_cmd.cpp: `tricolorctl replay`: takes a meter's flags from the policy flag table (or the
+// policies of a file), parses them with the shared units parser and validation, reads the whole
+// trace (a malformed line fails before any output), and replays it.
+#include "context.hpp"
+#include "policy_flags.hpp"
+#include "value_doc.hpp"
 
 #include "tricolor/meter.hpp"
 #include "tricolor/hier_replay.hpp"
+#include "tricolor/policy_spec.hpp"
 #include "tricolor/replay.hpp"
 #include "tricolor/units.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace tricolor::cli {
 
-void add_meter_flags(CLI::App &cmd, MeterSpec &f) {
-    cmd.add_option("--algo", f.algo, "Meter algorithm")
-        ->required()
-        ->check(CLI::IsMember({"srtcm", "trtcm", "rfc4115"}));
-    cmd.add_option("--cir", f.cir, "Committed information rate (e.g. 10mbit)")->required();
-    cmd.add_option("--cbs", f.cbs, "Committed burst size (e.g. 15k)")->required();
-    cmd.add_option("--ebs", f.ebs, "Excess burst size (srtcm, rfc4115)");
-    cmd.add_option("--pir", f.pir, "Peak information rate (trtcm)");
-    cmd.add_option("--pbs", f.pbs, "Peak burst size (trtcm)");
-    cmd.add_option("--eir", f.eir, "Excess information rate (rfc4115)");
-    cmd.add_flag("--color-aware", f.color_aware, "Take the incoming colour into account");
-    cmd.add_flag("--packet-mode", f.packet_mode,
-                 "Meter packets, not bytes: rates in packets/s, sizes in packets");
-    cmd.add_flag("--coupling", f.coupling, "rfc4115: what overflows C goes to E (MEF CF=1)");
-    cmd.add_option("--start", f.start, "A new flow's buckets start full (default) or empty")
-        ->check(CLI::IsMember({"full", "empty"}));
-}
+using nlohmann::json;
 
-void add_replay_command(CLI::App &app, ReplayOptions &o) {
-    auto *cmd = app.add_subcommand("replay", "Meter a packet trace offline (no daemon needed)");
-    add_meter_flags(*cmd, o.meter);
+namespace {
+
+struct ReplayOptions {
+    PolicyFlags meter; // the policy flag table's meter rows
+    std::string engine = "model";
+    std::string file;
+    std::string policy_file; // -f: a config file's policies, trace lines with addresses (§9)
+} options;
+
+} // namespace
+
+void add_replay(CLI::App &cmd) {
+    ReplayOptions &o = options;
+    auto meter = add_policy_flags(cmd, o.meter, PolicyFlagsFor::replay);
     // With -f the meters come from the policy file: the meter flags are then refused, and
-    // without it the three that every meter needs are checked in run_replay_command.
-    auto *file = cmd->add_option("-f,--policies", o.policy_file,
-                                 "Policy file (a config file's policies:): trace lines then carry "
-                                 "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy");
-    for (const char *name : {"--algo", "--cir", "--cbs", "--ebs", "--pir", "--pbs", "--eir",
-                             "--color-aware", "--packet-mode", "--coupling", "--start"}) {
-        auto *opt = cmd->get_option(name);
-        opt->required(false);
+    // without it the ones that every meter needs are checked in run_replay.
+    auto *file =
+        describe(cmd.add_option("-f,--policies", o.policy_file,
+                                "Policy file (a config file's policies:): trace lines then carry "
+                                "'SRC DST [PROTO [SPORT DPORT]]' and output names the policy"),
+                 {.name = "POLICIES", .complete = Complete::files});
+    for (CLI::Option *opt : meter)
         file->excludes(opt);
-    }
-    cmd->add_option("--engine", o.engine, "model: the C meter in user space; bpf: the BPF program")
-        ->check(CLI::IsMember({"model", "bpf"}))
+    one_of(cmd.add_option("--engine", o.engine,
+                          "model: the C meter in user space; bpf: the BPF program"),
+           {"model", "bpf"})
         ->capture_default_str();
-    cmd->add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
-        ->required();
-    cmd->footer("Output: one 'time_ns,bytes,color' line a packet on stdout (with -f: "
-                "'time_ns,bytes,color,POLICY', '-' when unclassified); totals on stderr.");
+    describe(
+        cmd.add_option("FILE", o.file, "Trace, one 'time_ns bytes [colour]' a line; - for stdin")
+            ->required(),
+        {.complete = Complete::files});
+    cmd.footer("Output: one 'time_ns,bytes,color' line a packet on stdout (with -f: "
+               "'time_ns,bytes,color,POLICY', '-' when unclassified); totals on stderr.");
 }
 
 namespace {
+
+// The meter the flags given describe (their fields, as to_policy reads them).
+MeterSpec meter_spec(const json &spec) {
+    auto text = [&](const char *key) -> std::optional<std::string> {
+        if (auto it = spec.find(key); it != spec.end())
+            return it->get<std::string>();
+        return std::nullopt;
+    };
+    MeterSpec m;
+    m.algo = text("algo").value_or("");
+    m.cir = text("cir").value_or("");
+    m.cbs = text("cbs").value_or("");
+    m.ebs = text("ebs");
+    m.pir = text("pir");
+    m.pbs = text("pbs");
+    m.eir = text("eir");
+    m.color_aware = spec.value("color_aware", false);
+    m.packet_mode = spec.value("packet_mode", false);
+    m.coupling = spec.value("coupling", false);
+    m.start = text("start");
+    return m;
+}
 
 std::istream *open_trace(const std::string &name, std::ifstream &file) {
     if (name == "-")
@@ -112,16 +137,18 @@ int run_policy_replay(const ReplayOptions &o) {
 
 } // namespace
 
-int run_replay_command(const ReplayOptions &o) {
+int run_replay(Context &) {
+    const ReplayOptions &o = options;
     if (!o.policy_file.empty())
         return run_policy_replay(o);
-    for (auto [name, value] : {std::pair{"--algo", &o.meter.algo}, std::pair{"--cir", &o.meter.cir},
-                               std::pair{"--cbs", &o.meter.cbs}})
-        if (value->empty()) {
-            std::cerr << fmt::format("{} is required (or -f POLICIES)\n", name);
+    json spec = policy_json(o.meter, false);
+    for (const PolicyFlag &row : policy_flags())
+        if (row.meter && row.required_on_add &&
+            spec.value(std::string(row.key), std::string()).empty()) {
+            std::cerr << fmt::format("{} is required (or -f POLICIES)\n", policy_flag_option(row));
             return kExitUsage;
         }
-    auto meter = parse_meter_spec(o.meter);
+    auto meter = parse_meter_spec(meter_spec(spec));
     if (!meter) {
         std::cerr << meter.error() << "\n";
         return kExitUsage;

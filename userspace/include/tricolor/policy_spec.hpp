@@ -28,15 +28,18 @@ enum class PolicyFlagKind : uint8_t {
 };
 
 // One row per flag, as xdp-tools' DEFINE_OPTION: the CLI's options (in this order, so their
-// --help), the JSON the CLI sends and policy_fields() are all made from this table; to_policy()
-// checks the values. The option is the key spelled with dashes: "color_aware" is --color-aware,
-// and its Off row --no-color-aware.
+// --help), the JSON the CLI sends, policy_fields(), and tricolorctl's man page and bash
+// completion are all made from this table; to_policy() checks the values. The option is the key
+// spelled with dashes: "color_aware" is --color-aware, and its Off row --no-color-aware.
 struct PolicyFlag {
     std::string_view key; // the field of the policy object
     PolicyFlagKind kind;
     std::string_view help;              // the option's --help text
     bool required_on_add = false;       // `policy add` needs it (set takes any of them)
     std::vector<std::string> choices{}; // the only values the CLI takes (none: to_policy checks)
+    bool meter = false;                 // a meter's own parameter: `tricolorctl replay` takes it
+    std::string_view value{};           // the value in the man page (none: choices or suggest)
+    std::vector<std::string> suggest{}; // what completion offers as the value (NAME: policies)
 };
 const std::vector<PolicyFlag> &policy_flags();
 // The CLI spelling of @flag: NAME, --cir, --no-fleet.

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// status_cmd.cpp: `tricolorctl status`: attachments as the kernel has them, table fill, and where
+// the daemon keeps its metrics, maps, config and state.
+#include "context.hpp"
+#include "format.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+namespace tricolor::cli {
+
+using nlohmann::json;
+
+void add_status(CLI::App &) {}
+
+int run_status(Context &ctx) {
+    int rc = 0;
+    auto r = ctx.call({{"cmd", "status"}}, rc);
+    if (!r)
+        return rc;
+    if (ctx.json_out()) {
+        std::cout << r->dump() << "\n";
+        return rc;
+    }
+    const auto &s = *r;
+    std::cout << fmt::format("{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", "INTERFACE", "HOOK",
+                             "DIRECTION", "MODE", "PROG", "STATE");
+    for (const auto &a : s["attachments"])
+        std::cout << fmt::format(
+            "{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", a["iface"].get<std::string>(),
+            a["hook"].get<std::string>(), a["direction"].get<std::string>(),
+            a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
+            !a["attached"].get<bool>()
+                ? "NOT ATTACHED: " + a.value("stale", std::string("not in the kernel"))
+            : a.value("managed", true) ? std::string("attached")
+                                       : "attached, NOT MANAGED: " + a.value("stale", ""));
+    if (s["attachments"].empty())
+        std::cout << "(no attachments)\n";
+    std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),
+                             s["policies"]["capacity"].get<uint64_t>());
+    std::cout << fmt::format("flows       {} of {} (as of the last pass), {} idle flows "
+                             "reclaimed\n",
+                             s["flows"]["used"].get<uint64_t>(),
+                             s["flows"]["capacity"].get<uint64_t>(),
+                             s["flows"].value("reclaimed", uint64_t{0}));
+    // flows --top: from the heavy hitters the data path keeps, or by a walk of the table.
+    if (auto t = s["flows"].value("top", json()); t.is_object())
+        std::cout << fmt::format(
+            "flows --top {}\n",
+            t.value("tracking", false)
+                ? fmt::format("from the heavy hitters: flows of {} bytes or more ({} at the "
+                              "last pass)",
+                              t.value("threshold", uint64_t{0}), t.value("candidates", uint64_t{0}))
+                : std::string("walks the table (no heavy hitters now)"));
+    std::cout << fmt::format("metrics     {}\n", s.value("metrics", std::string("none")));
+    std::cout << fmt::format("pin dir     {}\n", s["pin_dir"].get<std::string>());
+    std::cout << fmt::format("config      {}\n", s["config"].get<std::string>());
+    if (s.contains("state"))
+        std::cout << fmt::format("state       {} (started from the {})\n",
+                                 s["state"].get<std::string>(),
+                                 s.value("started_from", std::string("?")));
+    if (auto f = s.value("fleet", json()); f.is_object()) {
+        std::cout << fmt::format(
+            "fleet {} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "
+            "returns\n",
+            f.value("redis", ""), f.value("node", ""), f.value("fallback", ""),
+            f.value("in_fallback", false) ? " (IN FALLBACK)" : "", f.value("exchanges", 0),
+            f.value("failures", 0), f.value("fallbacks", 0), f.value("recoveries", 0));
+        for (const auto &[name, pf] : f["policies"].items())
+            std::cout << name << fleet_line(pf) << "\n";
+    }
+    return rc;
+}
+
+} // namespace tricolor::cli
