@@ -9,6 +9,7 @@
 #include "lab.hpp"
 #include "tricolor/datapath.hpp"
 
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -196,7 +197,7 @@ class Shape : public ::testing::Test {
 };
 
 // Sends @bytes on @fd, read on @peer: enough makes a socket active in its policy's share.
-void pump(int fd, int peer, size_t bytes) {
+void pump(int fd, int peer, size_t bytes, const std::function<void()> &each = {}) {
     char buf[16384] = {};
     size_t sent = 0, got = 0;
     auto deadline =
@@ -208,6 +209,8 @@ void pump(int fd, int peer, size_t bytes) {
                 sent += static_cast<size_t>(n);
         }
         ssize_t n = recv(peer, buf, sizeof(buf), MSG_DONTWAIT);
+        if (each)
+            each();
         if (n > 0)
             got += static_cast<size_t>(n);
         else
@@ -303,18 +306,29 @@ TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
     int pa = accept(ls, nullptr, nullptr), po = accept(lo, nullptr, nullptr);
     const uint64_t c_half = (16384 * TCM_TOKENS_PER_BYTE / 2) | 1;
     const uint64_t rate_lo = share_of("20000000", 1).lo;
-    auto is_short = [&](const tcp_info &ti) {
-        return uint64_t{ti.tcpi_rtt} * rate_lo <= c_half >> TCM_SHAPE_SHORT_RTT_SHIFT;
+    auto is_short = [&](uint32_t rtt_us) {
+        return uint64_t{rtt_us} * rate_lo <= c_half >> TCM_SHAPE_SHORT_RTT_SHIFT;
     };
     tcp_info ti = tcp_info_of(a);
-    const bool short_from_start = is_short(ti);
+    const bool short_from_start = is_short(ti.tcpi_rtt);
     RecordProperty("rtt_us", std::to_string(ti.tcpi_rtt));
     EXPECT_EQ(ti.tcpi_snd_cwnd, short_from_start ? 5u : 10u) << "srtt " << ti.tcpi_rtt << " us";
     EXPECT_EQ(tcp_info_of(o).tcpi_snd_cwnd, 10u);
-    pump(a, pa, 256 * 1024);
+    // The round trip is read throughout: under load (a busy CI machine) it can go long for a
+    // while, the clamp lifts and the window grows, and red follows. That is the design (no clamp
+    // at a long round trip), not what this test is about, so only a run short throughout is held
+    // to the clamp (25 runs beside two busy loops: red > 0 in exactly the 5 whose RTT crossed).
+    uint32_t max_rtt = ti.tcpi_rtt, max_cwnd = ti.tcpi_snd_cwnd;
+    pump(a, pa, 256 * 1024, [&] {
+        tcp_info t = tcp_info_of(a);
+        max_rtt = std::max(max_rtt, t.tcpi_rtt);
+        max_cwnd = std::max(max_cwnd, t.tcpi_snd_cwnd);
+    });
     ti = tcp_info_of(a);
-    if (short_from_start && is_short(ti)) {
-        EXPECT_LE(ti.tcpi_snd_cwnd, 5u) << "srtt " << ti.tcpi_rtt << " us";
+    max_rtt = std::max(max_rtt, ti.tcpi_rtt);
+    RecordProperty("max_rtt_us", std::to_string(max_rtt));
+    if (short_from_start && is_short(max_rtt)) {
+        EXPECT_LE(max_cwnd, 5u) << "srtt up to " << max_rtt << " us";
         EXPECT_EQ(policy_stats(d, "small")["red"]["packets"].get<uint64_t>(), 0u);
         // Its policy gone, the socket is no longer shaped: the clamp goes too. (Which of the
         // socket's reads lifts it depends on whether an ACK falls between the daemon's shape
