@@ -56,4 +56,36 @@ int tricolor_tc(struct __sk_buff *skb) {
     return TC_ACT_OK;
 }
 
+/* --shape sockets (lib/shape.h): a cgroup sock_ops program on the root of cgroup v2 that paces
+ * the TCP sockets of policies with `shape: sockets`. */
+SEC("sockops")
+int tricolor_sockops(struct bpf_sock_ops *skops) {
+    struct tcm_sock_shape *ss;
+    struct bpf_sock *sk;
+
+    switch (skops->op) {
+    case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+    case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+        if (tcm_shape_policies)
+            shape_sock_start(skops);
+        break;
+    case BPF_SOCK_OPS_RTT_CB:
+        sk = skops->sk;
+        if (!sk)
+            break;
+        ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
+        if (ss && ss->policy_id)
+            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0),
+                           bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0));
+        break;
+    case BPF_SOCK_OPS_STATE_CB:
+        /* args[1]: the new state. */
+        if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
+            skops->args[1] == BPF_TCP_CLOSE)
+            shape_sock_stop(skops);
+        break;
+    }
+    return 1;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

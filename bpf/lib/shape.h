@@ -58,6 +58,7 @@
 #define TRICOLOR_SHAPE_H
 
 #include <linux/bpf.h>
+#include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -130,7 +131,7 @@ __u32 tcm_shape_ifaces[TCM_SHAPE_MAX_IFACES] = {};
 /* The classifier key of the socket's outgoing packets, ifindex left to the caller. */
 static __always_inline int shape_sock_key(const struct bpf_sock_ops *skops,
                                           struct tcm_class_key *k) {
-    k->proto = 6; /* IPPROTO_TCP */
+    k->proto = IPPROTO_TCP;
     k->flags = TCM_KEY_F_PORTS;
     k->sport = (__u16)skops->local_port;
     k->dport = (__u16)bpf_ntohl(skops->remote_port);
@@ -386,7 +387,7 @@ static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
     if (!sk)
         return TC_ACT_SHOT;
     sk = bpf_sk_fullsock(sk);
-    if (!sk || sk->protocol != 6 /* IPPROTO_TCP */)
+    if (!sk || sk->protocol != IPPROTO_TCP)
         return TC_ACT_SHOT;
     struct tcm_sock_shape *ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
     struct tcm_sock_cwnd *cw = bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0);
@@ -397,36 +398,6 @@ static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
     if (!tp || tp->packets_out != 0)
         return TC_ACT_SHOT;
     return bpf_redirect(0, 0);
-}
-
-SEC("sockops")
-int tricolor_sockops(struct bpf_sock_ops *skops) {
-    struct tcm_sock_shape *ss;
-    struct bpf_sock *sk;
-
-    switch (skops->op) {
-    case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-    case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-        if (tcm_shape_policies)
-            shape_sock_start(skops);
-        break;
-    case BPF_SOCK_OPS_RTT_CB:
-        sk = skops->sk;
-        if (!sk)
-            break;
-        ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
-        if (ss && ss->policy_id)
-            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0),
-                           bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0));
-        break;
-    case BPF_SOCK_OPS_STATE_CB:
-        /* args[1]: the new state. */
-        if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
-            skops->args[1] == BPF_TCP_CLOSE)
-            shape_sock_stop(skops);
-        break;
-    }
-    return 1;
 }
 
 #endif /* TRICOLOR_SHAPE_H */
