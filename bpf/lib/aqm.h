@@ -31,14 +31,6 @@
 #include "parse.h"
 #include "act.h"
 
-/* Per CPU by policy id: the counters of --aqm and --shape edt. */
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_tcp_counters);
-} tcm_tcp_stats SEC(".maps");
-
 /* tcm_flow.flags: bit 24, the late signal was sent in this drain (cleared when the reserve is
  * back above TCM_AQM_REARM eighths); bit 25, the slow-start signal was sent in this drain;
  * bits 8-11, the deepest deficit of this drain and bits 12-15 of the one before, in eighths of

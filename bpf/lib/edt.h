@@ -27,20 +27,13 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
 #include "chain.h"
 
 /* Returned by edt_meter_packet with the colour: dropped, its departure beyond the horizon. */
 #define TCM_METER_SHAPE_DROP_SHIFT 10
 #define TCM_METER_SHAPE_DROP (1 << TCM_METER_SHAPE_DROP_SHIFT)
 #define TCM_METER_DELAYED 0x200 /* internal: edt_mark gave a departure time */
-
-/* By policy id, written by the daemon before a set that uses it becomes active. */
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_edt_cfg);
-} tcm_edt_cfg SEC(".maps");
 
 /* Meters one packet of an edt policy, incoming colour @c0, on @st (the flow's state, under its
  * lock) and returns its colour, ORed with TCM_METER_DELAYED (*@stamp is then its departure time)

@@ -64,6 +64,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
 #include "classify.h"
 #include "flow.h"
 
@@ -86,41 +87,6 @@
 #ifndef AF_INET6
 #define AF_INET6 10
 #endif
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_shape_cfg);
-} tcm_shape_cfg SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_shape_state);
-} tcm_shape_state SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_shape);
-} tcm_sock_shape SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_pace);
-} tcm_sock_pace SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_cwnd);
-} tcm_sock_cwnd SEC(".maps");
 
 /* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
  * ifindexes of the tc egress attachments to classify sockets against. */
