@@ -3,7 +3,6 @@
  * (lib/pipeline.h): XDP for ingress at the driver, tc (tcx or clsact, either direction) for
  * everything XDP cannot do: skb mark, priority/classid and GSO packets. */
 #include <linux/bpf.h>
-#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
@@ -19,8 +18,7 @@ int tricolor_xdp(struct xdp_md *ctx) {
     p.key.ifindex = ctx->ingress_ifindex;
     /* Multi-buffer frames are charged their full length. */
     struct tcm_frame fr = {.len = bpf_xdp_get_buff_len(ctx), .segs = 1};
-    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
-    return v.drop ? XDP_DROP : XDP_PASS;
+    return act_xdp(pipeline_run(data, data_end, fr, &p));
 }
 
 SEC("tc")
@@ -46,14 +44,7 @@ int tricolor_tc(struct __sk_buff *skb) {
         fr.gso = 1;
     }
     fr.len = skb->len;
-    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
-    if (v.drop)
-        return shape_tc_drop(skb);
-    if (v.kind == TCM_ACT_KIND_MARK)
-        skb->mark = v.value;
-    else if (v.kind == TCM_ACT_KIND_PRIORITY)
-        skb->priority = v.value;
-    return TC_ACT_OK;
+    return act_tc(skb, pipeline_run(data, data_end, fr, &p));
 }
 
 /* --shape sockets (lib/shape.h): a cgroup sock_ops program on the root of cgroup v2 that paces

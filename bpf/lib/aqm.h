@@ -28,6 +28,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
 #include "parse.h"
 #include "act.h"
 
@@ -48,9 +49,6 @@
 #define TCM_AQM_REARM 4
 /* A bucket that saw no packet for this long forgets its drains (slow start follows idle). */
 #define TCM_AQM_IDLE_NS 1000000000ull
-
-/* Returned by tcm_flow_meter_packet with the colour: send the early signal on this packet. */
-#define TCM_METER_SIGNAL 0x100
 
 /* The deficit in whole eighths of the reserve, 0..8, by compares (no division per packet). */
 static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
@@ -138,31 +136,25 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
     return signal;
 }
 
-/* Sets CE on an ECN-capable packet (ECT(0) or ECT(1)); the IPv4 header checksum is patched
- * (RFC 1624), IPv6 has none. Returns 0 if marked, -1 if the packet is not ECN-capable. */
-static __always_inline int act_set_ce(void *data, void *data_end, const struct tcm_pkt *p) {
-    if (p->key.flags & TCM_KEY_F_IPV6) {
-        __be32 *word = tcm_hdr(data, data_end, p->l3_off & 0xff, 4);
-        if (!word)
-            return -1;
-        __u32 host = bpf_ntohl(*word);
-        if (((host >> 20) & 3) == 0)
-            return -1;
-        *word = bpf_htonl(host | (3u << 20));
+/* The early signal on a packet that would pass: CE if the policy says ecn and the packet is
+ * ECN-capable (act_set_ce), else a drop. Counted per policy apart from the colours, which stay
+ * what the meter said. Returns 1 if the packet is to be dropped. */
+static __always_inline __u32 aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
+                                        const struct tcm_policy *pol, __u32 segs, __u32 len) {
+    __u32 id = pol->policy_id;
+    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
+    if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
+        if (t) {
+            t->aqm_marked_packets += segs;
+            t->aqm_marked_bytes += len;
+        }
         return 0;
     }
-    struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
-    if (!ip || (ip->tos & 3) == 0)
-        return -1;
-    __u16 *first = (__u16 *)ip;
-    __u16 old = *first;
-    ip->tos |= 3;
-    __u16 new = *first;
-    __u32 sum = (__u16)~ip->check;
-    sum += (__u16)~old;
-    sum += new;
-    ip->check = ~act_csum_fold(sum);
-    return 0;
+    if (t) {
+        t->aqm_dropped_packets += segs;
+        t->aqm_dropped_bytes += len;
+    }
+    return 1;
 }
 
 #endif /* TRICOLOR_AQM_H */

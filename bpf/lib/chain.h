@@ -22,6 +22,8 @@
 
 #include "flow.h"
 #include "hot.h"
+#include "aqm.h"
+#include "fleet.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
  * as its own `length` and `overhead` say (chain_level_len, docs/spec.md §3). */
@@ -33,6 +35,17 @@ struct tcm_chain_in {
     __u32 in_color; /* the matched policy's incoming colour */
     __u32 pad;
 };
+
+/* What chain_meter_packet and edt_meter_packet return: the packet's colour (TCM_METER_COLOR)
+ * ORed with these bits, or TCM_NR_COLORS when the matched policy's bucket could not be found. */
+enum tcm_meter_verdict {
+    TCM_METER_COLOR = 0xff,
+    TCM_METER_SIGNAL = 0x100,     /* --aqm: this packet carries the early signal (aqm.h) */
+    TCM_METER_DELAYED = 0x200,    /* edt_mark gave it a departure time (internal to edt.h) */
+    TCM_METER_SHAPE_DROP = 0x400, /* --shape edt: red, and it cannot leave within the horizon */
+};
+#define TCM_METER_SHAPE_DROP_SHIFT 10 /* pipeline.h turns the bit into a drop without a branch */
+_Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shift names the bit");
 
 #define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
 #define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
@@ -173,7 +186,7 @@ static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_
         f->counters.bytes[TCM_GREEN] + f->counters.bytes[TCM_YELLOW] + f->counters.bytes[TCM_RED];
     flow_unlock(f);
     chain_count(lvl, color, in->segs, len);
-    flow_hot_check(lvl, key, total, len);
+    hot_check(lvl, key, total, len);
 }
 
 /* Meters the packet through @pol and its parents and counts it at every level by its final

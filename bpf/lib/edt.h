@@ -30,11 +30,6 @@
 #include "maps.h"
 #include "chain.h"
 
-/* Returned by edt_meter_packet with the colour: dropped, its departure beyond the horizon. */
-#define TCM_METER_SHAPE_DROP_SHIFT 10
-#define TCM_METER_SHAPE_DROP (1 << TCM_METER_SHAPE_DROP_SHIFT)
-#define TCM_METER_DELAYED 0x200 /* internal: edt_mark gave a departure time */
-
 /* Meters one packet of an edt policy, incoming colour @c0, on @st (the flow's state, under its
  * lock) and returns its colour, ORed with TCM_METER_DELAYED (*@stamp is then its departure time)
  * or TCM_METER_SHAPE_DROP. *@stamp: the skb's departure time (0: none). */

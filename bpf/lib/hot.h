@@ -28,8 +28,8 @@ __u64 tcm_hot_overflow = 0;
  * frame of a chain (entry point, chain_meter_packet, here), and Linux 6.1 refuses a chain of
  * frames over 512 bytes, each rounded up to 32. With clang 18 and 19 the key on this stack and
  * a fourth frame for flow_key_of came to 544. */
-__attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
-                                            const struct tcm_class_key *key) {
+__attribute__((noinline)) int hot_note(const struct tcm_policy *pol,
+                                       const struct tcm_class_key *key) {
     __u32 zero = 0;
     __u8 one = 1;
 
@@ -52,11 +52,10 @@ __attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
 /* After the flow's lock is released: @total is its bytes after this packet's @len, read under
  * the lock. total - T < len (unsigned) holds exactly when total - len < T <= total: one compare,
  * and never true while T is UINT64_MAX. */
-static __always_inline void flow_hot_check(const struct tcm_policy *pol,
-                                           const struct tcm_class_key *key, __u64 total,
-                                           __u32 len) {
+static __always_inline void hot_check(const struct tcm_policy *pol, const struct tcm_class_key *key,
+                                      __u64 total, __u32 len) {
     if (total - *(volatile __u64 *)&tcm_hot_threshold < len)
-        flow_hot_note(pol, key);
+        hot_note(pol, key);
 }
 
 #endif /* TRICOLOR_HOT_H */

@@ -92,7 +92,7 @@ struct {
     __type(value, __u8);
 } tcm_flow_hot SEC(".maps");
 
-/* flow_hot_note's key, built here rather than on a stack a chain already fills (hot.h). Scratch:
+/* hot_note's key, built here rather than on a stack a chain already fills (hot.h). Scratch:
  * not pinned, read only by the program that wrote it, in the same run. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -11,6 +11,7 @@
 #include "flow.h"
 #include "chain.h"
 #include "edt.h"
+#include "aqm.h"
 #include "act.h"
 
 /* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
@@ -20,39 +21,10 @@
 const volatile __u8 tcm_bench_spread = 0;
 __u32 tcm_bench_counter = 0;
 
-/* What the entry point must do after the pipeline. */
-struct tcm_verdict {
-    __u32 drop;
-    __u32 kind; /* enum tcm_action_kind of the colour's action */
-    __u32 value;
-};
-
 /* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
  * colour, so the replay and the tests read the verdict of the real program. */
 __u32 tcm_test_last_policy = 0;
 __u32 tcm_test_last_color = 0;
-
-/* --aqm: the early signal on a packet that would pass: CE if the policy says ecn and the packet
- * is ECN-capable, else a drop (aqm.h has the law). Counted per policy apart from the colours,
- * which stay what the meter said. */
-static __always_inline void aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
-                                       const struct tcm_policy *pol, struct tcm_verdict *v,
-                                       __u32 segs, __u32 len) {
-    __u32 id = pol->policy_id;
-    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
-    if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
-        if (t) {
-            t->aqm_marked_packets += segs;
-            t->aqm_marked_bytes += len;
-        }
-        return;
-    }
-    v->drop = 1;
-    if (t) {
-        t->aqm_dropped_packets += segs;
-        t->aqm_dropped_bytes += len;
-    }
-}
 
 /* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
 struct tcm_frame {
@@ -63,7 +35,8 @@ struct tcm_frame {
     struct __sk_buff *skb; /* tc: the packet, for --shape edt; NULL on XDP */
 };
 
-/* Parses, classifies, meters and counts one frame; the caller applies the verdict. */
+/* Parses, classifies, meters, acts on and counts one frame; the caller returns act_xdp or act_tc
+ * of what it returns. */
 static __always_inline struct tcm_verdict
 pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_pkt *p) {
     const __u32 frame_len = fr.len, segs = fr.segs, l2_extra = fr.l2_extra, gso = fr.gso;
@@ -124,19 +97,14 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
                       : chain_meter_packet(pol, &p->key, &in);
     if (metered == TCM_NR_COLORS)
         return v;
-    __u32 color = meter_color_index(metered & 0xff);
-    __u32 len = chain_level_len(pol, &in);
+    __u32 color = meter_color_index(metered & TCM_METER_COLOR);
     if (tcm_test_clock) {
         tcm_test_last_policy = pol->policy_id + 1;
         tcm_test_last_color = color;
     }
-    v.kind = pol->action[color].kind;
-    v.value = pol->action[color].value;
-    v.drop = v.kind == TCM_ACT_KIND_DROP;
-    if (v.kind == TCM_ACT_KIND_DSCP)
-        act_set_dscp(data, data_end, p, v.value);
+    v = act_apply(data, data_end, p, pol, color);
     if (metered & TCM_METER_SIGNAL)
-        aqm_signal(data, data_end, p, pol, &v, segs, len);
+        v.drop |= aqm_signal(data, data_end, p, pol, segs, chain_level_len(pol, &in));
     /* --shape edt: red, and it could not leave within the horizon. Without a branch. */
     v.drop |= (metered & TCM_METER_SHAPE_DROP) >> TCM_METER_SHAPE_DROP_SHIFT;
     return v;
