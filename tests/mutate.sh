@@ -312,8 +312,8 @@ mutant fleet-lease-ignored bpf/lib/fleet.h \
     's/if \(until && now > until\)/if (until \&\& now > until + (1ull << 62))/' \
     "fleet: an expired lease does not void the bucket" \
     "bpf:FleetDatapathTest.*"
-mutant fleet-no-cap bpf/lib/fleet.h \
-    's/__u64 over = meter_bucket_add\(&f->meter\.c_tokens, cfg->c_size, add\);/f->meter.c_tokens += add; __u64 over = 0;/' \
+mutant fleet-no-cap bpf/lib/meter.h \
+    's/__u64 over = meter_bucket_add\(&st->c_tokens, cfg->c_size, add\);/st->c_tokens += add; __u64 over = 0;/' \
     "fleet: grants fill C past CBS" \
     "bpf:FleetDatapathTest.*"
 mutant fleet-lua-cap userspace/src/fleet.lua \

@@ -29,6 +29,7 @@
 
 #include "tricolor_abi.h"
 #include "maps.h"
+#include "meter.h"
 #include "parse.h"
 #include "act.h"
 
@@ -87,16 +88,9 @@ static __always_inline void aqm_idle(const struct tcm_policy *pol, struct tcm_fl
  *    often followed by a loss, and classic ECN then cut twice), late enough that the window is
  *    cut near where the hard policer's loss would cut it. */
 static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
-    const struct tcm_meter_config *m = &pol->meter;
     __u64 size, tokens;
 
-    if (m->algo == TCM_ALGO_TRTCM) {
-        size = m->e_size;
-        tokens = f->meter.e_tokens;
-    } else {
-        size = m->c_size + m->e_size;
-        tokens = f->meter.c_tokens + f->meter.e_tokens;
-    }
+    meter_reserve(&pol->meter, &f->meter, &size, &tokens);
     __u64 deficit = size > tokens ? size - tokens : 0;
     __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 8 * eighth */
     __u32 flags = f->flags;

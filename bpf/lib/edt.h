@@ -46,16 +46,10 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
     if (color == TCM_RED) {
         if (!(m->flags & TCM_METER_F_COLOR_AWARE))
             c0 = TCM_GREEN;
-        __u64 rate = m->c_rate, tokens = st->c_tokens, size = m->c_size;
-        if (m->algo == TCM_ALGO_TRTCM) {
-            rate = m->e_rate;
-            tokens = st->e_tokens;
-            size = m->e_size;
-        } else if (c0 != TCM_GREEN) {
-            return TCM_RED; /* arrived yellow: only E would do, which C's refill does not fill */
-        }
-        if (c0 == TCM_RED)
-            return TCM_RED; /* arrived red: red whatever the tokens */
+        __u64 rate, tokens, size;
+        /* No bucket's refill would make it pass; or it arrived red: red whatever the tokens. */
+        if (!meter_wait_bucket(m, st, c0, &rate, &tokens, &size) || c0 == TCM_RED)
+            return TCM_RED;
         __u64 cost = meter_cost(m, len);
         __u32 id = pol->policy_id;
         struct tcm_edt_cfg *e = bpf_map_lookup_elem(&tcm_edt_cfg, &id);

@@ -186,6 +186,58 @@ TCM_METER_INLINE __u64 meter_wait_ns(__u64 need, __u64 rate, __u64 recip) {
     return q;
 }
 
+/* The choices the data path's other parts make by algorithm. */
+
+/* --aqm (aqm.h): the reserve of a bucket pair, the tokens left before a packet is red, and the
+ * size it drains from. trtcm: P, which alone decides red; srtcm and rfc4115: C and E together. */
+TCM_METER_INLINE void meter_reserve(const struct tcm_meter_config *cfg,
+                                    const struct tcm_meter_state *st, __u64 *size, __u64 *tokens) {
+    if (cfg->algo == TCM_ALGO_TRTCM) {
+        *size = cfg->e_size;
+        *tokens = st->e_tokens;
+    } else {
+        *size = cfg->c_size + cfg->e_size;
+        *tokens = st->c_tokens + st->e_tokens;
+    }
+}
+
+/* --shape edt (edt.h): the bucket a packet coloured red for want of tokens waits for, its
+ * incoming colour @in_color green or yellow: its *@rate, *@tokens and *@size. trtcm: P at PIR,
+ * which a packet of either colour needs. srtcm and rfc4115: C at CIR, for a green packet; a
+ * yellow one could use only E, which C's refill does not fill: returns 0, nothing to wait for. */
+TCM_METER_INLINE int meter_wait_bucket(const struct tcm_meter_config *cfg,
+                                       const struct tcm_meter_state *st, __u32 in_color,
+                                       __u64 *rate, __u64 *tokens, __u64 *size) {
+    if (cfg->algo == TCM_ALGO_TRTCM) {
+        *rate = cfg->e_rate;
+        *tokens = st->e_tokens;
+        *size = cfg->e_size;
+        return 1;
+    }
+    if (in_color != TCM_GREEN)
+        return 0;
+    *rate = cfg->c_rate;
+    *tokens = st->c_tokens;
+    *size = cfg->c_size;
+    return 1;
+}
+
+/* A fleet policy's grant (fleet.h, docs/spec.md §10): @add tokens into C, capped to its size
+ * first; under srtcm what overflows C goes into E, as its CIR stream's would. Returns what fit
+ * in neither. */
+TCM_METER_INLINE __u64 meter_grant(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                   __u64 add) {
+    if (st->c_tokens > cfg->c_size)
+        st->c_tokens = cfg->c_size;
+    __u64 over = meter_bucket_add(&st->c_tokens, cfg->c_size, add);
+    if (over && cfg->algo == TCM_ALGO_SRTCM) {
+        if (st->e_tokens > cfg->e_size)
+            st->e_tokens = cfg->e_size;
+        over = meter_bucket_add(&st->e_tokens, cfg->e_size, over);
+    }
+    return over;
+}
+
 #ifdef __bpf__
 /* A colour as an array index the verifier can prove in bounds. The barrier hides the value from
  * clang, which otherwise proves the check redundant (meter_mark returns 0..2) and drops it,
