@@ -13,18 +13,7 @@
 #include "edt.h"
 #include "aqm.h"
 #include "act.h"
-
-/* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
- * low 20 bits XORed with a counter's permutation) in a scattered order, so one BPF_PROG_TEST_RUN
- * with a repeat count walks a table of a million flows, IPv4 or IPv6. Frozen in .rodata at load,
- * so production programs do not contain it. */
-const volatile __u8 tcm_bench_spread = 0;
-__u32 tcm_bench_counter = 0;
-
-/* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
- * colour, so the replay and the tests read the verdict of the real program. */
-__u32 tcm_test_last_policy = 0;
-__u32 tcm_test_last_color = 0;
+#include "testing.h"
 
 /* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
 struct tcm_frame {
@@ -44,8 +33,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     __u32 zero = 0;
     struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
     struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
-    if (tcm_test_clock)
-        tcm_test_last_policy = 0;
+    testing_begin();
     if (!rt)
         return v;
     int res = parse_packet(data, data_end, frame_len, p);
@@ -61,14 +49,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         v.drop = res == TCM_PARSE_MALFORMED && rt->drop_malformed;
         return v;
     }
-    if (tcm_bench_spread) {
-        /* An odd multiplier permutes the residues mod 2^20: every address once per 2^20 runs. */
-        __u32 n = bpf_htonl((tcm_bench_counter++ * 2654435761u) & 0xfffff);
-        if (tcm_bench_spread == 1)
-            p->key.src[3] ^= n;
-        else
-            p->key.dst[3] ^= n;
-    }
+    testing_spread(p);
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
@@ -98,10 +79,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     if (metered == TCM_NR_COLORS)
         return v;
     __u32 color = meter_color_index(metered & TCM_METER_COLOR);
-    if (tcm_test_clock) {
-        tcm_test_last_policy = pol->policy_id + 1;
-        tcm_test_last_color = color;
-    }
+    testing_note(pol, color);
     v = act_apply(data, data_end, p, pol, color);
     if (metered & TCM_METER_SIGNAL)
         v.drop |= aqm_signal(data, data_end, p, pol, segs, chain_level_len(pol, &in));
