@@ -1,26 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* aqm.h: --aqm drop|ecn, an early congestion signal for TCP senders a policer cannot pace
- * (docs/spec.md §8). The law, per bucket pair:
- *
- *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
- *   deficit D = S - R after the packet was metered. A drain runs from D leaving S/16 to its
- *   return; its depth is its deepest D in eighths of S.
- *   Slow start: a drain a quarter deep, twice as deep as the drain before, which was twice as
- *   deep as its own predecessor, gets ONE signal as it reaches the quarter.
- *   Otherwise, when D reaches 6/8 of S, ONE signal; the bucket then stays quiet until D is back
- *   under S/2, so one drain sends one signal whatever the packet rate.
- *   A signal goes to a packet that would pass (not red, its colour's action not drop).
- *
- * Why (measured: docs/tcp.md, docs/benchmarks.md): a window-based sender
- * needs at most one signal per RTT and reacts an RTT late; with no bottleneck ahead of the
- * policer it sends its window as a burst every RTT, so a drain's depth is its window. Random
- * early drop sends signals in proportion to the packet rate; PCN-style marking of every packet
- * past a threshold halves classic-ECN senders every RTT; stepped signals cut a sender twice in
- * one drain; a late signal alone lets slow start overrun the bucket (most of the hard policer's
- * retransmits); telling slow start by how fast the bucket drains mistakes every burst for it.
- * Early-dropped packets keep the tokens their colour took: the buckets and every colour are
- * exactly §1's with or without --aqm, and what passes is a subset of what would have. The cost
- * on a packet of a policy without --aqm is one load and one branch. */
+/* aqm.h: --aqm drop|ecn (docs/spec.md §8): the law, applied per bucket pair under its lock, that
+ * picks the packets carrying an early congestion signal (one per drain, and one for a drain that
+ * doubled twice: slow start), and the signal's delivery and counters. The law and why it is that
+ * law: docs/tcp.md, "--aqm drop|ecn". A policy without --aqm pays one load and a branch. */
 #ifndef TRICOLOR_AQM_H
 #define TRICOLOR_AQM_H
 
@@ -72,21 +54,8 @@ static __always_inline void aqm_idle(const struct tcm_policy *pol, struct tcm_fl
 }
 
 /* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
- * this packet carries the signal.
- *
- * A sender with no bottleneck before the policer sends its window as a burst every RTT, so
- * each RTT the bucket drains by about a window and refills: its deepest deficit in a drain is
- * the window. Two cases:
- *  - slow start: the window doubles every RTT, and the drain that would overrun the bucket
- *    comes one RTT after one of half its depth. A drain at least 2/8 deep and at least twice
- *    the one before, which was itself at least twice its predecessor, gets one signal: the
- *    sender's reaction then lands on a window that still fits (the hard policer instead drops a
- *    burst of the doubled window). Two doublings in a row, not one deeper drain: congestion
- *    avoidance has drains of irregular depth, and one deeper than twice the last is not rare.
- *  - congestion avoidance: the window grows by a packet per RTT. One signal at 6/8: early
- *    enough that the sender's reaction comes before the bucket is empty (at 7/8 a mark was
- *    often followed by a loss, and classic ECN then cut twice), late enough that the window is
- *    cut near where the hard policer's loss would cut it. */
+ * this packet carries the signal: the first of a drain at least 2/8 deep and twice the one
+ * before, itself twice its predecessor (slow start), or the first at TCM_AQM_LEVEL eighths. */
 static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
     __u64 size, tokens;
 

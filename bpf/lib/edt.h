@@ -1,25 +1,10 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* edt.h: --shape edt (docs/spec.md §8). On a tc egress attachment, a packet of an edt policy
- * that its bucket would colour red for want of tokens leaves later instead: it gets a departure
- * time, skb->tstamp, when the bucket will hold its tokens, and fq releases it then. The bucket
- * is metered at departure times, so it stays §1's exactly, on the instants packets leave:
- *
- *   t    = now, or the sender's own departure time if later (within the horizon);
- *   dep  = max(t, last_ns): the bucket's clock, which edt may have moved into the future;
- *   the meter decides at dep (meter_mark does not refill for an arrival before last_ns);
- *   red for want of tokens: need = cost - tokens of the bucket that refills towards it (C; P
- *   for trtcm); dep += ceil(need / rate), computed without a division (below); the meter
- *   decides again at dep, which refills it by exactly what the packet lacks;
- *   dep - now > TCM_EDT_HORIZON_NS, or a packet larger than its bucket: dropped (shape dropped).
- *
- * Every packet of the bucket (one per flow for per-key policies) then leaves at the instant the
- * meter charged it, and those instants never go back: what leaves over any interval is bounded as
- * §1 bounds what passes. A packet whose departure is later than now is counted shape delayed.
- *
- * The division: user space writes floor(2^64 / rate) per policy (tcm_edt_cfg), and
- * meter_wait_ns (meter.h) turns it into ceil(need / rate) exactly, with multiplies only. The j-th
- * packet after the bucket ran dry at T leaves at T + ceil(j * cost / rate): spaced by cost / rate
- * to the nanosecond, the rounding carried in the bucket's tokens, never accumulated. */
+/* edt.h: --shape edt (docs/spec.md §8). On a tc egress attachment, a packet of an edt policy that
+ * its bucket would colour red for want of tokens gets a departure time (skb->tstamp) when the
+ * bucket will hold its tokens, and fq releases it then; one that could not leave within the
+ * horizon is dropped. The bucket is metered at departure times, so §1's bound holds for what
+ * leaves. How and why: docs/tcp.md, "--shape edt"; the steps of edt_mark: docs/datapath.md,
+ * "What the headers' comments point to". */
 #ifndef TRICOLOR_EDT_H
 #define TRICOLOR_EDT_H
 
@@ -74,7 +59,7 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
 
 /* chain_meter_packet for a policy with shape edt on tc: a chain of one (apply refuses edt in a
  * hierarchy), metered by edt_mark on egress, as without edt on ingress. A global function of its
- * own, given the skb: the tc program's other paths stay as they were for the verifier (Linux
+ * own, given the skb: the tc program's other paths carry none of it for the verifier (Linux
  * 6.1's margin is thin), and its frame sits beside chain_meter_packet's, not under it. Counts
  * what it did in tcm_tcp_stats; returns the colour, TCM_METER_SIGNAL (--aqm) and
  * TCM_METER_SHAPE_DROP, or TCM_NR_COLORS if the bucket could not be found. */

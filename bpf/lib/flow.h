@@ -82,7 +82,7 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
     /* The error is compared as an int: before Linux 6.4 the verifier turned this helper into a
      * direct call of the map's update, which returns an int, so the upper half of the 64-bit
      * result is not its sign (-EEXIST arrives as 0x00000000ffffffef). Compared as a long, the
-     * loser of two CPUs creating one flow at once took the table-full path on 6.1. */
+     * loser of two CPUs creating one flow at once would take the table-full path on 6.1. */
     int err = (int)bpf_map_update_elem(&tcm_flows, &fk, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
     if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
         f = bpf_map_lookup_elem(&tcm_flows, &fk);

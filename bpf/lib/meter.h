@@ -1,22 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, in pure
- * C with no BPF helpers. The same code is compiled into the BPF programs and into the C++
- * library, so what the tests check in user space is what runs in the kernel.
- *
- * Representation (see tricolor_abi.h): tokens are integers in nano-units, 10^-9 bit in byte mode
- * (so 1 byte = 8*10^9 tokens) and 10^-9 packet in packet mode. A bucket of rate R bit/s gains
- * exactly R*dt tokens in dt ns: the fluid model of docs/spec.md §1 with nothing rounded, so there
- * is no drift over any run length. The only per-packet arithmetic is compare, add, subtract and one
- * multiply; the divisions (the fill times) happen once, at configuration time.
- *
- * Overflow: with rates <= 10^12 and sizes <= 2^30 bytes, a bucket holds at most 8.6e18 tokens and
- * an srtcm pair 1.72e19 < 2^64. A refill never multiplies a gap longer than the time to fill
- * the bucket from empty (c_fill_ns), so R*dt < size; longer gaps, up to 2^64 ns (584 years),
- * just fill it. Every addition compares against the room left first, so no sum can wrap.
- *
- * Time: tokens are exact as of state->last_ns, the newest arrival seen. An arrival stamped
- * earlier than that (clocks of two CPUs, a trace out of order) adds nothing and does not move
- * last_ns back, so the same interval is never credited twice. */
+/* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, and every
+ * choice the data path makes by algorithm, in pure C with no BPF helpers. The same code is
+ * compiled into the BPF programs and into the C++ library, so what the tests check in user space
+ * is what runs in the kernel. Why nothing rounds, wraps or is credited twice: docs/meters.md,
+ * "Why it is exact". */
 #ifndef TRICOLOR_METER_H
 #define TRICOLOR_METER_H
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and
- * tc entry points. The context-specific parts (frame length, GSO, skb fields, verdicts) are
- * passed in by the caller. */
+/* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and tc
+ * entry points (tricolor.bpf.c), which supply what differs (struct tcm_frame) and return act_xdp
+ * or act_tc of the verdict. */
 #ifndef TRICOLOR_PIPELINE_H
 #define TRICOLOR_PIPELINE_H
 
