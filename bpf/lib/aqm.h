@@ -100,10 +100,11 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
 }
 
 /* The early signal on a packet that would pass: CE if the policy says ecn and the packet is
- * ECN-capable (act_set_ce), else a drop. Counted per policy apart from the colours, which stay
- * what the meter said. Returns 1 if the packet is to be dropped. */
-static __always_inline __u32 aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
-                                        const struct tcm_policy *pol, __u32 segs, __u32 len) {
+ * ECN-capable (act_set_ce), else a drop (@v->drop). Counted per policy apart from the colours,
+ * which stay what the meter said. */
+static __always_inline void aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
+                                       const struct tcm_policy *pol, struct tcm_verdict *v,
+                                       __u32 segs, __u32 len) {
     __u32 id = pol->policy_id;
     struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
     if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
@@ -111,13 +112,13 @@ static __always_inline __u32 aqm_signal(void *data, void *data_end, const struct
             t->aqm_marked_packets += segs;
             t->aqm_marked_bytes += len;
         }
-        return 0;
+        return;
     }
+    v->drop = 1;
     if (t) {
         t->aqm_dropped_packets += segs;
         t->aqm_dropped_bytes += len;
     }
-    return 1;
 }
 
 #endif /* TRICOLOR_AQM_H */

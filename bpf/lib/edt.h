@@ -32,8 +32,8 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
         if (!(m->flags & TCM_METER_F_COLOR_AWARE))
             c0 = TCM_GREEN;
         __u64 rate, tokens, size;
-        /* No bucket's refill would make it pass; or it arrived red: red whatever the tokens. */
-        if (!meter_wait_bucket(m, st, c0, &rate, &tokens, &size) || c0 == TCM_RED)
+        /* Arrived red: red whatever the tokens; or no bucket's refill would make it pass. */
+        if (c0 == TCM_RED || !meter_wait_bucket(m, st, c0, &rate, &tokens, &size))
             return TCM_RED;
         __u64 cost = meter_cost(m, len);
         __u32 id = pol->policy_id;

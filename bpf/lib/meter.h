@@ -195,18 +195,16 @@ TCM_METER_INLINE void meter_reserve(const struct tcm_meter_config *cfg,
 TCM_METER_INLINE int meter_wait_bucket(const struct tcm_meter_config *cfg,
                                        const struct tcm_meter_state *st, __u32 in_color,
                                        __u64 *rate, __u64 *tokens, __u64 *size) {
+    *rate = cfg->c_rate;
+    *tokens = st->c_tokens;
+    *size = cfg->c_size;
     if (cfg->algo == TCM_ALGO_TRTCM) {
         *rate = cfg->e_rate;
         *tokens = st->e_tokens;
         *size = cfg->e_size;
         return 1;
     }
-    if (in_color != TCM_GREEN)
-        return 0;
-    *rate = cfg->c_rate;
-    *tokens = st->c_tokens;
-    *size = cfg->c_size;
-    return 1;
+    return in_color == TCM_GREEN;
 }
 
 /* A fleet policy's grant (fleet.h, docs/spec.md §10): @add tokens into C, capped to its size

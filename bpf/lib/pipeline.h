@@ -82,7 +82,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     testing_note(pol, color);
     v = act_apply(data, data_end, p, pol, color);
     if (metered & TCM_METER_SIGNAL)
-        v.drop |= aqm_signal(data, data_end, p, pol, segs, chain_level_len(pol, &in));
+        aqm_signal(data, data_end, p, pol, &v, segs, chain_level_len(pol, &in));
     /* --shape edt: red, and it could not leave within the horizon. Without a branch. */
     v.drop |= (metered & TCM_METER_SHAPE_DROP) >> TCM_METER_SHAPE_DROP_SHIFT;
     return v;
