@@ -22,7 +22,7 @@ int bench_clock(struct xdp_md *ctx)
 }
 
 /* Hashes of 2^20 entries, looked up and written in the order the per-flow figures walk theirs
- * (the same permutation as pipeline.h's tcm_bench_spread: every key once per 2^20 runs). The
+ * (the same permutation as lib/testing.h's tcm_bench_spread: every key once per 2^20 runs). The
  * bare one, an IPv4 source -> a counter, is the floor of any per-flow state; the others vary one
  * thing at a time towards tcm_flows (44-byte key, 80-byte value, not preallocated), to show
  * where a flow's cost goes. Writing the value's first and last words touches all its lines. */

@@ -3,7 +3,6 @@
  * (lib/pipeline.h): XDP for ingress at the driver, tc (tcx or clsact, either direction) for
  * everything XDP cannot do: skb mark, priority/classid and GSO packets. */
 #include <linux/bpf.h>
-#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
@@ -19,8 +18,7 @@ int tricolor_xdp(struct xdp_md *ctx) {
     p.key.ifindex = ctx->ingress_ifindex;
     /* Multi-buffer frames are charged their full length. */
     struct tcm_frame fr = {.len = bpf_xdp_get_buff_len(ctx), .segs = 1};
-    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
-    return v.drop ? XDP_DROP : XDP_PASS;
+    return act_xdp(pipeline_run(data, data_end, fr, &p));
 }
 
 SEC("tc")
@@ -46,14 +44,39 @@ int tricolor_tc(struct __sk_buff *skb) {
         fr.gso = 1;
     }
     fr.len = skb->len;
-    struct tcm_verdict v = pipeline_run(data, data_end, fr, &p);
-    if (v.drop)
-        return shape_tc_drop(skb);
-    if (v.kind == TCM_ACT_KIND_MARK)
-        skb->mark = v.value;
-    else if (v.kind == TCM_ACT_KIND_PRIORITY)
-        skb->priority = v.value;
-    return TC_ACT_OK;
+    return act_tc(skb, pipeline_run(data, data_end, fr, &p));
+}
+
+/* --shape sockets (lib/shape.h): a cgroup sock_ops program on the root of cgroup v2 that paces
+ * the TCP sockets of policies with `shape: sockets`. */
+SEC("sockops")
+int tricolor_sockops(struct bpf_sock_ops *skops) {
+    struct tcm_sock_shape *ss;
+    struct bpf_sock *sk;
+
+    switch (skops->op) {
+    case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+    case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+        if (tcm_shape_policies)
+            shape_sock_start(skops);
+        break;
+    case BPF_SOCK_OPS_RTT_CB:
+        sk = skops->sk;
+        if (!sk)
+            break;
+        ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
+        if (ss && ss->policy_id)
+            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0),
+                           bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0));
+        break;
+    case BPF_SOCK_OPS_STATE_CB:
+        /* args[1]: the new state. */
+        if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
+            skops->args[1] == BPF_TCP_CLOSE)
+            shape_sock_stop(skops);
+        break;
+    }
+    return 1;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -183,12 +183,12 @@ mutant e2e-no-green bpf/lib/chain.h \
 # This round's features: the TCP signal (docs/spec.md §8), hierarchies (§9), fleet (§10), the
 # state file and the pin ABI migration, metrics.
 HIER_BPF='bpf:HierDatapathTest.*'
-mutant aqm-ce-not-ect bpf/lib/aqm.h \
+mutant aqm-ce-not-ect bpf/lib/act.h \
     's/if \(!ip \|\| \(ip->tos & 3\) == 0\)/if (!ip)/' \
     "--aqm ecn: CE set on IPv4 packets that are not ECN-capable" \
     "bpf:AqmTest.*"
-mutant aqm-ce-checksum bpf/lib/aqm.h \
-    's/sum \+= \(__u16\)~old;/sum += old;/' \
+mutant aqm-ce-checksum bpf/lib/act.h \
+    's/(ip->tos \|= 3;.*?sum \+= )\(__u16\)~old;/${1}old;/s' \
     "--aqm ecn: the IPv4 checksum update after CE adds the old word, not its complement" \
     "bpf:AqmTest.*"
 mutant aqm-no-rearm bpf/lib/aqm.h \
@@ -312,8 +312,8 @@ mutant fleet-lease-ignored bpf/lib/fleet.h \
     's/if \(until && now > until\)/if (until \&\& now > until + (1ull << 62))/' \
     "fleet: an expired lease does not void the bucket" \
     "bpf:FleetDatapathTest.*"
-mutant fleet-no-cap bpf/lib/fleet.h \
-    's/__u64 over = meter_bucket_add\(&f->meter\.c_tokens, cfg->c_size, add\);/f->meter.c_tokens += add; __u64 over = 0;/' \
+mutant fleet-no-cap bpf/lib/meter.h \
+    's/__u64 over = meter_bucket_add\(&st->c_tokens, cfg->c_size, add\);/st->c_tokens += add; __u64 over = 0;/' \
     "fleet: grants fill C past CBS" \
     "bpf:FleetDatapathTest.*"
 mutant fleet-lua-cap userspace/src/fleet.lua \
@@ -360,7 +360,7 @@ mutant hot-foreign-ignored userspace/src/datapath.cpp \
     "flows --top: another program on the flow table (an older daemon's) is never looked for" \
     "$TOP_BPF"
 mutant hot-instead-of-count bpf/lib/chain.h \
-    's/chain_count\(lvl, color, in->segs, len\);\s*flow_hot_check\(lvl, key, total, len\);/if (total - *(volatile __u64 *)\&tcm_hot_threshold < len)\n        flow_hot_note(lvl, key);\n    else\n        chain_count(lvl, color, in->segs, len);/' \
+    's/chain_count\(lvl, color, in->segs, len\);\s*hot_check\(lvl, key, total, len\);/if (total - *(volatile __u64 *)\&tcm_hot_threshold < len)\n        hot_note(lvl, key);\n    else\n        chain_count(lvl, color, in->segs, len);/' \
     "flows --top: the packet that records a heavy hitter is not counted in its policy's counters" \
     "$TOP_BPF"
 mutant reclaim-no-recheck userspace/src/datapath.cpp \

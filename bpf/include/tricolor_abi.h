@@ -129,8 +129,8 @@ struct tcm_mask {
     struct tcm_class_key mask;
     __u32 min_rank; /* best rank of any rule under this mask: masks are probed in this order */
     __u32 id;       /* names the mask in its rules' keys: it stays when the probe order changes,
-                     * so a change of order rewrites this array, not the rules (0 in pins of
-                     * before this field, where the rules were keyed by position) */
+                     * so a change of order rewrites this array, not the rules (0 in maps pinned
+                     * by a layout whose rules are keyed by position: Datapath::adopt) */
 };
 
 struct tcm_set_info {
@@ -190,10 +190,10 @@ struct tcm_policy {
     __u8 prefix6;     /* and IPv6 */
     __u8 length_mode; /* enum tcm_length_mode */
     __u32 overhead;   /* bytes added to every packet (and every GSO segment) */
-    __u8 aqm;         /* enum tcm_aqm_mode (was padding: 0, off, in maps of earlier builds) */
-    __u8 shape;       /* enum tcm_shape_mode; the data path acts on TCM_SHAPE_EDT (was padding) */
-    __u16 parent;     /* the parent's index in tcm_policy_cfg plus 1, in the same set; 0: none.
-                         Was padding (always 0) before hierarchies, so the layout is unchanged */
+    __u8 aqm;         /* enum tcm_aqm_mode; 0 is off, and what older pinned maps hold here */
+    __u8 shape;       /* enum tcm_shape_mode (0 off, as aqm); the data path acts on TCM_SHAPE_EDT */
+    __u16 parent;     /* the parent's index in tcm_policy_cfg plus 1, in the same set; 0: none
+                         (what older pinned maps hold here) */
     char name[TCM_POLICY_NAME_LEN]; /* not read by the data path: lets a restarted daemon map
                                       names back to ids, keeping their buckets and counters */
 };
@@ -301,7 +301,7 @@ struct tcm_sock_pace {
 
 /* Socket-local storage of a paced socket, a map of its own (the two above keep their pinned
  * layouts): the congestion-window clamp of a socket whose round trip is short beside its
- * bucket (shape.h, "bursts at RTT ~ 0"). */
+ * bucket (docs/tcp.md, "--shape sockets"). */
 struct tcm_sock_cwnd {
     __u32 want; /* the clamp, in segments, for this socket's share of the bucket; 0: not set up */
     __u32 set;  /* the clamp in force: 0 none (the socket's round trip is long enough) */
@@ -340,10 +340,8 @@ struct tcm_edt_cfg {
 /* A paced socket's round trip is short, and its congestion window clamped (bpf/lib/shape.h),
  * when its share sends under a sixteenth of half its bucket in one smoothed RTT:
  * srtt_us * share (bytes/s) <= c_half >> 17, since c_half counts 8e9 tokens per byte and
- * 8e9 / 1e6 / 2^17 ~ 1/16. A quarter (15) was too thin a margin where round trips jitter: in
- * Debian 12's 6.1 under QEMU they crossed it back and forth, and each crossing into the clamp
- * left the window too small for the next spike (one flow, 16 KiB: 59-80% of CIR, 92-93% with
- * no clamp or at a sixteenth). The test reads it too (tests/e2e/shape_e2e_test.cpp). */
+ * 8e9 / 1e6 / 2^17 ~ 1/16. Why a sixteenth: docs/datapath.md, "What the headers' comments point
+ * to". The test reads it too (tests/e2e/shape_e2e_test.cpp). */
 #define TCM_SHAPE_SHORT_RTT_SHIFT 17
 
 /* Up to this many tc egress interfaces are tried when a socket is classified (a policy may

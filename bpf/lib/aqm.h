@@ -1,26 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* aqm.h: --aqm drop|ecn, an early congestion signal for TCP senders a policer cannot pace
- * (docs/spec.md §8). The law, per bucket pair:
- *
- *   reserve R: srtcm and rfc4115 C+E (the tokens left before red), trtcm P; S its size.
- *   deficit D = S - R after the packet was metered. A drain runs from D leaving S/16 to its
- *   return; its depth is its deepest D in eighths of S.
- *   Slow start: a drain a quarter deep, twice as deep as the drain before, which was twice as
- *   deep as its own predecessor, gets ONE signal as it reaches the quarter.
- *   Otherwise, when D reaches 6/8 of S, ONE signal; the bucket then stays quiet until D is back
- *   under S/2, so one drain sends one signal whatever the packet rate.
- *   A signal goes to a packet that would pass (not red, its colour's action not drop).
- *
- * Why (measured: docs/tcp.md, docs/benchmarks.md): a window-based sender
- * needs at most one signal per RTT and reacts an RTT late; with no bottleneck ahead of the
- * policer it sends its window as a burst every RTT, so a drain's depth is its window. Random
- * early drop sends signals in proportion to the packet rate; PCN-style marking of every packet
- * past a threshold halves classic-ECN senders every RTT; stepped signals cut a sender twice in
- * one drain; a late signal alone lets slow start overrun the bucket (most of the hard policer's
- * retransmits); telling slow start by how fast the bucket drains mistakes every burst for it.
- * Early-dropped packets keep the tokens their colour took: the buckets and every colour are
- * exactly §1's with or without --aqm, and what passes is a subset of what would have. The cost
- * on a packet of a policy without --aqm is one load and one branch. */
+/* aqm.h: --aqm drop|ecn (docs/spec.md §8): the law, applied per bucket pair under its lock, that
+ * picks the packets carrying an early congestion signal (one per drain, and one for a drain that
+ * doubled twice: slow start), and the signal's delivery and counters. The law and why it is that
+ * law: docs/tcp.md, "--aqm drop|ecn". A policy without --aqm pays one load and a branch. */
 #ifndef TRICOLOR_AQM_H
 #define TRICOLOR_AQM_H
 
@@ -28,16 +10,10 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
+#include "meter.h"
 #include "parse.h"
 #include "act.h"
-
-/* Per CPU by policy id: the counters of --aqm and --shape edt. */
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_tcp_counters);
-} tcm_tcp_stats SEC(".maps");
 
 /* tcm_flow.flags: bit 24, the late signal was sent in this drain (cleared when the reserve is
  * back above TCM_AQM_REARM eighths); bit 25, the slow-start signal was sent in this drain;
@@ -56,9 +32,6 @@ struct {
 #define TCM_AQM_REARM 4
 /* A bucket that saw no packet for this long forgets its drains (slow start follows idle). */
 #define TCM_AQM_IDLE_NS 1000000000ull
-
-/* Returned by tcm_flow_meter_packet with the colour: send the early signal on this packet. */
-#define TCM_METER_SIGNAL 0x100
 
 /* The deficit in whole eighths of the reserve, 0..8, by compares (no division per packet). */
 static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
@@ -81,32 +54,12 @@ static __always_inline void aqm_idle(const struct tcm_policy *pol, struct tcm_fl
 }
 
 /* Called with the flow locked, after the packet was metered and coloured @color. Returns 1 if
- * this packet carries the signal.
- *
- * A sender with no bottleneck before the policer sends its window as a burst every RTT, so
- * each RTT the bucket drains by about a window and refills: its deepest deficit in a drain is
- * the window. Two cases:
- *  - slow start: the window doubles every RTT, and the drain that would overrun the bucket
- *    comes one RTT after one of half its depth. A drain at least 2/8 deep and at least twice
- *    the one before, which was itself at least twice its predecessor, gets one signal: the
- *    sender's reaction then lands on a window that still fits (the hard policer instead drops a
- *    burst of the doubled window). Two doublings in a row, not one deeper drain: congestion
- *    avoidance has drains of irregular depth, and one deeper than twice the last is not rare.
- *  - congestion avoidance: the window grows by a packet per RTT. One signal at 6/8: early
- *    enough that the sender's reaction comes before the bucket is empty (at 7/8 a mark was
- *    often followed by a loss, and classic ECN then cut twice), late enough that the window is
- *    cut near where the hard policer's loss would cut it. */
+ * this packet carries the signal: the first of a drain at least 2/8 deep and twice the one
+ * before, itself twice its predecessor (slow start), or the first at TCM_AQM_LEVEL eighths. */
 static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flow *f, __u32 color) {
-    const struct tcm_meter_config *m = &pol->meter;
     __u64 size, tokens;
 
-    if (m->algo == TCM_ALGO_TRTCM) {
-        size = m->e_size;
-        tokens = f->meter.e_tokens;
-    } else {
-        size = m->c_size + m->e_size;
-        tokens = f->meter.c_tokens + f->meter.e_tokens;
-    }
+    meter_reserve(&pol->meter, &f->meter, &size, &tokens);
     __u64 deficit = size > tokens ? size - tokens : 0;
     __u64 eighth = size >> 3; /* sizes fit 2^64 / 8 with room: no overflow in 8 * eighth */
     __u32 flags = f->flags;
@@ -146,31 +99,26 @@ static __always_inline int aqm_step(const struct tcm_policy *pol, struct tcm_flo
     return signal;
 }
 
-/* Sets CE on an ECN-capable packet (ECT(0) or ECT(1)); the IPv4 header checksum is patched
- * (RFC 1624), IPv6 has none. Returns 0 if marked, -1 if the packet is not ECN-capable. */
-static __always_inline int act_set_ce(void *data, void *data_end, const struct tcm_pkt *p) {
-    if (p->key.flags & TCM_KEY_F_IPV6) {
-        __be32 *word = tcm_hdr(data, data_end, p->l3_off & 0xff, 4);
-        if (!word)
-            return -1;
-        __u32 host = bpf_ntohl(*word);
-        if (((host >> 20) & 3) == 0)
-            return -1;
-        *word = bpf_htonl(host | (3u << 20));
-        return 0;
+/* The early signal on a packet that would pass: CE if the policy says ecn and the packet is
+ * ECN-capable (act_set_ce), else a drop (@v->drop). Counted per policy apart from the colours,
+ * which stay what the meter said. */
+static __always_inline void aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
+                                       const struct tcm_policy *pol, struct tcm_verdict *v,
+                                       __u32 segs, __u32 len) {
+    __u32 id = pol->policy_id;
+    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
+    if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
+        if (t) {
+            t->aqm_marked_packets += segs;
+            t->aqm_marked_bytes += len;
+        }
+        return;
     }
-    struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
-    if (!ip || (ip->tos & 3) == 0)
-        return -1;
-    __u16 *first = (__u16 *)ip;
-    __u16 old = *first;
-    ip->tos |= 3;
-    __u16 new = *first;
-    __u32 sum = (__u16)~ip->check;
-    sum += (__u16)~old;
-    sum += new;
-    ip->check = ~act_csum_fold(sum);
-    return 0;
+    v->drop = 1;
+    if (t) {
+        t->aqm_dropped_packets += segs;
+        t->aqm_dropped_bytes += len;
+    }
 }
 
 #endif /* TRICOLOR_AQM_H */

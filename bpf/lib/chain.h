@@ -1,27 +1,17 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* chain.h: metering a packet up its policy's chain of parents (docs/spec.md §9), all or nothing.
- *
- * A packet matched by a policy with parents is metered at one instant t by every level, the
- * matched policy first, each parent colour-aware on the colour from below. Only when the top
- * level's colour (the packet's) is known does anything change: a packet that ends red takes
- * no tokens anywhere; otherwise every level takes the tokens of its own decision.
- *
- * Locks: every level's bucket lock is taken before the clock is read, in chain order, child
- * to parent. Every CPU takes them in that order (a policy's distance from the top of its tree
- * is fixed within a policy set), so two chains that share a parent never wait on each other in
- * a cycle. Should a lock stay taken (a holder stalled, or a policy set changed under a
- * packet in flight), the bounded spin of flow_lock gives up and the packet is red, as for
- * one level: the locks already held are released and nothing is admitted unmetered.
- *
- * Verification: the colour decisions happen in chain_level_mark, and the flow key in
- * flow_key_of, global functions the verifier checks once each; the levels, written out
- * one by one, then only carry pointers and scalars, which keeps Linux 6.1's verifier far from
- * its limits. */
+/* chain.h: metering a packet up its policy's chain of parents (docs/spec.md §9), all or nothing,
+ * and counting it at every level: each level decides at one instant, each parent colour-aware on
+ * the colour from below, and tokens are taken only if the packet does not end red. Locks are
+ * taken child to parent, one order on every CPU. A policy without parents is a chain of one.
+ * Why it is shaped so (the scratch pass, the global functions): docs/datapath.md,
+ * "Hierarchies". */
 #ifndef TRICOLOR_CHAIN_H
 #define TRICOLOR_CHAIN_H
 
 #include "flow.h"
 #include "hot.h"
+#include "aqm.h"
+#include "fleet.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
  * as its own `length` and `overhead` say (chain_level_len, docs/spec.md §3). */
@@ -33,6 +23,17 @@ struct tcm_chain_in {
     __u32 in_color; /* the matched policy's incoming colour */
     __u32 pad;
 };
+
+/* What chain_meter_packet and edt_meter_packet return: the packet's colour (TCM_METER_COLOR)
+ * ORed with these bits, or TCM_NR_COLORS when the matched policy's bucket could not be found. */
+enum tcm_meter_verdict {
+    TCM_METER_COLOR = 0xff,
+    TCM_METER_SIGNAL = 0x100,     /* --aqm: this packet carries the early signal (aqm.h) */
+    TCM_METER_DELAYED = 0x200,    /* edt_mark gave it a departure time (internal to edt.h) */
+    TCM_METER_SHAPE_DROP = 0x400, /* --shape edt: red, and it cannot leave within the horizon */
+};
+#define TCM_METER_SHAPE_DROP_SHIFT 10 /* pipeline.h turns the bit into a drop without a branch */
+_Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shift names the bit");
 
 #define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
 #define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
@@ -173,7 +174,7 @@ static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_
         f->counters.bytes[TCM_GREEN] + f->counters.bytes[TCM_YELLOW] + f->counters.bytes[TCM_RED];
     flow_unlock(f);
     chain_count(lvl, color, in->segs, len);
-    flow_hot_check(lvl, key, total, len);
+    hot_check(lvl, key, total, len);
 }
 
 /* Meters the packet through @pol and its parents and counts it at every level by its final
@@ -183,8 +184,8 @@ static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_
  *
  * A global function, not inlined: the verifier checks it once, on its own, instead of once for
  * every path of the parser that leads to it. Inlined, the product of the parser's paths with
- * the flow key's (mode, family, four prefix words) and the meter's took Linux 6.1's verifier
- * past its million-instruction limit; 6.18 prunes better and never noticed. The levels are
+ * the flow key's (mode, family, four prefix words) and the meter's takes Linux 6.1's verifier
+ * past its million-instruction limit (6.18 prunes better). The levels are
  * written out rather than looped over: four at most, and each step is a few calls. */
 __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
                                                  const struct tcm_class_key *key,

@@ -50,8 +50,8 @@ static long classify_probe_next_mask(__u32 i, void *arg) {
 /* The index in tcm_policy_cfg of the policy @key falls under in policy version @version (its
  * bit 0 is the set), or -1.
  * A global function, verified once on its own rather than once for every parser path that
- * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, it loaded on
- * Linux 6.1 only until the pipeline grew the --aqm signal and hierarchies. */
+ * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, Linux 6.1
+ * refuses the pipeline with the --aqm signal and hierarchies. */
 __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 version) {
     __u32 set = version & 1;
     if (!key)

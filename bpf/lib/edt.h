@@ -1,25 +1,10 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* edt.h: --shape edt (docs/spec.md §8). On a tc egress attachment, a packet of an edt policy
- * that its bucket would colour red for want of tokens leaves later instead: it gets a departure
- * time, skb->tstamp, when the bucket will hold its tokens, and fq releases it then. The bucket
- * is metered at departure times, so it stays §1's exactly, on the instants packets leave:
- *
- *   t    = now, or the sender's own departure time if later (within the horizon);
- *   dep  = max(t, last_ns): the bucket's clock, which edt may have moved into the future;
- *   the meter decides at dep (meter_mark does not refill for an arrival before last_ns);
- *   red for want of tokens: need = cost - tokens of the bucket that refills towards it (C; P
- *   for trtcm); dep += ceil(need / rate), computed without a division (below); the meter
- *   decides again at dep, which refills it by exactly what the packet lacks;
- *   dep - now > TCM_EDT_HORIZON_NS, or a packet larger than its bucket: dropped (shape dropped).
- *
- * Every packet of the bucket (one per flow for per-key policies) then leaves at the instant the
- * meter charged it, and those instants never go back: what leaves over any interval is bounded as
- * §1 bounds what passes. A packet whose departure is later than now is counted shape delayed.
- *
- * The division: user space writes floor(2^64 / rate) per policy (tcm_edt_cfg), and
- * meter_wait_ns (meter.h) turns it into ceil(need / rate) exactly, with multiplies only. The j-th
- * packet after the bucket ran dry at T leaves at T + ceil(j * cost / rate): spaced by cost / rate
- * to the nanosecond, the rounding carried in the bucket's tokens, never accumulated. */
+/* edt.h: --shape edt (docs/spec.md §8). On a tc egress attachment, a packet of an edt policy that
+ * its bucket would colour red for want of tokens gets a departure time (skb->tstamp) when the
+ * bucket will hold its tokens, and fq releases it then; one that could not leave within the
+ * horizon is dropped. The bucket is metered at departure times, so §1's bound holds for what
+ * leaves. How and why: docs/tcp.md, "--shape edt"; the steps of edt_mark: docs/datapath.md,
+ * "What the headers' comments point to". */
 #ifndef TRICOLOR_EDT_H
 #define TRICOLOR_EDT_H
 
@@ -27,20 +12,8 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
 #include "chain.h"
-
-/* Returned by edt_meter_packet with the colour: dropped, its departure beyond the horizon. */
-#define TCM_METER_SHAPE_DROP_SHIFT 10
-#define TCM_METER_SHAPE_DROP (1 << TCM_METER_SHAPE_DROP_SHIFT)
-#define TCM_METER_DELAYED 0x200 /* internal: edt_mark gave a departure time */
-
-/* By policy id, written by the daemon before a set that uses it becomes active. */
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_edt_cfg);
-} tcm_edt_cfg SEC(".maps");
 
 /* Meters one packet of an edt policy, incoming colour @c0, on @st (the flow's state, under its
  * lock) and returns its colour, ORed with TCM_METER_DELAYED (*@stamp is then its departure time)
@@ -58,16 +31,10 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
     if (color == TCM_RED) {
         if (!(m->flags & TCM_METER_F_COLOR_AWARE))
             c0 = TCM_GREEN;
-        __u64 rate = m->c_rate, tokens = st->c_tokens, size = m->c_size;
-        if (m->algo == TCM_ALGO_TRTCM) {
-            rate = m->e_rate;
-            tokens = st->e_tokens;
-            size = m->e_size;
-        } else if (c0 != TCM_GREEN) {
-            return TCM_RED; /* arrived yellow: only E would do, which C's refill does not fill */
-        }
-        if (c0 == TCM_RED)
-            return TCM_RED; /* arrived red: red whatever the tokens */
+        __u64 rate, tokens, size;
+        /* Arrived red: red whatever the tokens; or no bucket's refill would make it pass. */
+        if (c0 == TCM_RED || !meter_wait_bucket(m, st, c0, &rate, &tokens, &size))
+            return TCM_RED;
         __u64 cost = meter_cost(m, len);
         __u32 id = pol->policy_id;
         struct tcm_edt_cfg *e = bpf_map_lookup_elem(&tcm_edt_cfg, &id);
@@ -92,7 +59,7 @@ static __always_inline int edt_mark(const struct tcm_policy *pol, struct tcm_met
 
 /* chain_meter_packet for a policy with shape edt on tc: a chain of one (apply refuses edt in a
  * hierarchy), metered by edt_mark on egress, as without edt on ingress. A global function of its
- * own, given the skb: the tc program's other paths stay as they were for the verifier (Linux
+ * own, given the skb: the tc program's other paths carry none of it for the verifier (Linux
  * 6.1's margin is thin), and its frame sits beside chain_meter_packet's, not under it. Counts
  * what it did in tcm_tcp_stats; returns the colour, TCM_METER_SIGNAL (--aqm) and
  * TCM_METER_SHAPE_DROP, or TCM_NR_COLORS if the bucket could not be found. */

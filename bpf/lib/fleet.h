@@ -16,7 +16,6 @@ static __always_inline void fleet_fold(const struct tcm_policy *pol, struct tcm_
                                        __u64 now) {
     __u32 id = pol->policy_id;
     struct tcm_fleet_grant *g = bpf_map_lookup_elem(&tcm_fleet, &id);
-    const struct tcm_meter_config *cfg = &pol->meter;
 
     if (!g)
         return;
@@ -43,15 +42,7 @@ static __always_inline void fleet_fold(const struct tcm_policy *pol, struct tcm_
         return;
     __u64 add = granted - g->drained;
     g->drained = granted;
-    if (f->meter.c_tokens > cfg->c_size)
-        f->meter.c_tokens = cfg->c_size;
-    __u64 over = meter_bucket_add(&f->meter.c_tokens, cfg->c_size, add);
-    if (over && cfg->algo == TCM_ALGO_SRTCM) {
-        if (f->meter.e_tokens > cfg->e_size)
-            f->meter.e_tokens = cfg->e_size;
-        over = meter_bucket_add(&f->meter.e_tokens, cfg->e_size, over);
-    }
-    g->spilled += over;
+    g->spilled += meter_grant(&pol->meter, &f->meter, add);
 }
 
 #endif /* TRICOLOR_FLEET_H */

@@ -12,8 +12,6 @@
 #include "meter.h"
 #include "clock.h"
 #include "parse.h"
-#include "aqm.h"
-#include "fleet.h"
 
 static __always_inline void flow_mask_prefix(__u32 *addr, __u32 plen) {
 #pragma unroll
@@ -84,7 +82,7 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
     /* The error is compared as an int: before Linux 6.4 the verifier turned this helper into a
      * direct call of the map's update, which returns an int, so the upper half of the 64-bit
      * result is not its sign (-EEXIST arrives as 0x00000000ffffffef). Compared as a long, the
-     * loser of two CPUs creating one flow at once took the table-full path on 6.1. */
+     * loser of two CPUs creating one flow at once would take the table-full path on 6.1. */
     int err = (int)bpf_map_update_elem(&tcm_flows, &fk, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
     if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
         f = bpf_map_lookup_elem(&tcm_flows, &fk);
@@ -94,16 +92,6 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
     if (g)
         g->table_full++;
     return bpf_map_lookup_elem(&tcm_policy_state, &id);
-}
-
-/* A colour as an array index the verifier can prove in bounds. The barrier hides the value from
- * clang, which otherwise proves the check redundant (meter_mark returns 0..2) and drops it,
- * or tests one register and indexes with a copy: Linux 6.1's verifier does not carry a bound
- * from a 32-bit copy back to its source and refused the program ("invalid access to map value,
- * off=80"). The check costs one compare. */
-static __always_inline __u32 meter_color_index(__u32 color) {
-    asm volatile("" : "+r"(color));
-    return color < TCM_NR_COLORS ? color : TCM_RED;
 }
 
 struct tcm_lock_ctx {

@@ -1,14 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* hot.h: the heavy hitters of the flow table, kept as the data path runs, so that
- * `tricolorctl flows --top K` needs no walk of 2^20 flows (docs/datapath.md, "flows --top at
- * 2^20"). User space sets a threshold T in bytes; the one packet that takes a flow's bytes
- * (green + yellow + red) from below T to T or more puts the flow's key in tcm_flow_hot. A packet
- * pays a subtraction and one compare per level; the insert happens once per flow and threshold.
- *
- * Ordering, which the exactness argument needs (Datapath::begin_flow_pass): a packet reads T
- * after it has counted its bytes and released the flow's lock, an xchg, which is a full
- * barrier. User space stores T (also a full barrier) before it reads the flow table. So either
- * user space's read of the flow sees the packet's bytes, or the packet sees the new T. */
+ * `tricolorctl flows --top K` needs no walk of 2^20 flows: the one packet that takes a flow's
+ * bytes (green + yellow + red) from below the threshold T user space set to T or more puts the
+ * flow's key in tcm_flow_hot. A packet pays a subtraction and a compare per level. Why T is read
+ * after the flow's lock is released: docs/datapath.md, "flows --top at 2^20". */
 #ifndef TRICOLOR_HOT_H
 #define TRICOLOR_HOT_H
 
@@ -16,8 +11,8 @@
 #include "flow.h"
 
 /* The threshold; UINT64_MAX (the value at load) keeps nothing. In .data rather than a pinned
- * map: it belongs to this program and its tcm_flow_hot, and the pinned layouts stay as they
- * were. */
+ * map: it belongs to this program and its tcm_flow_hot, and no pinned layout has to change
+ * for it. */
 __u64 tcm_hot_threshold SEC(".data") = ~0ull;
 /* Inserts into tcm_flow_hot that failed (the map full): user space then walks the table. */
 __u64 tcm_hot_overflow = 0;
@@ -27,9 +22,9 @@ __u64 tcm_hot_overflow = 0;
  * flow_key_fill, not on a stack and not through flow_key_of: it is called from the deepest
  * frame of a chain (entry point, chain_meter_packet, here), and Linux 6.1 refuses a chain of
  * frames over 512 bytes, each rounded up to 32. With clang 18 and 19 the key on this stack and
- * a fourth frame for flow_key_of came to 544. */
-__attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
-                                            const struct tcm_class_key *key) {
+ * a fourth frame for flow_key_of come to 544. */
+__attribute__((noinline)) int hot_note(const struct tcm_policy *pol,
+                                       const struct tcm_class_key *key) {
     __u32 zero = 0;
     __u8 one = 1;
 
@@ -52,11 +47,10 @@ __attribute__((noinline)) int flow_hot_note(const struct tcm_policy *pol,
 /* After the flow's lock is released: @total is its bytes after this packet's @len, read under
  * the lock. total - T < len (unsigned) holds exactly when total - len < T <= total: one compare,
  * and never true while T is UINT64_MAX. */
-static __always_inline void flow_hot_check(const struct tcm_policy *pol,
-                                           const struct tcm_class_key *key, __u64 total,
-                                           __u32 len) {
+static __always_inline void hot_check(const struct tcm_policy *pol, const struct tcm_class_key *key,
+                                      __u64 total, __u32 len) {
     if (total - *(volatile __u64 *)&tcm_hot_threshold < len)
-        flow_hot_note(pol, key);
+        hot_note(pol, key);
 }
 
 #endif /* TRICOLOR_HOT_H */

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* maps.h: the data path's maps. Every value type comes from tricolor_abi.h; names are what the
- * daemon pins under its pin directory. */
+/* maps.h: every map of the data path (tricolor.bpf.c), so that what the daemon sizes, pins and
+ * mmaps is declared in one place. Every value type comes from tricolor_abi.h; names are what the
+ * daemon pins under its pin directory. Global variables (libbpf's .rodata, .data and .bss) are
+ * not declared here: each sits beside the code that reads it. */
 #ifndef TRICOLOR_MAPS_H
 #define TRICOLOR_MAPS_H
 
@@ -90,7 +92,7 @@ struct {
     __type(value, __u8);
 } tcm_flow_hot SEC(".maps");
 
-/* flow_hot_note's key, built here rather than on a stack a chain already fills (hot.h). Scratch:
+/* hot_note's key, built here rather than on a stack a chain already fills (hot.h). Scratch:
  * not pinned, read only by the program that wrote it, in the same run. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -122,5 +124,62 @@ struct {
     __type(key, __u32);
     __type(value, struct tcm_fleet_grant);
 } tcm_fleet SEC(".maps");
+
+/* ---- TCP through the policer (docs/spec.md §8) ---- */
+
+/* Per CPU by policy id: the counters of --aqm and --shape edt. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_tcp_counters);
+} tcm_tcp_stats SEC(".maps");
+
+/* --shape edt (edt.h), by policy id: the reciprocal of the rate a red packet waits for. Written
+ * by the daemon before a set that uses it becomes active. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_edt_cfg);
+} tcm_edt_cfg SEC(".maps");
+
+/* --shape sockets (shape.h), by policy id: how the policy's sockets are paced (the daemon's), and
+ * how many are (the sock_ops program's). */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_shape_cfg);
+} tcm_shape_cfg SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_shape_state);
+} tcm_shape_state SEC(".maps");
+
+/* --shape sockets: socket-local storage of a paced socket (tricolor_abi.h has why three maps). */
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tcm_sock_shape);
+} tcm_sock_shape SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tcm_sock_pace);
+} tcm_sock_pace SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct tcm_sock_cwnd);
+} tcm_sock_cwnd SEC(".maps");
 
 #endif /* TRICOLOR_MAPS_H */

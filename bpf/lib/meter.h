@@ -1,22 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, in pure
- * C with no BPF helpers. The same code is compiled into the BPF programs and into the C++
- * library, so what the tests check in user space is what runs in the kernel.
- *
- * Representation (see tricolor_abi.h): tokens are integers in nano-units, 10^-9 bit in byte mode
- * (so 1 byte = 8*10^9 tokens) and 10^-9 packet in packet mode. A bucket of rate R bit/s gains
- * exactly R*dt tokens in dt ns: the fluid model of docs/spec.md §1 with nothing rounded, so there
- * is no drift over any run length. The only per-packet arithmetic is compare, add, subtract and one
- * multiply; the divisions (the fill times) happen once, at configuration time.
- *
- * Overflow: with rates <= 10^12 and sizes <= 2^30 bytes, a bucket holds at most 8.6e18 tokens and
- * an srtcm pair 1.72e19 < 2^64. A refill never multiplies a gap longer than the time to fill
- * the bucket from empty (c_fill_ns), so R*dt < size; longer gaps, up to 2^64 ns (584 years),
- * just fill it. Every addition compares against the room left first, so no sum can wrap.
- *
- * Time: tokens are exact as of state->last_ns, the newest arrival seen. An arrival stamped
- * earlier than that (clocks of two CPUs, a trace out of order) adds nothing and does not move
- * last_ns back, so the same interval is never credited twice. */
+/* meter.h: the token-bucket maths of srTCM (RFC 2697), trTCM (RFC 2698) and RFC 4115, and every
+ * choice the data path makes by algorithm, in pure C with no BPF helpers. The same code is
+ * compiled into the BPF programs and into the C++ library, so what the tests check in user space
+ * is what runs in the kernel. Why nothing rounds, wraps or is credited twice: docs/meters.md,
+ * "Why it is exact". */
 #ifndef TRICOLOR_METER_H
 #define TRICOLOR_METER_H
 
@@ -185,6 +172,68 @@ TCM_METER_INLINE __u64 meter_wait_ns(__u64 need, __u64 rate, __u64 recip) {
         q++;
     return q;
 }
+
+/* The choices the data path's other parts make by algorithm. */
+
+/* --aqm (aqm.h): the reserve of a bucket pair, the tokens left before a packet is red, and the
+ * size it drains from. trtcm: P, which alone decides red; srtcm and rfc4115: C and E together. */
+TCM_METER_INLINE void meter_reserve(const struct tcm_meter_config *cfg,
+                                    const struct tcm_meter_state *st, __u64 *size, __u64 *tokens) {
+    if (cfg->algo == TCM_ALGO_TRTCM) {
+        *size = cfg->e_size;
+        *tokens = st->e_tokens;
+    } else {
+        *size = cfg->c_size + cfg->e_size;
+        *tokens = st->c_tokens + st->e_tokens;
+    }
+}
+
+/* --shape edt (edt.h): the bucket a packet coloured red for want of tokens waits for, its
+ * incoming colour @in_color green or yellow: its *@rate, *@tokens and *@size. trtcm: P at PIR,
+ * which a packet of either colour needs. srtcm and rfc4115: C at CIR, for a green packet; a
+ * yellow one could use only E, which C's refill does not fill: returns 0, nothing to wait for. */
+TCM_METER_INLINE int meter_wait_bucket(const struct tcm_meter_config *cfg,
+                                       const struct tcm_meter_state *st, __u32 in_color,
+                                       __u64 *rate, __u64 *tokens, __u64 *size) {
+    *rate = cfg->c_rate;
+    *tokens = st->c_tokens;
+    *size = cfg->c_size;
+    if (cfg->algo == TCM_ALGO_TRTCM) {
+        *rate = cfg->e_rate;
+        *tokens = st->e_tokens;
+        *size = cfg->e_size;
+        return 1;
+    }
+    return in_color == TCM_GREEN;
+}
+
+/* A fleet policy's grant (fleet.h, docs/spec.md §10): @add tokens into C, capped to its size
+ * first; under srtcm what overflows C goes into E, as its CIR stream's would. Returns what fit
+ * in neither. */
+TCM_METER_INLINE __u64 meter_grant(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                   __u64 add) {
+    if (st->c_tokens > cfg->c_size)
+        st->c_tokens = cfg->c_size;
+    __u64 over = meter_bucket_add(&st->c_tokens, cfg->c_size, add);
+    if (over && cfg->algo == TCM_ALGO_SRTCM) {
+        if (st->e_tokens > cfg->e_size)
+            st->e_tokens = cfg->e_size;
+        over = meter_bucket_add(&st->e_tokens, cfg->e_size, over);
+    }
+    return over;
+}
+
+#ifdef __bpf__
+/* A colour as an array index the verifier can prove in bounds. The barrier hides the value from
+ * clang, which otherwise proves the check redundant (meter_mark returns 0..2) and drops it,
+ * or tests one register and indexes with a copy: Linux 6.1's verifier does not carry a bound
+ * from a 32-bit copy back to its source and refused the program ("invalid access to map value,
+ * off=80"). The check costs one compare. */
+static __always_inline __u32 meter_color_index(__u32 color) {
+    asm volatile("" : "+r"(color));
+    return color < TCM_NR_COLORS ? color : TCM_RED;
+}
+#endif /* __bpf__ */
 
 #ifndef __bpf__
 /* Configuration time only (it divides): fills @cfg from parameters already validated against

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and
- * tc entry points. The context-specific parts (frame length, GSO, skb fields, verdicts) are
- * passed in by the caller. */
+/* pipeline.h: parse -> classify -> flow state -> meter -> act -> count, shared by the XDP and tc
+ * entry points (tricolor.bpf.c), which supply what differs (struct tcm_frame) and return act_xdp
+ * or act_tc of the verdict. */
 #ifndef TRICOLOR_PIPELINE_H
 #define TRICOLOR_PIPELINE_H
 
@@ -11,48 +11,9 @@
 #include "flow.h"
 #include "chain.h"
 #include "edt.h"
+#include "aqm.h"
 #include "act.h"
-
-/* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
- * low 20 bits XORed with a counter's permutation) in a scattered order, so one BPF_PROG_TEST_RUN
- * with a repeat count walks a table of a million flows, IPv4 or IPv6. Frozen in .rodata at load,
- * so production programs do not contain it. */
-const volatile __u8 tcm_bench_spread = 0;
-__u32 tcm_bench_counter = 0;
-
-/* What the entry point must do after the pipeline. */
-struct tcm_verdict {
-    __u32 drop;
-    __u32 kind; /* enum tcm_action_kind of the colour's action */
-    __u32 value;
-};
-
-/* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
- * colour, so the replay and the tests read the verdict of the real program. */
-__u32 tcm_test_last_policy = 0;
-__u32 tcm_test_last_color = 0;
-
-/* --aqm: the early signal on a packet that would pass: CE if the policy says ecn and the packet
- * is ECN-capable, else a drop (aqm.h has the law). Counted per policy apart from the colours,
- * which stay what the meter said. */
-static __always_inline void aqm_signal(void *data, void *data_end, const struct tcm_pkt *p,
-                                       const struct tcm_policy *pol, struct tcm_verdict *v,
-                                       __u32 segs, __u32 len) {
-    __u32 id = pol->policy_id;
-    struct tcm_tcp_counters *t = bpf_map_lookup_elem(&tcm_tcp_stats, &id);
-    if (pol->aqm == TCM_AQM_ECN && act_set_ce(data, data_end, p) == 0) {
-        if (t) {
-            t->aqm_marked_packets += segs;
-            t->aqm_marked_bytes += len;
-        }
-        return;
-    }
-    v->drop = 1;
-    if (t) {
-        t->aqm_dropped_packets += segs;
-        t->aqm_dropped_bytes += len;
-    }
-}
+#include "testing.h"
 
 /* What the hook knows of a frame beyond its bytes, filled with designated initialisers. */
 struct tcm_frame {
@@ -63,7 +24,8 @@ struct tcm_frame {
     struct __sk_buff *skb; /* tc: the packet, for --shape edt; NULL on XDP */
 };
 
-/* Parses, classifies, meters and counts one frame; the caller applies the verdict. */
+/* Parses, classifies, meters, acts on and counts one frame; the caller returns act_xdp or act_tc
+ * of what it returns. */
 static __always_inline struct tcm_verdict
 pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_pkt *p) {
     const __u32 frame_len = fr.len, segs = fr.segs, l2_extra = fr.l2_extra, gso = fr.gso;
@@ -71,8 +33,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     __u32 zero = 0;
     struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
     struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
-    if (tcm_test_clock)
-        tcm_test_last_policy = 0;
+    testing_begin();
     if (!rt)
         return v;
     int res = parse_packet(data, data_end, frame_len, p);
@@ -88,14 +49,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
         v.drop = res == TCM_PARSE_MALFORMED && rt->drop_malformed;
         return v;
     }
-    if (tcm_bench_spread) {
-        /* An odd multiplier permutes the residues mod 2^20: every address once per 2^20 runs. */
-        __u32 n = bpf_htonl((tcm_bench_counter++ * 2654435761u) & 0xfffff);
-        if (tcm_bench_spread == 1)
-            p->key.src[3] ^= n;
-        else
-            p->key.dst[3] ^= n;
-    }
+    testing_spread(p);
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
@@ -124,19 +78,11 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
                       : chain_meter_packet(pol, &p->key, &in);
     if (metered == TCM_NR_COLORS)
         return v;
-    __u32 color = meter_color_index(metered & 0xff);
-    __u32 len = chain_level_len(pol, &in);
-    if (tcm_test_clock) {
-        tcm_test_last_policy = pol->policy_id + 1;
-        tcm_test_last_color = color;
-    }
-    v.kind = pol->action[color].kind;
-    v.value = pol->action[color].value;
-    v.drop = v.kind == TCM_ACT_KIND_DROP;
-    if (v.kind == TCM_ACT_KIND_DSCP)
-        act_set_dscp(data, data_end, p, v.value);
+    __u32 color = meter_color_index(metered & TCM_METER_COLOR);
+    testing_note(pol, color);
+    v = act_apply(data, data_end, p, pol, color);
     if (metered & TCM_METER_SIGNAL)
-        aqm_signal(data, data_end, p, pol, &v, segs, len);
+        aqm_signal(data, data_end, p, pol, &v, segs, chain_level_len(pol, &in));
     /* --shape edt: red, and it could not leave within the horizon. Without a branch. */
     v.drop |= (metered & TCM_METER_SHAPE_DROP) >> TCM_METER_SHAPE_DROP_SHIFT;
     return v;

@@ -1,68 +1,21 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
-/* shape.h: --shape sockets. A cgroup sock_ops program (attached to the root of cgroup v2, so it
- * sees the TCP sockets of every process and every network namespace) classifies each TCP
- * socket once, when it is established, with the data path's own classifier and a key built
- * from the socket as its packets will look on a tc egress attachment (src = local address and
- * port, dst = remote, proto TCP). A socket that falls under a policy with `shape: sockets` is
- * paced with SO_MAX_PACING_RATE (which also turns on the kernel's TCP pacing and sizes TSO
- * bursts to about 1 ms at that rate) around its share of the policy's rate:
- *
- *     share = rate / N     (rate: what puts the policy's CIR on the wire as Linux's pacing counts
- *                           bytes, TCP payload and header; per 5-tuple: the whole rate)
- *
- * at share + share/64 while the policy's bucket (or the socket's, for a keyed policy) is at
- * least half full and share - share/32 while it is not (shape_sock_repace), so that over time
- * the sockets send at the bucket's rate, however the header overhead, TSO and late timers add up.
- *
- * N counts the policy's *active* sockets: a socket joins once it has had TCM_SHAPE_ACTIVE_BYTES
- * acknowledged (a bulk sender, not a control connection or an idle keep-alive), and leaves when
- * it reaches FIN_WAIT2, TIME_WAIT or CLOSE (its data all acknowledged, or gone), exactly once.
- * Until it joins, a socket is paced at rate / (N + 1), the share it would have.
- * The share is re-read whenever N or the configuration changes: both carry generation numbers,
- * and every paced socket compares their sum with the one it last used on each RTT callback (an
- * ACK that gives an RTT sample: about every ACK), so a socket that comes or goes re-paces every
- * other socket of the policy within one of their RTTs. The division happens only then, never
- * per packet.
- *
- * Bursts pacing does not cover, at a round trip short beside the bucket (RTT ~ 0, measured in
- * docs/benchmarks.md: one flow through a 16 KiB bucket lost 200 ms to each):
- *  - Linux paces none of a connection's first ten segments, and spaces the chunk that ends them
- *    by half its length at the pacing rate of that moment; ten segments leave a 16 KiB bucket
- *    nearly empty, so the next chunk was red. Until those ten are out the socket is paced at a
- *    quarter of its rate, which makes that gap long enough for the bucket to refill.
- *  - At a round trip under 512 us Linux lets a TSO chunk grow to 64 KB (tcp_tso_autosize), up
- *    to the congestion window: a chunk larger than the bucket is red however long it waits. A
- *    socket whose share sends under a sixteenth of half its bucket in one round trip has its
- *    congestion window clamped (TCP_BPF_SNDCWND_CLAMP, and its initial window) to the full
- *    segments half the bucket holds, at least 2; such a window still carries sixteen times the
- *    share at that round trip, a margin for round trips that jitter (TCM_SHAPE_SHORT_RTT_SHIFT).
- *    A longer round trip lifts the clamp.
- *  - A red drop here is not a loss to TCP but a refused transmit (it enters CWR); with nothing
- *    in flight, nothing retries it until the zero-window probe timer, at least 200 ms later.
- *    Several connections that start at once send more unpaced segments than a small bucket
- *    holds, and each was left so (four flows, 16 KiB: 200 ms of nothing from all four). A
- *    packet of several segments from a clamped socket with nothing in flight is therefore
- *    dropped as a lost one, which TCP's loss probe recovers within milliseconds
- *    (shape_tc_drop).
- *
- * Refusals and slow start: CWR cuts ssthresh to 0.7 of the window, as a loss does. Early in slow
- * start at a long round trip that ends it at a few segments, and CUBIC regrows about one segment
- * per RTT (four flows, 16 KiB, RTT 100 ms: 63% of CIR for a whole benchmark run). Pacing, not the
- * window, holds a shaped socket to its share, so a socket that never retransmitted and never
- * had a CE mark echoed (its only congestion signals were refusals on this host) and whose
- * ssthresh is under two bandwidth-delay products of its share gets it back: the clamp's
- * setsockopt with no clamp sets ssthresh unbounded (slow start again, bounded by the pace).
- * A retransmission, a segment lost, SACKed or in retransmission, or a CE mark from the network
- * keeps TCP's answer. A few compares per ACK. */
+/* shape.h: --shape sockets (docs/spec.md §8), the work of the sock_ops program in
+ * tricolor.bpf.c: each TCP socket is classified once, when established, with the data path's own
+ * classifier, and the sockets of a policy with `shape: sockets` are paced (SO_MAX_PACING_RATE)
+ * around their share of its rate, a little over it while its bucket is at least half full and a
+ * little under while not; and how tc tells a local sender of a red drop (shape_tc_drop). Why
+ * each part is as it is: docs/tcp.md, "--shape sockets". */
 #ifndef TRICOLOR_SHAPE_H
 #define TRICOLOR_SHAPE_H
 
 #include <linux/bpf.h>
+#include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
 #include "tricolor_abi.h"
+#include "maps.h"
 #include "classify.h"
 #include "flow.h"
 
@@ -86,41 +39,6 @@
 #define AF_INET6 10
 #endif
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_shape_cfg);
-} tcm_shape_cfg SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_MAX_POLICIES);
-    __type(key, __u32);
-    __type(value, struct tcm_shape_state);
-} tcm_shape_state SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_shape);
-} tcm_sock_shape SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_pace);
-} tcm_sock_pace SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-    __uint(map_flags, BPF_F_NO_PREALLOC);
-    __type(key, int);
-    __type(value, struct tcm_sock_cwnd);
-} tcm_sock_cwnd SEC(".maps");
-
 /* Set by the daemon: how many policies shape sockets (0: the program returns at once), and the
  * ifindexes of the tc egress attachments to classify sockets against. */
 __u32 tcm_shape_policies = 0;
@@ -130,7 +48,7 @@ __u32 tcm_shape_ifaces[TCM_SHAPE_MAX_IFACES] = {};
 /* The classifier key of the socket's outgoing packets, ifindex left to the caller. */
 static __always_inline int shape_sock_key(const struct bpf_sock_ops *skops,
                                           struct tcm_class_key *k) {
-    k->proto = 6; /* IPPROTO_TCP */
+    k->proto = IPPROTO_TCP;
     k->flags = TCM_KEY_F_PORTS;
     k->sport = (__u16)skops->local_port;
     k->dport = (__u16)bpf_ntohl(skops->remote_port);
@@ -278,10 +196,10 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
                    skops->snd_ssthresh < 0xffff &&
                    (__u64)skops->snd_ssthresh * skops->mss_cache * 1000000 <
                        (__u64)sp->rate_lo * srtt * 2) {
-            /* Still shaped (a pace bounds it), cut by local refusals alone (see the top of this
-             * file): back to slow start. Segments marked lost, SACKed or out for retransmission
-             * are the network's word: in fast recovery an ACK can come before the first
-             * retransmission counts in total_retrans, and the reset would undo that cut. The
+            /* Still shaped (a pace bounds it), cut by local refusals alone (docs/tcp.md,
+             * "--shape sockets"): back to slow start. Segments marked lost, SACKed or out for
+             * retransmission are the network's word: in fast recovery an ACK can come before the
+             * first retransmission counts in total_retrans, and the reset would undo that cut. The
              * setsockopt also lifts a route's "cwnd lock" clamp; a shaped socket's window is
              * ours to bound (the clamp above). */
             struct bpf_tcp_sock *tp = skops->sk ? bpf_tcp_sock(skops->sk) : 0;
@@ -291,7 +209,7 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
             }
         }
     }
-    /* Until the first ten segments are out: a quarter (see the top of this file). */
+    /* Until the first ten segments are out: a quarter (docs/tcp.md, "--shape sockets"). */
     if (skops->data_segs_out < 10 && rate != 0xffffffffu)
         rate >>= 2;
 set:
@@ -369,16 +287,16 @@ static __always_inline void shape_sock_stop(struct bpf_sock_ops *skops) {
 
 /* The verdict for a red packet on tc egress that is to be dropped. A refused transmit
  * (TC_ACT_SHOT: the qdisc layer's NET_XMIT_DROP) is what a local sender should get, with one
- * exception: a paced socket at a short round trip (its window clamped: see the top of this file)
- * that has nothing else in flight. Refused, it would wait for its zero-window probe, at least
- * 200 ms (four flows starting at once through 16 KiB at RTT ~ 0 all did, together). Such a
- * packet is dropped as a lost one: TCP counts it sent, and its loss probe, two round trips and
- * a couple of milliseconds later, starts an ordinary recovery (a retransmission where the
- * refusal retransmitted nothing). A one-segment packet is refused all the same: with one
- * packet in flight the loss probe waits TCP's minimum RTO, no sooner than the zero-window
- * probe. Under tcx, TC_ACT_STOLEN is not a verdict ("next": the packet would pass); a
- * redirect to no device is dropped in both tcx and clsact and reported to the sender as sent.
- * The packet is red and counted as dropped either way: only what the sender is told differs. */
+ * exception: a paced socket at a short round trip (its window clamped: docs/tcp.md, "--shape
+ * sockets") that has nothing else in flight. Refused, it would wait for its zero-window probe, at
+ * least 200 ms (four flows starting at once through 16 KiB at RTT ~ 0 all do, together). Such a
+ * packet is dropped as a lost one: TCP counts it sent, and its loss probe, two round trips and a
+ * couple of milliseconds later, starts an ordinary recovery (a retransmission where the refusal
+ * retransmitted nothing). A one-segment packet is refused all the same: with one packet in flight
+ * the loss probe waits TCP's minimum RTO, no sooner than the zero-window probe. Under tcx,
+ * TC_ACT_STOLEN is not a verdict ("next": the packet would pass); a redirect to no device is
+ * dropped in both tcx and clsact and reported to the sender as sent. The packet is red and counted
+ * as dropped either way: only what the sender is told differs. */
 static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
     if (!tcm_shape_policies || skb->gso_segs < 2)
         return TC_ACT_SHOT;
@@ -386,7 +304,7 @@ static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
     if (!sk)
         return TC_ACT_SHOT;
     sk = bpf_sk_fullsock(sk);
-    if (!sk || sk->protocol != 6 /* IPPROTO_TCP */)
+    if (!sk || sk->protocol != IPPROTO_TCP)
         return TC_ACT_SHOT;
     struct tcm_sock_shape *ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
     struct tcm_sock_cwnd *cw = bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0);
@@ -397,36 +315,6 @@ static __always_inline int shape_tc_drop(struct __sk_buff *skb) {
     if (!tp || tp->packets_out != 0)
         return TC_ACT_SHOT;
     return bpf_redirect(0, 0);
-}
-
-SEC("sockops")
-int tricolor_sockops(struct bpf_sock_ops *skops) {
-    struct tcm_sock_shape *ss;
-    struct bpf_sock *sk;
-
-    switch (skops->op) {
-    case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-    case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-        if (tcm_shape_policies)
-            shape_sock_start(skops);
-        break;
-    case BPF_SOCK_OPS_RTT_CB:
-        sk = skops->sk;
-        if (!sk)
-            break;
-        ss = bpf_sk_storage_get(&tcm_sock_shape, sk, 0, 0);
-        if (ss && ss->policy_id)
-            shape_sock_ack(skops, ss, bpf_sk_storage_get(&tcm_sock_pace, sk, 0, 0),
-                           bpf_sk_storage_get(&tcm_sock_cwnd, sk, 0, 0));
-        break;
-    case BPF_SOCK_OPS_STATE_CB:
-        /* args[1]: the new state. */
-        if (skops->args[1] == BPF_TCP_FIN_WAIT2 || skops->args[1] == BPF_TCP_TIME_WAIT ||
-            skops->args[1] == BPF_TCP_CLOSE)
-            shape_sock_stop(skops);
-        break;
-    }
-    return 1;
 }
 
 #endif /* TRICOLOR_SHAPE_H */
