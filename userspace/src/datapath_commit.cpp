@@ -98,31 +98,95 @@ std::vector<Policy> Datapath::policies() const {
     return out;
 }
 
+// One call of commit: the change, and the Datapath it goes into. Each member function below is
+// one of commit's steps; their order is said at commit.
+class Datapath::Impl::SetWriter {
+  public:
+    SetWriter(Datapath &dp, const SetChange &c, const std::vector<Policy> *all);
+
+    // 1. What the new set's policies read outside the set maps, ready before it is active.
+    void prepare_policy_maps();
+    // 2. The inactive set brought up to the new one.
+    Result<void> write_inactive_set();
+    // 3. One store makes it active.
+    void switch_active_set();
+    // What step 4 changed in the map of active policies, for steps 5 and 6.
+    struct ActiveChange {
+        std::set<uint32_t> removed;                 // ids no longer active
+        std::map<uint32_t, const Policy *> changed; // the upserted policies, in the active map
+        int shaping_delta = 0; // policies with --shape sockets, counted as they change
+    };
+    // 4. The map of active policies (Impl::active).
+    ActiveChange update_active_policies();
+    // 5. The flows of policies that are gone.
+    void delete_flows_of_removed(const ActiveChange &change);
+    // 6. --shape sockets: each policy's pacing rate.
+    void write_socket_shaping(const ActiveChange &change);
+    // 7. The set that was active caught up with the new one, once no packet reads it.
+    void catch_up_old_set();
+
+  private:
+    int fd(bpf_map *m) const { return impl_.fd(m); }
+
+    Datapath &dp_;
+    Impl &impl_;
+    tricolor_dp *const skel_;
+    const SetChange &c_;
+    const std::vector<Policy> *const all_; // the whole set after the change, when known
+    const uint32_t active_, next_;         // the active set now, and the one written
+    // Only what differs is written, unless much changed (or the maps were adopted), when the
+    // ranks are laid out afresh and the set written whole.
+    const bool whole_;
+};
+
 // Writes @c (checked) into the inactive set and makes it active. @all: the whole set after
 // the change, when the caller has it.
+//
+// The order is what packets running meanwhile need: everything a policy of the new set reads
+// besides the set is in place before the set can be read (1), the set is written while inactive
+// (2) and made active by one store (3); only then do the map of active policies, the flows and
+// the socket pacing follow the new set (4-6), and the set that was active, once no packet can
+// still be reading it, is caught up last (7). A failure in 2 returns with the old set active.
 Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all) {
-    auto *skel = impl_->skel;
-    const uint32_t active = impl_->runtime->active_set & 1, next = active ^ 1;
+    Impl::SetWriter w(*this, c, all);
+    w.prepare_policy_maps();
+    if (auto written = w.write_inactive_set(); !written)
+        return written;
+    w.switch_active_set();
+    const auto change = w.update_active_policies();
+    w.delete_flows_of_removed(change);
+    w.write_socket_shaping(change);
+    w.catch_up_old_set();
+    return {};
+}
 
-    // 1. Fresh state and counters for ids that were not active (an id can be reused); a policy
-    // that starts (or stops) being a fleet policy holds no tokens from before.
+Datapath::Impl::SetWriter::SetWriter(Datapath &dp, const SetChange &c,
+                                     const std::vector<Policy> *all)
+    : dp_(dp), impl_(*dp.impl_), skel_(impl_.skel), c_(c), all_(all),
+      active_(impl_.runtime->active_set & 1), next_(active_ ^ 1),
+      whole_(!impl_.in_sync ||
+             c.upserts.size() + c.removes.size() > std::max<size_t>(64, impl_.active.size() / 4)) {}
+
+// Fresh state and counters for ids that were not active (an id can be reused); a policy that
+// starts (or stops) being a fleet policy holds no tokens from before.
+void Datapath::Impl::SetWriter::prepare_policy_maps() {
     int ncpus = libbpf_num_possible_cpus();
     std::vector<tcm_counters> zero_counters(ncpus);
     std::set<uint32_t> fresh;
-    for (const auto &p : c.upserts) {
-        auto was = impl_->active.find(p.id);
-        if (was == impl_->active.end())
+    for (const auto &p : c_.upserts) {
+        auto was = impl_.active.find(p.id);
+        if (was == impl_.active.end())
             fresh.insert(p.id);
-        if (was == impl_->active.end() || was->second.fleet != p.fleet)
-            fleet_revoke(p.id);
+        if (was == impl_.active.end() || was->second.fleet != p.fleet)
+            dp_.fleet_revoke(p.id);
     }
     if (!fresh.empty()) {
         // In two batches (a fresh set of 16k policies is 32k entries), else one by one.
         std::vector<uint32_t> ids(fresh.begin(), fresh.end());
         std::vector<tcm_flow> states(ids.size());
         std::vector<tcm_counters> counters(ids.size() * ncpus);
-        int state_fd = impl_->fd(skel->maps.tcm_policy_state);
-        int stats_fd = impl_->fd(skel->maps.tcm_policy_stats);
+        int state_fd = fd(skel_->maps.tcm_policy_state);
+        int stats_fd = fd(skel_->maps.tcm_policy_stats);
         uint32_t n = static_cast<uint32_t>(ids.size());
         if (bpf_map_update_batch(state_fd, ids.data(), states.data(), &n, nullptr) != 0)
             for (uint32_t id : ids)
@@ -134,7 +198,7 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
         // The --aqm and --shape edt counters too: a new policy on a reused id started with the
         // marks and drops of the one that had it before.
         std::vector<tcm_tcp_counters> tcp(ids.size() * ncpus);
-        int tcp_fd = impl_->fd(skel->maps.tcm_tcp_stats);
+        int tcp_fd = fd(skel_->maps.tcm_tcp_stats);
         n = static_cast<uint32_t>(ids.size());
         if (bpf_map_update_batch(tcp_fd, ids.data(), tcp.data(), &n, nullptr) != 0)
             for (uint32_t id : ids)
@@ -143,95 +207,99 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
     // --shape edt: the reciprocal of the policy's rate (bpf/lib/edt.h), in place before the set
     // that uses it is active. A packet of the old set that reads a new rate's reciprocal gets a
     // departure the meter still checks: later than needed, or refused (dropped as red).
-    for (const auto &p : c.upserts)
+    for (const auto &p : c_.upserts)
         if (p.shape == TCM_SHAPE_EDT) {
             tcm_edt_cfg e{edt_recip(make_meter_config(p.meter))};
             uint32_t id = p.id;
-            bpf_map_update_elem(impl_->fd(skel->maps.tcm_edt_cfg), &id, &e, 0);
+            bpf_map_update_elem(fd(skel_->maps.tcm_edt_cfg), &id, &e, 0);
         }
-    // The flows of an id are deleted when it leaves the set (5. below), so a fresh id has none;
+    // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
-    int flows_fd = impl_->fd(skel->maps.tcm_flows);
-    if (impl_->flows_unclean && !fresh.empty())
-        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_->active.contains(id); });
+    if (impl_.flows_unclean && !fresh.empty())
+        delete_flows_if(fd(skel_->maps.tcm_flows),
+                        [&](uint32_t id) { return !impl_.active.contains(id); });
+}
 
-    // 2. The inactive set brought up to the new one: only what differs, unless much changed
-    // (or the maps were adopted), when the ranks are laid out afresh and the set written whole.
-    const bool bulk = !impl_->in_sync || c.upserts.size() + c.removes.size() >
-                                             std::max<size_t>(64, impl_->active.size() / 4);
+Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
     Result<void> written;
-    if (bulk) {
+    if (whole_) {
         std::vector<Policy> whole;
-        if (!all) {
-            std::map<uint32_t, Policy> after = impl_->active;
-            for (uint32_t id : c.removes)
+        if (!all_) {
+            std::map<uint32_t, Policy> after = impl_.active;
+            for (uint32_t id : c_.removes)
                 after.erase(id);
-            for (const auto &p : c.upserts)
+            for (const auto &p : c_.upserts)
                 after[p.id] = p;
             for (auto &[id, p] : after)
                 whole.push_back(std::move(p));
         }
-        written = impl_->sets->rebuild(next, all ? *all : whole);
+        written = impl_.sets->rebuild(next_, all_ ? *all_ : whole);
     } else {
-        written = impl_->sets->write(next, c);
+        written = impl_.sets->write(next_, c_);
     }
-    if (!written) {
-        impl_->in_sync = impl_->in_sync && !bulk;
-        return written;
-    }
+    if (!written)
+        impl_.in_sync = impl_.in_sync && !whole_;
+    return written;
+}
 
-    // 3. One store makes the new set active: the version goes up by one, and its bit 0 is the
-    // set. The classification cache serves only entries of the active version; after 2^32
-    // switches a version comes back, so the cache is emptied before it does.
-    const uint32_t version = impl_->runtime->active_set + 1;
+// The version goes up by one, and its bit 0 is the set. The classification cache serves only
+// entries of the active version; after 2^32 switches a version comes back, so the cache is
+// emptied before it does.
+void Datapath::Impl::SetWriter::switch_active_set() {
+    const uint32_t version = impl_.runtime->active_set + 1;
     if (version == 0)
-        clear_class_cache();
-    __atomic_store_n(&impl_->runtime->active_set, version, __ATOMIC_RELEASE);
-    impl_->sets->switched(next);
+        dp_.clear_class_cache();
+    __atomic_store_n(&impl_.runtime->active_set, version, __ATOMIC_RELEASE);
+    impl_.sets->switched(next_);
+    impl_.in_sync = true; // the model is the active set now
+}
 
-    // 4. The active map of policies.
-    std::set<uint32_t> removed;
-    int shaping_delta = 0; // policies with --shape sockets, counted as they change
+Datapath::Impl::SetWriter::ActiveChange Datapath::Impl::SetWriter::update_active_policies() {
+    ActiveChange out;
     auto shapes = [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS ? 1 : 0; };
-    for (uint32_t id : c.removes)
-        if (auto it = impl_->active.find(id); it != impl_->active.end()) {
-            shaping_delta -= shapes(it->second);
-            impl_->active.erase(it);
-            removed.insert(id);
+    for (uint32_t id : c_.removes)
+        if (auto it = impl_.active.find(id); it != impl_.active.end()) {
+            out.shaping_delta -= shapes(it->second);
+            impl_.active.erase(it);
+            out.removed.insert(id);
         }
-    for (const auto &p : c.upserts)
-        if (auto it = impl_->active.find(p.id); it != impl_->active.end())
-            shaping_delta -= shapes(it->second);
-    for (const auto &p : c.upserts)
-        shaping_delta += shapes(p);
-    if (all) {
+    for (const auto &p : c_.upserts)
+        if (auto it = impl_.active.find(p.id); it != impl_.active.end())
+            out.shaping_delta -= shapes(it->second);
+    for (const auto &p : c_.upserts)
+        out.shaping_delta += shapes(p);
+    if (all_) {
         std::set<uint32_t> ids;
-        for (const auto &p : *all)
+        for (const auto &p : *all_)
             ids.insert(p.id);
-        for (auto it = impl_->active.begin(); it != impl_->active.end();)
+        for (auto it = impl_.active.begin(); it != impl_.active.end();)
             if (!ids.contains(it->first)) {
-                removed.insert(it->first);
-                it = impl_->active.erase(it);
+                out.removed.insert(it->first);
+                it = impl_.active.erase(it);
             } else {
                 ++it;
             }
     }
-    std::map<uint32_t, const Policy *> changed;
-    for (const auto &p : c.upserts)
-        changed[p.id] = &(impl_->active[p.id] = p);
+    for (const auto &p : c_.upserts)
+        out.changed[p.id] = &(impl_.active[p.id] = p);
+    return out;
+}
 
-    // 5. The flows of policies that are gone: a scan of the whole flow table, so only when a
-    // policy was removed (a plain update keeps every id). After adopting pins, every id no set
-    // holds.
-    if (impl_->flows_unclean)
-        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_->active.contains(id); });
-    else if (!removed.empty())
-        delete_flows_if(flows_fd, [&](uint32_t id) { return removed.contains(id); });
-    impl_->flows_unclean = false;
+// A scan of the whole flow table, so only when a policy was removed (a plain update keeps every
+// id). After adopting pins, every id no set holds.
+void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &change) {
+    int flows_fd = fd(skel_->maps.tcm_flows);
+    if (impl_.flows_unclean)
+        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_.active.contains(id); });
+    else if (!change.removed.empty())
+        delete_flows_if(flows_fd, [&](uint32_t id) { return change.removed.contains(id); });
+    impl_.flows_unclean = false;
+}
 
-    // 6. --shape sockets: each policy's pacing rate; a change bumps its generation so that its
-    // sockets re-read their share, and so does a policy that left (its sockets go unpaced).
-    int shape_fd = impl_->fd(skel->maps.tcm_shape_cfg);
+// A change bumps the policy's generation so that its sockets re-read their share, and so does a
+// policy that left (its sockets go unpaced).
+void Datapath::Impl::SetWriter::write_socket_shaping(const ActiveChange &change) {
+    int shape_fd = fd(skel_->maps.tcm_shape_cfg);
     auto write_shape = [&](uint32_t id, uint64_t rate, uint32_t per_socket) {
         tcm_shape_cfg old{};
         bpf_map_lookup_elem(shape_fd, &id, &old);
@@ -240,29 +308,29 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
         tcm_shape_cfg cfg{rate, per_socket, old.gen + 1};
         bpf_map_update_elem(shape_fd, &id, &cfg, 0);
     };
-    for (const auto &[id, p] : changed) {
+    for (const auto &[id, p] : change.changed) {
         bool on = p->shape == TCM_SHAPE_SOCKETS;
         write_shape(id, on ? shape_payload_rate(*p) : 0, p->per == TCM_PER_5TUPLE);
     }
-    for (uint32_t id : removed)
+    for (uint32_t id : change.removed)
         write_shape(id, 0, 0);
-    if (all || c.upserts.size() + removed.size() > 1) {
-        impl_->shaping = 0;
-        for (const auto &[id, p] : impl_->active)
-            impl_->shaping += p.shape == TCM_SHAPE_SOCKETS;
+    if (all_ || c_.upserts.size() + change.removed.size() > 1) {
+        impl_.shaping = 0;
+        for (const auto &[id, p] : impl_.active)
+            impl_.shaping += p.shape == TCM_SHAPE_SOCKETS;
     } else {
-        impl_->shaping += shaping_delta;
+        impl_.shaping += change.shaping_delta;
     }
-    __atomic_store_n(&skel->bss->tcm_shape_policies, impl_->shaping, __ATOMIC_RELEASE);
-    impl_->in_sync = true;
+    __atomic_store_n(&skel_->bss->tcm_shape_policies, impl_.shaping, __ATOMIC_RELEASE);
+}
 
-    // 7. After a rebuild the other set is far behind the new one. Once no packet can still be
-    // reading it (an RCU grace period, which membarrier(MEMBARRIER_CMD_GLOBAL) waits for: the
-    // programs run under RCU), it is brought up too, so that the next change of one policy
-    // writes only what it changes. Without the grace period, that change catches it up.
-    if (bulk && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
-        (void)impl_->sets->catch_up(active);
-    return {};
+// After a rebuild the other set is far behind the new one. Once no packet can still be reading
+// it (an RCU grace period, which membarrier(MEMBARRIER_CMD_GLOBAL) waits for: the programs run
+// under RCU), it is brought up too, so that the next change of one policy writes only what it
+// changes. Without the grace period, that change catches it up.
+void Datapath::Impl::SetWriter::catch_up_old_set() {
+    if (whole_ && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+        (void)impl_.sets->catch_up(active_);
 }
 
 void Datapath::clear_class_cache() {

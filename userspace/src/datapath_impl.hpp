@@ -63,6 +63,9 @@ struct Datapath::Impl {
     }
 
     int fd(bpf_map *m) const { return bpf_map__fd(m); }
+
+    // One call of Datapath::commit, a member function a step (datapath_commit.cpp).
+    class SetWriter;
 };
 
 namespace detail {
