@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_commit.cpp: changing the policy set (apply, upsert, remove): the checks, then commit,
+// which writes the change into the inactive half of the maps and makes it active with one store.
+#include "datapath_impl.hpp"
+#include "tricolor/rules.hpp"
+#include "tricolor/text.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+
+#include <fmt/format.h>
+
+namespace tricolor {
+namespace {
+
+// Deletes the flows whose policy id @drop says to.
+template <typename Pred>
+void delete_flows_if(int flows_fd, Pred drop) {
+    std::vector<tcm_flow_key> gone;
+    tcm_flow_key k{}, nk{};
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(flows_fd, prev, &nk) == 0) {
+        if (drop(nk.policy_id))
+            gone.push_back(nk);
+        k = nk;
+        prev = &k;
+    }
+    for (const auto &g : gone)
+        bpf_map_delete_elem(flows_fd, &g);
+}
+
+} // namespace
+
+Result<void> Datapath::check(const std::vector<Policy> &policies) const {
+    auto errors = policy_set_problems(policies);
+    if (!errors.empty()) {
+        return std::unexpected(join_lines(errors));
+    }
+    return {};
+}
+
+Result<void> Datapath::apply(const std::vector<Policy> &policies) {
+    if (auto ok = check(policies); !ok)
+        return ok;
+    SetChange c;
+    std::set<uint32_t> ids;
+    for (const auto &p : policies) {
+        ids.insert(p.id);
+        auto it = impl_->active.find(p.id);
+        if (it == impl_->active.end() || !(it->second == p))
+            c.upserts.push_back(p);
+    }
+    for (const auto &[id, p] : impl_->active)
+        if (!ids.contains(id))
+            c.removes.push_back(id);
+    return commit(c, &policies);
+}
+
+Result<void> Datapath::upsert(const Policy &policy) {
+    if (auto it = impl_->active.find(policy.id); it != impl_->active.end() && it->second == policy)
+        return {};
+    if (!impl_->in_sync) { // adopted: the next change writes a set whole anyway
+        auto set = policies();
+        auto it = std::ranges::find(set, policy.id, &Policy::id);
+        if (it != set.end())
+            *it = policy;
+        else
+            set.push_back(policy);
+        return apply(set);
+    }
+    SetChange c{{policy}, {}};
+    if (auto errors = impl_->sets->problems(c); !errors.empty())
+        return std::unexpected(join_lines(errors));
+    return commit(c, nullptr);
+}
+
+Result<void> Datapath::remove(uint32_t policy_id) {
+    if (!impl_->active.contains(policy_id))
+        return std::unexpected(fmt::format("no policy with id {}", policy_id));
+    if (!impl_->in_sync) {
+        auto set = policies();
+        std::erase_if(set, [&](const Policy &p) { return p.id == policy_id; });
+        return apply(set);
+    }
+    SetChange c{{}, {policy_id}};
+    if (auto errors = impl_->sets->problems(c); !errors.empty())
+        return std::unexpected(join_lines(errors));
+    return commit(c, nullptr);
+}
+
+std::vector<Policy> Datapath::policies() const {
+    std::vector<Policy> out;
+    for (const auto &[id, p] : impl_->active)
+        out.push_back(p);
+    return out;
+}
+
+// One call of commit: the change, and the Datapath it goes into. Each member function below is
+// one of commit's steps; their order is said at commit.
+class Datapath::Impl::SetWriter {
+  public:
+    SetWriter(Datapath &dp, const SetChange &c, const std::vector<Policy> *all);
+
+    // 1. What the new set's policies read outside the set maps, ready before it is active.
+    void prepare_policy_maps();
+    // 2. The inactive set brought up to the new one.
+    Result<void> write_inactive_set();
+    // 3. One store makes it active.
+    void switch_active_set();
+    // What step 4 changed in the map of active policies, for steps 5 and 6.
+    struct ActiveChange {
+        std::set<uint32_t> removed;                 // ids no longer active
+        std::map<uint32_t, const Policy *> changed; // the upserted policies, in the active map
+        int shaping_delta = 0; // policies with --shape sockets, counted as they change
+    };
+    // 4. The map of active policies (Impl::active).
+    ActiveChange update_active_policies();
+    // 5. The flows of policies that are gone.
+    void delete_flows_of_removed(const ActiveChange &change);
+    // 6. --shape sockets: each policy's pacing rate.
+    void write_socket_shaping(const ActiveChange &change);
+    // 7. The set that was active caught up with the new one, once no packet reads it.
+    void catch_up_old_set();
+
+  private:
+    int fd(bpf_map *m) const { return impl_.fd(m); }
+
+    Datapath &dp_;
+    Impl &impl_;
+    tricolor_dp *const skel_;
+    const SetChange &c_;
+    const std::vector<Policy> *const all_; // the whole set after the change, when known
+    const uint32_t active_, next_;         // the active set now, and the one written
+    // Only what differs is written, unless much changed (or the maps were adopted), when the
+    // ranks are laid out afresh and the set written whole.
+    const bool whole_;
+};
+
+// Writes @c (checked) into the inactive set and makes it active. @all: the whole set after
+// the change, when the caller has it.
+//
+// The order is what packets running meanwhile need: everything a policy of the new set reads
+// besides the set is in place before the set can be read (1), the set is written while inactive
+// (2) and made active by one store (3); only then do the map of active policies, the flows and
+// the socket pacing follow the new set (4-6), and the set that was active, once no packet can
+// still be reading it, is caught up last (7). A failure in 2 returns with the old set active.
+Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all) {
+    Impl::SetWriter w(*this, c, all);
+    w.prepare_policy_maps();
+    if (auto written = w.write_inactive_set(); !written)
+        return written;
+    w.switch_active_set();
+    const auto change = w.update_active_policies();
+    w.delete_flows_of_removed(change);
+    w.write_socket_shaping(change);
+    w.catch_up_old_set();
+    return {};
+}
+
+Datapath::Impl::SetWriter::SetWriter(Datapath &dp, const SetChange &c,
+                                     const std::vector<Policy> *all)
+    : dp_(dp), impl_(*dp.impl_), skel_(impl_.skel), c_(c), all_(all),
+      active_(impl_.runtime->active_set & 1), next_(active_ ^ 1),
+      whole_(!impl_.in_sync ||
+             c.upserts.size() + c.removes.size() > std::max<size_t>(64, impl_.active.size() / 4)) {}
+
+// Fresh state and counters for ids that were not active (an id can be reused); a policy that
+// starts (or stops) being a fleet policy holds no tokens from before.
+void Datapath::Impl::SetWriter::prepare_policy_maps() {
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<tcm_counters> zero_counters(ncpus);
+    std::set<uint32_t> fresh;
+    for (const auto &p : c_.upserts) {
+        auto was = impl_.active.find(p.id);
+        if (was == impl_.active.end())
+            fresh.insert(p.id);
+        if (was == impl_.active.end() || was->second.fleet != p.fleet)
+            dp_.fleet_revoke(p.id);
+    }
+    if (!fresh.empty()) {
+        // In two batches (a fresh set of 16k policies is 32k entries), else one by one.
+        std::vector<uint32_t> ids(fresh.begin(), fresh.end());
+        std::vector<tcm_flow> states(ids.size());
+        std::vector<tcm_counters> counters(ids.size() * ncpus);
+        int state_fd = fd(skel_->maps.tcm_policy_state);
+        int stats_fd = fd(skel_->maps.tcm_policy_stats);
+        uint32_t n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(state_fd, ids.data(), states.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(state_fd, &id, &states[0], 0);
+        n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(stats_fd, ids.data(), counters.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(stats_fd, &id, zero_counters.data(), 0);
+        // The --aqm and --shape edt counters too: a new policy on a reused id started with the
+        // marks and drops of the one that had it before.
+        std::vector<tcm_tcp_counters> tcp(ids.size() * ncpus);
+        int tcp_fd = fd(skel_->maps.tcm_tcp_stats);
+        n = static_cast<uint32_t>(ids.size());
+        if (bpf_map_update_batch(tcp_fd, ids.data(), tcp.data(), &n, nullptr) != 0)
+            for (uint32_t id : ids)
+                bpf_map_update_elem(tcp_fd, &id, tcp.data(), 0);
+    }
+    // --shape edt: the reciprocal of the policy's rate (bpf/lib/edt.h), in place before the set
+    // that uses it is active. A packet of the old set that reads a new rate's reciprocal gets a
+    // departure the meter still checks: later than needed, or refused (dropped as red).
+    for (const auto &p : c_.upserts)
+        if (p.shape == TCM_SHAPE_EDT) {
+            tcm_edt_cfg e{edt_recip(make_meter_config(p.meter))};
+            uint32_t id = p.id;
+            bpf_map_update_elem(fd(skel_->maps.tcm_edt_cfg), &id, &e, 0);
+        }
+    // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
+    // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
+    if (impl_.flows_unclean && !fresh.empty())
+        delete_flows_if(fd(skel_->maps.tcm_flows),
+                        [&](uint32_t id) { return !impl_.active.contains(id); });
+}
+
+Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
+    Result<void> written;
+    if (whole_) {
+        std::vector<Policy> whole;
+        if (!all_) {
+            std::map<uint32_t, Policy> after = impl_.active;
+            for (uint32_t id : c_.removes)
+                after.erase(id);
+            for (const auto &p : c_.upserts)
+                after[p.id] = p;
+            for (auto &[id, p] : after)
+                whole.push_back(std::move(p));
+        }
+        written = impl_.sets->rebuild(next_, all_ ? *all_ : whole);
+    } else {
+        written = impl_.sets->write(next_, c_);
+    }
+    if (!written)
+        impl_.in_sync = impl_.in_sync && !whole_;
+    return written;
+}
+
+// The version goes up by one, and its bit 0 is the set. The classification cache serves only
+// entries of the active version; after 2^32 switches a version comes back, so the cache is
+// emptied before it does.
+void Datapath::Impl::SetWriter::switch_active_set() {
+    const uint32_t version = impl_.runtime->active_set + 1;
+    if (version == 0)
+        dp_.clear_class_cache();
+    __atomic_store_n(&impl_.runtime->active_set, version, __ATOMIC_RELEASE);
+    impl_.sets->switched(next_);
+    impl_.in_sync = true; // the model is the active set now
+}
+
+Datapath::Impl::SetWriter::ActiveChange Datapath::Impl::SetWriter::update_active_policies() {
+    ActiveChange out;
+    auto shapes = [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS ? 1 : 0; };
+    for (uint32_t id : c_.removes)
+        if (auto it = impl_.active.find(id); it != impl_.active.end()) {
+            out.shaping_delta -= shapes(it->second);
+            impl_.active.erase(it);
+            out.removed.insert(id);
+        }
+    for (const auto &p : c_.upserts)
+        if (auto it = impl_.active.find(p.id); it != impl_.active.end())
+            out.shaping_delta -= shapes(it->second);
+    for (const auto &p : c_.upserts)
+        out.shaping_delta += shapes(p);
+    if (all_) {
+        std::set<uint32_t> ids;
+        for (const auto &p : *all_)
+            ids.insert(p.id);
+        for (auto it = impl_.active.begin(); it != impl_.active.end();)
+            if (!ids.contains(it->first)) {
+                out.removed.insert(it->first);
+                it = impl_.active.erase(it);
+            } else {
+                ++it;
+            }
+    }
+    for (const auto &p : c_.upserts)
+        out.changed[p.id] = &(impl_.active[p.id] = p);
+    return out;
+}
+
+// A scan of the whole flow table, so only when a policy was removed (a plain update keeps every
+// id). After adopting pins, every id no set holds.
+void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &change) {
+    int flows_fd = fd(skel_->maps.tcm_flows);
+    if (impl_.flows_unclean)
+        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_.active.contains(id); });
+    else if (!change.removed.empty())
+        delete_flows_if(flows_fd, [&](uint32_t id) { return change.removed.contains(id); });
+    impl_.flows_unclean = false;
+}
+
+// A change bumps the policy's generation so that its sockets re-read their share, and so does a
+// policy that left (its sockets go unpaced).
+void Datapath::Impl::SetWriter::write_socket_shaping(const ActiveChange &change) {
+    int shape_fd = fd(skel_->maps.tcm_shape_cfg);
+    auto write_shape = [&](uint32_t id, uint64_t rate, uint32_t per_socket) {
+        tcm_shape_cfg old{};
+        bpf_map_lookup_elem(shape_fd, &id, &old);
+        if (old.rate == rate && old.per_socket == per_socket)
+            return;
+        tcm_shape_cfg cfg{rate, per_socket, old.gen + 1};
+        bpf_map_update_elem(shape_fd, &id, &cfg, 0);
+    };
+    for (const auto &[id, p] : change.changed) {
+        bool on = p->shape == TCM_SHAPE_SOCKETS;
+        write_shape(id, on ? shape_payload_rate(*p) : 0, p->per == TCM_PER_5TUPLE);
+    }
+    for (uint32_t id : change.removed)
+        write_shape(id, 0, 0);
+    if (all_ || c_.upserts.size() + change.removed.size() > 1) {
+        impl_.shaping = 0;
+        for (const auto &[id, p] : impl_.active)
+            impl_.shaping += p.shape == TCM_SHAPE_SOCKETS;
+    } else {
+        impl_.shaping += change.shaping_delta;
+    }
+    __atomic_store_n(&skel_->bss->tcm_shape_policies, impl_.shaping, __ATOMIC_RELEASE);
+}
+
+// After a rebuild the other set is far behind the new one. Once no packet can still be reading
+// it (an RCU grace period, which membarrier(MEMBARRIER_CMD_GLOBAL) waits for: the programs run
+// under RCU), it is brought up too, so that the next change of one policy writes only what it
+// changes. Without the grace period, that change catches it up.
+void Datapath::Impl::SetWriter::catch_up_old_set() {
+    if (whole_ && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+        (void)impl_.sets->catch_up(active_);
+}
+
+void Datapath::clear_class_cache() {
+    int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    tcm_class_key key{};
+    while (bpf_map_get_next_key(fd, nullptr, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0) {
+    }
+}
+
+} // namespace tricolor

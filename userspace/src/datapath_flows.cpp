@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_flows.cpp: the flow table: reading it, the passes that count and reclaim its flows
+// and track the heavy hitters, and flows --top.
+#include "datapath_impl.hpp"
+#include "tricolor/bpf_load.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+namespace tricolor {
+namespace {
+
+bool key_less(const tcm_flow_key &a, const tcm_flow_key &b) {
+    return std::memcmp(&a, &b, sizeof(a)) < 0;
+}
+
+// flows --top's order: the most bytes first, ties by key, so that every way of answering gives
+// the same list.
+bool busier(const Flow &a, const Flow &b) {
+    uint64_t x = flow_bytes(a.state), y = flow_bytes(b.state);
+    return x != y ? x > y : key_less(a.key, b.key);
+}
+
+} // namespace
+
+namespace detail {
+
+void sort_unique(std::vector<tcm_flow_key> &keys) {
+    std::ranges::sort(keys, key_less);
+    auto same = [](const tcm_flow_key &a, const tcm_flow_key &b) {
+        return std::memcmp(&a, &b, sizeof(a)) == 0;
+    };
+    keys.erase(std::unique(keys.begin(), keys.end(), same), keys.end());
+}
+
+std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain) {
+    std::vector<tcm_flow_key> out;
+    size_t chunk = 1024;
+    std::vector<tcm_flow_key> keys(chunk);
+    std::vector<uint8_t> values(chunk);
+    uint32_t in_batch = 0, out_batch = 0;
+    bool first = true;
+    for (;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        void *in = first ? nullptr : &in_batch;
+        int err = drain ? bpf_map_lookup_and_delete_batch(fd, in, &out_batch, keys.data(),
+                                                          values.data(), &count, nullptr)
+                        : bpf_map_lookup_batch(fd, in, &out_batch, keys.data(), values.data(),
+                                               &count, nullptr);
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk);
+            continue;
+        }
+        if (err < 0 && err != -ENOENT)
+            return std::nullopt;
+        out.insert(out.end(), keys.begin(), keys.begin() + count);
+        if (err == -ENOENT) // that was the last batch
+            return out;
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
+} // namespace detail
+
+std::vector<Flow> Datapath::flows() const {
+    std::vector<Flow> out;
+    detail::for_each_entry<tcm_flow_key, tcm_flow>(impl_->fd(impl_->skel->maps.tcm_flows), 1,
+                                                   [&](const tcm_flow_key &k, const tcm_flow *v) {
+                                                       out.push_back(Flow{k, *v});
+                                                   });
+    return out;
+}
+
+size_t Datapath::reclaim_idle_flows() {
+    return reclaim_idle_flows(0, 0);
+}
+
+size_t Datapath::reclaim_idle_flows(uint64_t min_idle_ns, size_t pressure_at) {
+    FlowPass pass = begin_flow_pass(true, min_idle_ns, pressure_at);
+    walk_flow_pass(pass);
+    while (reclaim_some(pass, SIZE_MAX)) {
+    }
+    end_flow_pass(pass);
+    return pass.reclaimed;
+}
+
+size_t Datapath::count_flows() {
+    FlowPass pass = begin_flow_pass(false);
+    walk_flow_pass(pass);
+    end_flow_pass(pass);
+    return impl_->counted_flows;
+}
+
+size_t Datapath::counted_flows() const {
+    return impl_->counted_flows;
+}
+
+// The heavy hitters (docs/datapath.md, "flows --top at 2^20"). A pass installs a threshold T,
+// empties tcm_flow_hot, walks the table and keeps the flows read at T or more: from then on every
+// flow with T bytes or more is one of those, or crossed T after the walk read it, hence after T
+// was installed, and the data path put it in tcm_flow_hot (bpf/lib/hot.h has why the order of
+// the reads makes that so), unless an insert failed (counted, and then flows --top walks).
+//
+// A pass that raises T (or keeps it) keeps the last pass's answer valid through its own walk:
+// what it empties from tcm_flow_hot joins the last walk's flows as candidates, and a flow with
+// the new T or more either had the old T then (a candidate) or crossed the new T after it was
+// installed (recorded). Lowering T cannot be done that way (a flow between the two thresholds
+// when it is installed is in neither), so until that pass's walk is done flows --top walks; T
+// is only lowered when fewer than half of top_keep flows still stand at or above it.
+FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pressure_at) {
+    FlowPass pass;
+    pass.reclaim = reclaim;
+    pass.min_idle_ns = min_idle_ns;
+    pass.pressure_at = pressure_at;
+    if (reclaim)
+        for (const auto &[id, p] : impl_->active)
+            pass.configs[id] = make_meter_config(p.meter);
+    pass.version = impl_->runtime->active_set;
+    pass.top_keep = impl_->top_keep;
+    // As many as the data path can record, and never fewer than 16 top_keeps: a threshold picked
+    // from the last walk usually has about top_keep flows at or above it.
+    pass.heavy_cap = std::max<size_t>(impl_->hot_capacity, size_t{16} * impl_->top_keep);
+    auto &hot = impl_->hot;
+    const uint64_t t = hot.next;
+    bool keep = hot.valid && t >= hot.threshold;
+    // T first (a full barrier), then the map emptied, then the failed inserts read and zeroed.
+    __atomic_store_n(&impl_->skel->data->tcm_hot_threshold, t, __ATOMIC_SEQ_CST);
+    auto drained = detail::hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), true);
+    uint64_t failed = __atomic_exchange_n(&impl_->skel->bss->tcm_hot_overflow, 0, __ATOMIC_SEQ_CST);
+    // A drained map that was full may have refused an insert whose count is not visible yet.
+    if (!drained || failed || drained->size() >= impl_->hot_capacity || foreign_flow_writers())
+        keep = false;
+    hot.threshold = t;
+    if (keep) {
+        hot.keys.insert(hot.keys.end(), drained->begin(), drained->end());
+        detail::sort_unique(hot.keys);
+    } else {
+        hot.valid = false;
+        hot.keys.clear();
+    }
+    pass.threshold = t;
+    pass.now = now_ns();
+    return pass;
+}
+
+void Datapath::walk_flow_pass(FlowPass &pass) const {
+    auto &top = pass.top;
+    detail::for_each_entry<tcm_flow_key, tcm_flow>(
+        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
+            ++pass.flows;
+            const uint64_t bytes = flow_bytes(*v);
+            if (bytes >= pass.threshold) {
+                if (pass.heavy.size() < pass.heavy_cap)
+                    pass.heavy.push_back(k);
+                else
+                    pass.heavy_over_cap = true;
+            }
+            if (pass.reclaim) {
+                auto cfg = pass.configs.find(k.policy_id);
+                if (cfg != pass.configs.end() && !v->lock) {
+                    // Exactly what the next packet would see: the shared refill code on a copy.
+                    tcm_meter_state s = v->meter;
+                    meter_refill(&cfg->second, &s, pass.now);
+                    const bool started = v->flags & TCM_FLOW_F_STARTED;
+                    if (!started ||
+                        (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size)) {
+                        // Seen recently: left for an operator to look at, unless under pressure.
+                        if (pass.min_idle_ns && started &&
+                            pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
+                                pass.min_idle_ns) {
+                            pass.full_recent.push_back({k, *v});
+                        } else {
+                            pass.reclaimable.push_back({k, *v});
+                            return; // going: not one of the next threshold's flows
+                        }
+                    }
+                }
+            }
+            if (pass.top_keep == 0)
+                return;
+            if (top.size() < pass.top_keep) {
+                top.push_back(bytes);
+                std::ranges::push_heap(top, std::greater<>());
+            } else if (bytes > top.front()) {
+                std::ranges::pop_heap(top, std::greater<>());
+                top.back() = bytes;
+                std::ranges::push_heap(top, std::greater<>());
+            }
+        });
+    if (pass.pressure_at && pass.flows > pass.pressure_at)
+        pass.reclaimable.insert(pass.reclaimable.end(), pass.full_recent.begin(),
+                                pass.full_recent.end());
+    pass.full_recent.clear();
+}
+
+bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
+    auto &todo = pass.reclaimable;
+    if (pass.next_reclaim >= todo.size())
+        return false;
+    if (impl_->runtime->active_set != pass.version) {
+        pass.next_reclaim = todo.size(); // decided on configs that changed since
+        return false;
+    }
+    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+    const size_t end =
+        todo.size() - pass.next_reclaim > max ? pass.next_reclaim + max : todo.size();
+    for (; pass.next_reclaim < end; ++pass.next_reclaim) {
+        // Only if no packet came since the walk read it: one that did may have taken tokens.
+        const Flow &f = todo[pass.next_reclaim];
+        tcm_flow now{};
+        if (bpf_map_lookup_elem(fd, &f.key, &now) != 0 || now.lock ||
+            now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
+            std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
+            continue;
+        if (bpf_map_delete_elem(fd, &f.key) == 0)
+            ++pass.reclaimed;
+    }
+    return pass.next_reclaim < todo.size();
+}
+
+void Datapath::end_flow_pass(FlowPass &pass) {
+    impl_->counted_flows = pass.flows - std::min(pass.flows, pass.reclaimed);
+    auto &hot = impl_->hot;
+    // The next threshold: the bytes of the top_keep-th busiest flow read (none: tracking off,
+    // a walk is cheap then), unless that lowers it while enough flows stand at or above it.
+    const uint64_t kth =
+        pass.top_keep && pass.top.size() >= pass.top_keep ? pass.top.front() : ~0ull;
+    const bool enough = pass.heavy_over_cap || pass.heavy.size() >= (pass.top_keep + 1) / 2;
+    hot.next = kth >= pass.threshold || !enough ? kth : pass.threshold;
+    // From now on the flows read at or above this pass's threshold and tcm_flow_hot hold every
+    // flow that has it.
+    hot.keys = std::move(pass.heavy);
+    detail::sort_unique(hot.keys);
+    hot.valid = pass.threshold != ~0ull && !pass.heavy_over_cap && foreign_flow_writers() == 0;
+    if (!hot.valid)
+        hot.keys.clear();
+}
+
+TopTracking Datapath::top_tracking() const {
+    return {impl_->hot.valid, impl_->hot.threshold, impl_->hot.keys.size()};
+}
+
+size_t Datapath::foreign_flow_writers() const {
+    size_t n = 0;
+    uint32_t id = 0;
+    for (;;) {
+        if (bpf_prog_get_next_id(id, &id) != 0)
+            // Cannot list programs (no CAP_SYS_ADMIN): it cannot be ruled out.
+            return errno == ENOENT ? n : n + 1;
+        if (std::ranges::find(impl_->own_progs, id) != impl_->own_progs.end())
+            continue;
+        int fd = bpf_prog_get_fd_by_id(id);
+        if (fd < 0)
+            continue; // gone meanwhile
+        auto maps = prog_map_ids(fd);
+        close(fd);
+        if (std::ranges::find(maps, impl_->flows_map_id) != maps.end())
+            ++n;
+    }
+}
+
+std::vector<Flow> Datapath::top_flows(size_t k, const std::function<bool(uint32_t)> &want,
+                                      bool force_walk, std::string *via) const {
+    auto wanted = [&](uint32_t id) { return !want || want(id); };
+    std::vector<Flow> out;
+    const auto &hot = impl_->hot;
+    // The heavy hitters answer if they hold at least k flows of T bytes or more (then every
+    // flow of the true top k has T or more, and each of those is a candidate).
+    auto from_hot = [&]() -> bool {
+        if (k == 0 || force_walk || !hot.valid || hot.threshold == ~0ull)
+            return false;
+        auto live = detail::hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), false);
+        // A full map may have refused an insert whose count is not visible yet.
+        if (!live || live->size() >= impl_->hot_capacity || foreign_flow_writers())
+            return false;
+        std::vector<tcm_flow_key> candidates = hot.keys;
+        candidates.insert(candidates.end(), live->begin(), live->end());
+        detail::sort_unique(candidates);
+        int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+        for (const auto &key : candidates) {
+            Flow f{key, {}};
+            if (wanted(key.policy_id) && bpf_map_lookup_elem(fd, &key, &f.state) == 0 &&
+                flow_bytes(f.state) >= hot.threshold)
+                out.push_back(f);
+        }
+        // Read after the candidates: an insert refused before them has been counted by now.
+        if (__atomic_load_n(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST) != 0 ||
+            out.size() < k) {
+            out.clear();
+            return false;
+        }
+        return true;
+    };
+    bool hit = from_hot();
+    if (!hit) {
+        out = flows();
+        std::erase_if(out, [&](const Flow &f) { return !wanted(f.key.policy_id); });
+    }
+    if (k && out.size() > k) {
+        std::ranges::partial_sort(out, out.begin() + static_cast<std::ptrdiff_t>(k), busier);
+        out.resize(k);
+    } else {
+        std::ranges::sort(out, busier);
+    }
+    if (via)
+        *via = hit ? "hot" : "walk";
+    return out;
+}
+
+} // namespace tricolor

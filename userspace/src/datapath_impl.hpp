@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_impl.hpp: what the datapath_*.cpp files share, and nothing outside them uses: the
+// Datapath's state (Datapath::Impl) and the map reads more than one of them needs.
+#pragma once
+
+#include "tricolor/datapath.hpp"
+#include "tricolor/policy_sets.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "tricolor_dp.skel.h"
+
+namespace tricolor {
+
+struct Datapath::Impl {
+    tricolor_dp *skel = nullptr;
+    bool testing = false;
+    bool adopted = false;
+    std::string pin_path;
+    tcm_runtime *runtime = nullptr;    // the mmapped entry of the tcm_runtime map
+    tcm_fleet_grant *fleet = nullptr;  // the mmapped tcm_fleet array
+    std::map<uint32_t, Policy> active; // id -> policy of the active set
+    size_t counted_flows = 0;          // as of the last reclaim pass or count_flows()
+    std::unique_ptr<PolicySets> sets;  // the model of the set and what each set's maps hold
+    // The model is the active set: false after adopting pins, until a change is applied.
+    bool in_sync = true;
+    // Adopted pins: the flow table may hold flows of ids no set holds.
+    bool flows_unclean = false;
+    uint32_t shaping = 0; // active policies with --shape sockets
+    // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
+    uint32_t top_keep = 0, hot_capacity = 0;
+    struct Hot {
+        bool valid = false;             // the keys below and tcm_flow_hot hold every flow
+                                        // with at least `threshold` bytes
+        uint64_t threshold = ~0ull;     // installed in the data path
+        std::vector<tcm_flow_key> keys; // sorted: read at or above it, or drained from the map
+        uint64_t next = ~0ull;          // for the next pass
+    } hot;
+    uint32_t flows_map_id = 0;
+    std::vector<uint32_t> own_progs; // this Datapath's program ids
+    static size_t fleet_bytes() {
+        size_t page = sysconf(_SC_PAGESIZE);
+        return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
+    }
+    ~Impl() {
+        if (fleet)
+            munmap(fleet, fleet_bytes());
+        if (runtime)
+            munmap(runtime, sysconf(_SC_PAGESIZE));
+        tricolor_dp::destroy(skel);
+    }
+
+    int fd(bpf_map *m) const { return bpf_map__fd(m); }
+
+    // One call of Datapath::commit, a member function a step (datapath_commit.cpp).
+    class SetWriter;
+};
+
+namespace detail {
+
+// Sorts @keys and drops the repeats (datapath_flows.cpp).
+void sort_unique(std::vector<tcm_flow_key> &keys);
+
+// The keys of the heavy-hitter map, deleting them if @drain; nullopt if the map could not be
+// read whole (datapath_flows.cpp).
+std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain);
+
+// Reads every entry of @fd in batches of keys K and values V (V per CPU: @values_per_key of
+// them), calling @each(key, values). Falls back to one lookup a key where batching is missing.
+template <typename K, typename V, typename F>
+void for_each_entry(int fd, size_t values_per_key, F each) {
+    size_t chunk = 4096;
+    std::vector<K> keys(chunk);
+    std::vector<V> values(chunk * values_per_key);
+    uint32_t in_batch = 0, out_batch = 0;
+    bool first = true;
+    for (;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
+                                       values.data(), &count, nullptr);
+        if (err < 0 && err != -ENOENT && err != -ENOSPC && first) {
+            // No batch support for this map: walk it key by key.
+            K k{}, nk{};
+            void *prev = nullptr;
+            std::vector<V> v(values_per_key);
+            while (bpf_map_get_next_key(fd, prev, &nk) == 0) {
+                if (bpf_map_lookup_elem(fd, &nk, v.data()) == 0)
+                    each(nk, v.data());
+                k = nk;
+                prev = &k;
+            }
+            return;
+        }
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk * values_per_key);
+            continue;
+        }
+        for (uint32_t i = 0; i < count; ++i)
+            each(keys[i], &values[i * values_per_key]);
+        if (err < 0) // ENOENT: that was the last batch
+            return;
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
+} // namespace detail
+} // namespace tricolor

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_load.cpp: loading the BPF data path: opening, sizing, pinning (or adopting what is
+// pinned) and loading the objects, and the handles the loaded programs expose (their fds, clock,
+// runtime switches).
+#include "datapath_impl.hpp"
+#include "tricolor/bpf_load.hpp"
+#include "tricolor/text.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tricolor {
+namespace {
+
+uint32_t obj_id(int fd) {
+    bpf_prog_info info{}; // a map's info starts with its type and id too, but differs after
+    uint32_t len = sizeof(info);
+    return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+} // namespace
+
+Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
+    impl_->testing = o.testing;
+    impl_->skel = tricolor_dp::open();
+    if (!impl_->skel)
+        throw std::runtime_error(
+            fmt::format("cannot open the BPF data path: {}", errno_text(errno)));
+    if (o.flow_capacity == 0)
+        throw std::runtime_error("the flow table needs a capacity of at least 1");
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows, o.flow_capacity); err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
+    if (o.hot_capacity == 0)
+        throw std::runtime_error("the heavy-hitter map needs a capacity of at least 1");
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
+        throw std::runtime_error(fmt::format("cannot size the heavy-hitter map to {}: {}",
+                                             o.hot_capacity, errno_text(err)));
+    impl_->top_keep = o.top_keep;
+    impl_->hot_capacity = o.hot_capacity;
+    if (!o.pin_dir.empty()) {
+        namespace fs = std::filesystem;
+        impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);
+        std::error_code ec;
+        fs::create_directories(impl_->pin_path, ec);
+        if (ec)
+            throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
+                                                 impl_->pin_path, ec.message()));
+        impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
+        bpf_map *m;
+        bpf_object__for_each_map(m, impl_->skel->obj) {
+            // A cache is not state: a new program starts with an empty one. The heavy hitters
+            // go with this program's threshold (in .data, not pinned either); the hot key is
+            // scratch.
+            if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
+                m == impl_->skel->maps.tcm_flow_hot || m == impl_->skel->maps.tcm_hot_key)
+                continue;
+            std::string path = impl_->pin_path + "/" + bpf_map__name(m);
+            if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
+                throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
+                                                     bpf_map__name(m), path, errno_text(err)));
+        }
+    }
+    impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
+    impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
+    if (auto problem = kernel_support_problem(); !problem.empty())
+        throw std::runtime_error("cannot load the BPF data path: " + problem);
+    if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
+        !loaded) {
+        std::string hint;
+        if (impl_->adopted)
+            hint = fmt::format(" (the maps pinned in {} do not match this build: a different "
+                               "flow capacity? remove them to start afresh)",
+                               impl_->pin_path);
+        throw std::runtime_error(loaded.error() + hint);
+    }
+    void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
+                     impl_->fd(impl_->skel->maps.tcm_runtime), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map tcm_runtime: {}", errno_text(errno)));
+    impl_->runtime = static_cast<tcm_runtime *>(mem);
+    mem = mmap(nullptr, Impl::fleet_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
+               impl_->fd(impl_->skel->maps.tcm_fleet), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
+    impl_->fleet = static_cast<tcm_fleet_grant *>(mem);
+    auto *maps = &impl_->skel->maps;
+    impl_->sets = std::make_unique<PolicySets>(
+        PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),
+                         impl_->fd(maps->tcm_rules), impl_->fd(maps->tcm_sets)},
+        !impl_->adopted);
+    {
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(impl_->fd(impl_->skel->maps.tcm_flows), &info, &len) == 0)
+            impl_->flows_map_id = info.id;
+        bpf_program *prog;
+        bpf_object__for_each_program(prog, impl_->skel->obj) {
+            if (int fd = bpf_program__fd(prog); fd >= 0)
+                impl_->own_progs.push_back(obj_id(fd));
+        }
+    }
+    if (impl_->adopted)
+        adopt();
+}
+
+void Datapath::adopt() {
+    impl_->in_sync = false;
+    impl_->flows_unclean = true;
+    // The active set's ids and names: apply() keeps their buckets and counters.
+    uint32_t set = impl_->runtime->active_set & 1;
+    tcm_set_info info{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_sets), &set, &info) != 0)
+        return;
+    // Pins of before tcm_mask.id keyed each mask's rules by its position and left the field 0:
+    // name each mask by its position, which the program running now ignores, so that this
+    // program reads the set right once it is attached, before anything is applied.
+    int masks_fd = impl_->fd(impl_->skel->maps.tcm_masks);
+    std::vector<std::pair<uint32_t, tcm_mask>> masks;
+    for (uint32_t i = 0; i < info.n_masks && i < TCM_MAX_MASKS; ++i) {
+        uint32_t idx = set * TCM_MAX_MASKS + i;
+        tcm_mask m{};
+        if (bpf_map_lookup_elem(masks_fd, &idx, &m) == 0)
+            masks.emplace_back(idx, m);
+    }
+    if (masks.size() > 1 && std::ranges::all_of(masks, [](auto &m) { return m.second.id == 0; }))
+        for (auto &[idx, m] : masks) {
+            m.id = idx % TCM_MAX_MASKS;
+            bpf_map_update_elem(masks_fd, &idx, &m, 0);
+        }
+    for (uint32_t slot = 0; slot < info.n_policies && slot < TCM_MAX_POLICIES; ++slot) {
+        uint32_t idx = set * TCM_MAX_POLICIES + slot;
+        tcm_policy cfg{};
+        // A slot is a policy's id: the slots between hold none (a zero config, no name).
+        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_cfg), &idx, &cfg) != 0 ||
+            cfg.name[0] == 0)
+            continue;
+        Policy p;
+        p.id = cfg.policy_id;
+        p.name.assign(cfg.name, strnlen(cfg.name, sizeof(cfg.name)));
+        impl_->active[p.id] = p;
+    }
+}
+
+bool Datapath::adopted() const {
+    return impl_->adopted;
+}
+std::string Datapath::pin_path() const {
+    return impl_->pin_path;
+}
+
+void Datapath::remove_pins(const std::string &pin_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::remove_all(fmt::format("{}/abi{}", pin_dir, TCM_ABI_VERSION), ec);
+    fs::remove(pin_dir, ec); // only if empty
+}
+
+Datapath::~Datapath() = default;
+
+void Datapath::set_drop_malformed(bool drop) {
+    __atomic_store_n(&impl_->runtime->drop_malformed, drop ? 1u : 0u, __ATOMIC_RELEASE);
+}
+
+uint32_t Datapath::active_set() const {
+    return impl_->runtime->active_set;
+}
+int Datapath::xdp_prog_fd() const {
+    return bpf_program__fd(impl_->skel->progs.tricolor_xdp);
+}
+int Datapath::tc_prog_fd() const {
+    return bpf_program__fd(impl_->skel->progs.tricolor_tc);
+}
+
+uint64_t Datapath::now_ns() const {
+    if (impl_->testing)
+        return impl_->skel->bss->tcm_test_clock_ns;
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts); // what bpf_ktime_get_ns() reads
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+} // namespace tricolor
