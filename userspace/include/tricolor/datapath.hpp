@@ -48,7 +48,7 @@ struct DatapathOptions {
     // Load with the test clock (tcm_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
     // Benchmark only: each run meters a different source (1) or destination (2) address of
-    // 2^20 (tcm_bench_spread in bpf/lib/pipeline.h); 0: the packet's own.
+    // 2^20 (tcm_bench_spread in bpf/lib/testing.h); 0: the packet's own.
     uint8_t bench_spread = 0;
     // flows --top (docs/datapath.md, "flows --top at 2^20"): each pass over the flow table sets
     // the data path's heavy-hitter threshold to the bytes of the top_keep-th busiest flow it
