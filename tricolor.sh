@@ -39,6 +39,7 @@ PACKAGES=(
     iproute2 iperf3 python3                     # test labs: TCP through them, ss parsed
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
+    libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }

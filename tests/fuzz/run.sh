@@ -13,7 +13,7 @@ BUILD=$(readlink -f "$1")
 SECS=${2:-30}
 shift $(($# < 2 ? $# : 2))
 NAMES=("$@")
-[ ${#NAMES[@]} -gt 0 ] || NAMES=(units trace config control)
+[ ${#NAMES[@]} -gt 0 ] || NAMES=(units trace config control capture)
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 rc=0
 for name in "${NAMES[@]}"; do

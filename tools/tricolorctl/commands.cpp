@@ -33,6 +33,8 @@ void add_status(CLI::App &cmd); // status_cmd.cpp
 int run_status(Context &ctx);
 void add_replay(CLI::App &cmd); // replay_cmd.cpp
 int run_replay(Context &ctx);
+void add_whatif(CLI::App &cmd); // whatif_cmd.cpp
+int run_whatif(Context &ctx);
 
 namespace {
 
@@ -54,6 +56,8 @@ const Command kCommands[] = {
     {"flows", "The busiest flows with their colour counters", add_flows, run_flows},
     {"status", "Attachments, programs and map fill levels", add_status, run_status},
     {"replay", "Meter a packet trace offline (no daemon needed)", add_replay, run_replay},
+    {"whatif", "Run a capture (pcap, pcapng) through policies: colours, plot, a suggested CBS/CIR",
+     add_whatif, run_whatif},
 };
 
 } // namespace

@@ -452,8 +452,12 @@ HierBpfEngine::HierBpfEngine(const std::vector<Policy> &policies) : dp_(testing_
 }
 
 HierVerdict HierBpfEngine::mark(const FlowTracePacket &packet) {
-    dp_.set_clock(packet.time_ns);
-    dp_.run_xdp(synthesize_frame(packet));
+    return mark_frame(packet.time_ns, synthesize_frame(packet));
+}
+
+HierVerdict HierBpfEngine::mark_frame(uint64_t time_ns, const std::vector<uint8_t> &frame) {
+    dp_.set_clock(time_ns);
+    dp_.run_xdp(frame);
     auto d = dp_.last_verdict();
     return HierVerdict{d.policy_id, d.color};
 }

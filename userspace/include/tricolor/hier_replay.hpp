@@ -81,6 +81,8 @@ class HierBpfEngine final : public HierEngine {
   public:
     explicit HierBpfEngine(const std::vector<Policy> &policies); // throws std::runtime_error
     HierVerdict mark(const FlowTracePacket &packet) override;
+    // A frame as it is (whatif: a captured packet), at @time_ns of the test clock.
+    HierVerdict mark_frame(uint64_t time_ns, const std::vector<uint8_t> &frame);
     Datapath &datapath() { return dp_; }
 
   private:
