@@ -280,11 +280,30 @@ demo() {
     $B iperf3 -s -D --logfile "$DEMO_DIR/iperf3-server.log"
     sleep 0.5
     echo "== UDP at 60 Mbit/s from 198.18.100.1: three times udp-per-source's CIR"
+    # tcpdump records what arrives (before XDP: every packet offered) for the what-if below;
+    # 96 bytes of each is enough, whatif meters a snapped packet at its length on the wire.
+    $B tcpdump -i tcd-b -s 96 -w "$DEMO_DIR/udp.pcap" --time-stamp-precision=nano -U udp \
+        2>/dev/null &
+    local dump=$!
+    sleep 1
     $A iperf3 -c 198.18.100.2 -u -b 60M -l 1200 -t 8 >"$DEMO_DIR/udp.log" 2>&1 &
     local client=$!
     "$ctl" stats --watch --interval 1 --count 9
     wait "$client" || true
+    kill -INT "$dump" 2>/dev/null || true
+    wait "$dump" 2>/dev/null || true
     grep -E "receiver" "$DEMO_DIR/udp.log" || tail -3 "$DEMO_DIR/udp.log"
+    # What-if (docs/whatif.md): the same packets through other limits, offline.
+    echo "== what if: that capture through 50 Mbit/s with a 64 KiB burst (offline, the real data path)"
+    cat >"$DEMO_DIR/whatif.yaml" <<'YAML'
+policies:
+  - {name: udp-50, algo: srtcm, cir: 50mbit, cbs: 64k, ebs: 0, match: {proto: udp}}
+YAML
+    set -x
+    "$ctl" whatif "$DEMO_DIR/udp.pcap" -f "$DEMO_DIR/whatif.yaml" --plot "$BUILD_DIR/demo-whatif.svg"
+    "$ctl" whatif "$DEMO_DIR/udp.pcap" -f "$DEMO_DIR/whatif.yaml" --suggest cir --red-at-most 1%
+    { set +x; } 2>/dev/null
+    echo "   (the plot: $BUILD_DIR/demo-whatif.svg, for a browser)"
     echo "== TCP through a trtcm aggregate at 30/60 Mbit/s: yellow remarked AF12, red dropped"
     $A iperf3 -c 198.18.100.2 -t 8 >"$DEMO_DIR/tcp.log" 2>&1 &
     client=$!
