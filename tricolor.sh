@@ -404,6 +404,9 @@ run_benches() {
     HOWS=delayline ID_SUFFIX=_native tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
     tests/kernels/guest.sh --timeout 900 -- tests/bench/delayline_check.sh "$BUILD_DIR"
+    echo "== whatif: 10^6 packets of a capture against replay -f on the same packets; the plot"
+    tests/bench/whatif_bench.sh "$BUILD_DIR"
+    tests/bench/whatif_plot.sh "$BUILD_DIR"
     echo "== fleet-wide limits: three hosts, one Redis; the fleet script's cost"
     tests/bench/fleet_bench.sh "$BUILD_DIR"
     echo "== the kernel's own policer, act_police, in Debian's 6.1 booted in QEMU (TCG)"
@@ -458,8 +461,9 @@ test-kernels)
     ;;
 bench)
     need_root
-    # rte_meter; traffic and its JSON for the veth benches; the 6.1 guest for act_police
-    install_deps libdpdk-dev iperf3 python3 ethtool "${KERNEL_PACKAGES[@]}"
+    # rte_meter; traffic and its JSON for the veth benches; a browser for the whatif picture;
+    # the 6.1 guest for act_police
+    install_deps libdpdk-dev iperf3 python3 ethtool chromium "${KERNEL_PACKAGES[@]}"
     mount_bpffs
     build
     # Everything the benchmarks print is kept; their RESULT lines become the docs' generated

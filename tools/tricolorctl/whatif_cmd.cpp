@@ -145,8 +145,8 @@ void print_table(std::ostream &out, const WhatIfResult &r, const std::vector<Pol
             auto c = static_cast<size_t>(col);
             std::string action = to_string(policies[i].actions[c]);
             if (col == Color::red && w.peak_red_bytes)
-                action += fmt::format("   (peak: {} red in second {})",
-                                      format_size(w.peak_red_bytes), w.peak_red_second);
+                action += fmt::format("   (peak: {} bytes red in second {})", w.peak_red_bytes,
+                                      w.peak_red_second);
             out << fmt::format("{:<16} {:<6} {:>12} {:>16} {:>6.2f}%  {}\n",
                                col == Color::green ? w.name : "", to_string(col),
                                w.counts.packets[c], w.counts.bytes[c],
