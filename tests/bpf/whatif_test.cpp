@@ -211,6 +211,31 @@ TEST_F(WhatIfTest, BadCapturesAreNamedWithThePacket) {
     EXPECT_THAT(r.error(), HasSubstr("link type NULL (BSD loopback"));
 }
 
+// Records no network would carry: a 10-byte Ethernet runt, a raw IP record claiming 4 GiB on the
+// wire, a 70000-byte Ethernet frame. Each is metered or counted apart, in order, and the run ends.
+TEST_F(WhatIfTest, RuntsAndGiantsAreCountedNotFatal) {
+    const std::string base = hier_vectors().front();
+    auto policies = load_policy_file(base + ".yaml");
+    ASSERT_TRUE(policies);
+    auto trace = trace_of(base + ".trace");
+    auto eth = test::trace_packets({trace[0]}, test::kDltEthernet)[0].data;
+    std::vector<uint8_t> giant = eth;
+    giant.resize(70000);
+    test::write_pcap(path("odd.pcap"), test::kDltEthernet, true,
+                     {{1000, std::vector<uint8_t>(10, 0xff), 0}, {2000, giant, 0}, {3000, eth, 0}});
+    WhatIfResult r;
+    std::string lines = whatif_lines(*policies, path("odd.pcap"), &r);
+    EXPECT_EQ(r.packets, 3u);
+    EXPECT_EQ(r.not_ip_packets, 1u) << "the runt";
+    EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3);
+    auto raw = test::trace_packets({trace[0]}, test::kDltRaw)[0];
+    raw.orig_len = 0xfffffff0u;
+    test::write_pcap(path("huge.pcap"), test::kDltRaw, true, {raw});
+    auto h = run_whatif(*engine_, *policies, path("huge.pcap"), {});
+    ASSERT_TRUE(h) << h.error();
+    EXPECT_EQ(h->packets, 1u);
+}
+
 // The per-policy table counts what the packet lines say, red's busiest second included; a
 // packet counts at its policy and its parent.
 TEST_F(WhatIfTest, TotalsAndPeakRedSecondAreThePacketsOwn) {
@@ -318,6 +343,7 @@ TEST_F(WhatIfTest, SuggestFindsWhatAnExhaustiveGridFinds) {
             };
             EXPECT_LE(at(s->value), allowed);
             EXPECT_DOUBLE_EQ(at(s->value), s->red_share);
+            ASSERT_GT(s->value, 1u);
             EXPECT_GT(at(s->value - 1), allowed);
             const uint64_t step = what == "cbs" ? 2000 : 500000;
             uint64_t grid = 0;

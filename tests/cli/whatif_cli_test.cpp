@@ -145,6 +145,18 @@ TEST_F(WhatIfCli, MisuseIsRefusedByName) {
         EXPECT_THAT(r.err, HasSubstr(c.says));
         EXPECT_THAT(r.out, Not(HasSubstr("POLICY"))) << "no table for a refused run";
     }
+    // --packets streams: the lines before the cut are out, then the error and exit code 2.
+    auto cut = whatif({"whatif", path("cut.pcap"), "-f", pol, "--packets"});
+    EXPECT_EQ(cut.exit_code, 2);
+    EXPECT_THAT(cut.err, HasSubstr("packet " + std::to_string(trace_.size()) + ": "));
+    EXPECT_THAT(cut.err, Not(HasSubstr("POLICY")));
+    // A bare number is a percentage as well.
+    auto bare = whatif({"-j", "whatif", pcap_, "-f", pol, "--suggest", "pbs", "--red-at-most", "1",
+                        "--policy", "user"});
+    if (bare.exit_code == 0)
+        EXPECT_EQ(nlohmann::json::parse(bare.out)["red_at_most"], 0.01);
+    else
+        EXPECT_THAT(bare.err, Not(HasSubstr("not a share")));
 }
 
 } // namespace

@@ -36,19 +36,17 @@ constexpr const char *kTcpNote =
     "a replay sends every packet as it was captured: TCP senders would have slowed down at the "
     "first drop, so their red is an upper bound";
 
-// "1%", "0.5%" or "0.5" (a share): 0 to 1.
+// "1%", "0.5%", or "1" (a percentage too): 0 to 1.
 std::optional<double> parse_share(const std::string &text) {
     std::string t = text;
-    bool percent = !t.empty() && t.back() == '%';
-    if (percent)
+    if (!t.empty() && t.back() == '%')
         t.pop_back();
     try {
         size_t used = 0;
         double v = std::stod(t, &used);
         if (used != t.size())
             return std::nullopt;
-        if (percent || v > 1)
-            v /= 100;
+        v /= 100;
         if (!(v >= 0 && v <= 1))
             return std::nullopt;
         return v;
@@ -156,7 +154,7 @@ void print_table(std::ostream &out, const WhatIfResult &r, const std::vector<Pol
     out << fmt::format("{:<23} {:>12} {:>16}\n", "unclassified (passed)", r.unclassified.packets[0],
                        r.unclassified.bytes[0]);
     if (r.not_ip_packets)
-        out << fmt::format("{:<23} {:>12} {:>16}\n", "not IP (passed)", r.not_ip_packets,
+        out << fmt::format("{:<23} {:>12} {:>16}\n", "not IP or malformed", r.not_ip_packets,
                            r.not_ip_bytes);
     if (options.flows && !r.flows.empty()) {
         out << fmt::format("\n{:<16} {:<46} {:>6} {:>14} {:>14} {:>14}\n", "POLICY", "FLOW",

@@ -113,8 +113,14 @@ Result<std::optional<CapturedPacket>> CaptureReader::next() {
             fmt::format("{}: packet {}: {}", name_, count_ + 1, pcap_geterr(pcap_->p)));
     CapturedPacket pkt;
     pkt.number = ++count_;
-    pkt.time_ns = static_cast<uint64_t>(h->ts.tv_sec) * 1000000000u +
-                  static_cast<uint64_t>(h->ts.tv_usec); // nanoseconds at this precision
+    // Nanoseconds at this precision; a stamp past 2^64 ns (the year 2554) is not one.
+    if (h->ts.tv_sec < 0 || static_cast<uint64_t>(h->ts.tv_sec) >= UINT64_MAX / 1000000000u ||
+        h->ts.tv_usec < 0 || h->ts.tv_usec >= 1000000000)
+        return std::unexpected(fmt::format("{}: packet {}: timestamp {}.{:09} is out of range",
+                                           name_, count_ + 1, static_cast<int64_t>(h->ts.tv_sec),
+                                           static_cast<int64_t>(h->ts.tv_usec)));
+    pkt.time_ns =
+        static_cast<uint64_t>(h->ts.tv_sec) * 1000000000u + static_cast<uint64_t>(h->ts.tv_usec);
     pkt.caplen = h->caplen;
     pkt.orig_len = std::max(h->len, h->caplen);
     Link link = *link_of(link_);
@@ -122,10 +128,14 @@ Result<std::optional<CapturedPacket>> CaptureReader::next() {
         (link.proto_at >= 0 && pkt.caplen < static_cast<uint32_t>(link.proto_at) + 2))
         return std::unexpected(fmt::format("{}: packet {}: {} bytes cannot hold its {} link header",
                                            name_, pkt.number, pkt.caplen, link_type()));
-    uint32_t body = pkt.caplen - link.header;
-    uint32_t whole = pkt.orig_len - link.header;
-    uint32_t head = link.ethernet ? 0 : kEthLen;
-    pkt.frame.assign(std::min(head + whole, std::max(kMaxFrame, head + body)), 0);
+    // In 64 bits: a record's length is the file's word, up to 2^32 - 1. The frame is at least an
+    // Ethernet header (a runt is then not IP: counted apart) and at most kMaxFrame (the
+    // kernel's test run takes no more); a longer packet keeps its first kMaxFrame bytes, which
+    // the data path finds shorter than its IP header says (malformed, as it would be).
+    const uint64_t head = link.ethernet ? 0 : kEthLen;
+    const uint64_t body = std::min<uint64_t>(pkt.caplen - link.header, kMaxFrame - head);
+    const uint64_t whole = uint64_t{pkt.orig_len} - link.header;
+    pkt.frame.assign(std::clamp<uint64_t>(head + whole, kEthLen, kMaxFrame), 0);
     std::memcpy(pkt.frame.data() + head, data + link.header, body);
     if (!link.ethernet) {
         uint16_t proto;

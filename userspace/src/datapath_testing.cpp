@@ -42,6 +42,14 @@ Datapath::TestRun Datapath::run_xdp(const std::vector<uint8_t> &frame) const {
     return r;
 }
 
+uint32_t Datapath::run_xdp_verdict(const std::vector<uint8_t> &frame) const {
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
+    if (int err = bpf_prog_test_run_opts(xdp_prog_fd(), &opts); err < 0)
+        throw std::runtime_error(fmt::format("XDP test run failed: {}", errno_text(err)));
+    return opts.retval;
+}
+
 Datapath::TestRun Datapath::run_tc(const std::vector<uint8_t> &frame,
                                    const __sk_buff *skb_in) const {
     TestRun r;

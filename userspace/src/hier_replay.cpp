@@ -457,7 +457,7 @@ HierVerdict HierBpfEngine::mark(const FlowTracePacket &packet) {
 
 HierVerdict HierBpfEngine::mark_frame(uint64_t time_ns, const std::vector<uint8_t> &frame) {
     dp_.set_clock(time_ns);
-    dp_.run_xdp(frame);
+    dp_.run_xdp_verdict(frame);
     auto d = dp_.last_verdict();
     return HierVerdict{d.policy_id, d.color};
 }

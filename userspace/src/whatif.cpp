@@ -48,6 +48,9 @@ std::optional<FlowTracePacket> frame_flow(const std::vector<uint8_t> &f) {
             return std::nullopt;
         size_t ihl = (f[off] & 0xf) * 4u;
         p.bytes = be16(&f[off + 2]);
+        // What the data path calls malformed (parse.h): not counted as IP here either.
+        if (ihl < 20 || p.bytes < ihl || p.bytes > f.size() - off || f.size() < off + ihl)
+            return std::nullopt;
         p.proto = f[off + 9];
         first_fragment = (be16(&f[off + 6]) & 0x1fff) == 0;
         std::memcpy(p.src.data(), &f[off + 12], 4);
@@ -58,6 +61,8 @@ std::optional<FlowTracePacket> frame_flow(const std::vector<uint8_t> &f) {
             return std::nullopt;
         p.ipv6 = true;
         p.bytes = 40u + be16(&f[off + 4]);
+        if (p.bytes > f.size() - off)
+            return std::nullopt;
         std::memcpy(p.src.data(), &f[off + 8], 16);
         std::memcpy(p.dst.data(), &f[off + 24], 16);
         uint8_t nh = f[off + 6];
@@ -113,6 +118,7 @@ std::string flow_key(const FlowTracePacket &p, uint32_t policy) {
 struct Track {
     size_t index = 0; // into the result's policies
     bool keyed = false;
+    bool empty = false; // start: empty
     tcm_meter_config cfg{};
     tcm_meter_state state{}; // after this policy's last packet
     bool started = false;
@@ -131,6 +137,7 @@ class Runner {
             Track t;
             t.index = result_.policies.size();
             t.keyed = !w.levels;
+            t.empty = p.meter.start_empty;
             t.cfg = make_meter_config(p.meter);
             track_[p.id] = t;
             names_[p.id] = p.name;
@@ -155,7 +162,12 @@ class Runner {
                                        " (no result: the capture was not read to its end)");
             if (!*next)
                 break;
-            packet(**next, out);
+            try {
+                packet(**next, out);
+            } catch (const std::exception &e) {
+                return std::unexpected(fmt::format(
+                    "{}: packet {}: {}", path == "-" ? "stdin" : path, (*next)->number, e.what()));
+            }
             if (options_.packets && out.size() > (1 << 16) - 256)
                 flush(out);
             if (options_.progress && (result_.packets & 0xffff) == 0)
@@ -182,10 +194,13 @@ class Runner {
         // docs/spec.md §2), and printed as it is, as replay -f prints its line; only a stamp
         // before the first packet's is taken as the first's.
         uint64_t t = cp.time_ns >= first_ns_ ? cp.time_ns - first_ns_ : 0;
-        if (t < last_ns_ && result_.backwards++ == 0)
-            result_.first_backwards = fmt::format("packet {}, {} ns before packet {}", cp.number,
-                                                  last_ns_ - t, latest_number_);
-        if (t >= last_ns_)
+        const bool back = cp.time_ns < first_ns_ || t < last_ns_;
+        if (back && result_.backwards++ == 0)
+            result_.first_backwards = fmt::format(
+                "packet {}, {} ns before packet {}", cp.number,
+                cp.time_ns < first_ns_ ? first_ns_ - cp.time_ns + last_ns_ : last_ns_ - t,
+                latest_number_);
+        if (!back)
             latest_number_ = cp.number;
         const uint64_t t_meter = std::max(t, last_ns_);
         last_ns_ = t_meter;
@@ -277,7 +292,8 @@ class Runner {
     // next bin starts; past kWhatIfMaxBins the bins merge in pairs and double in width, so that a
     // long gap costs bins in proportion to its logarithm.
     void close_bins(uint64_t t) {
-        while (t >= (open_bin_ + 1) * result_.bin_ns) {
+        // Division, not (open_bin_ + 1) * bin_ns: no product to overflow at any stamp.
+        while (t / result_.bin_ns > open_bin_) {
             uint64_t end = (open_bin_ + 1) * result_.bin_ns;
             for (auto &[id, tr] : track_) {
                 WhatIfPolicy &w = result_.policies[tr.index];
@@ -410,6 +426,9 @@ Result<WhatIfSuggestion> suggest_whatif(const std::vector<Policy> &policies,
         ++s.runs;
         const ColorCounts &c = r->policies[index].counts;
         uint64_t total = c.total_bytes();
+        if (!total)
+            return std::unexpected(
+                fmt::format("policy '{}' matched no packet of the capture: nothing to size", name));
         return std::optional<double>{
             total ? static_cast<double>(c.bytes[static_cast<size_t>(Color::red)]) /
                         static_cast<double>(total)
@@ -417,7 +436,7 @@ Result<WhatIfSuggestion> suggest_whatif(const std::vector<Policy> &policies,
     };
     // Up: the first value that validates and meets the share.
     const bool size = what == "cbs" || what == "pbs";
-    const uint64_t kMax = size ? (uint64_t{1} << 40) : (uint64_t{1} << 44);
+    const uint64_t kMax = size ? TCM_METER_MAX_SIZE : TCM_METER_MAX_RATE;
     uint64_t lo = 0, hi = 1; // lo fails (or is below what validates), hi is being tried
     std::optional<double> at_hi;
     for (;;) {

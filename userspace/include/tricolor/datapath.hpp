@@ -214,6 +214,8 @@ class Datapath {
         __sk_buff skb_out{}; // tc only
     };
     TestRun run_xdp(const std::vector<uint8_t> &frame) const;
+    // The same, the frame not copied back: only the program's return value (replay, whatif).
+    uint32_t run_xdp_verdict(const std::vector<uint8_t> &frame) const;
     // What the last run did: the matched policy (none if unclassified or not IP) and the
     // packet's final colour.
     struct Verdict {

@@ -5,7 +5,7 @@
 // bisection for the smallest CBS or CIR that keeps a policy's red bytes under a share.
 //
 // Bytes are IP lengths, as `replay -f` counts them, and a packet counts at the policy it matched
-// (a hierarchy's leaf). The capture streams: memory grows with policies, flows kept for
+// and at each parent above it, with the colour the chain gave it. The capture streams: memory grows with policies, flows kept for
 // --flows and plot bins (at most kMaxBins a policy), never with packets.
 #pragma once
 
@@ -104,8 +104,10 @@ struct WhatIfSuggestion {
 // bucket's alone), of policy @name for which at most @red_share
 // (0 to 1) of its bytes are red, each candidate run over the whole capture through the data
 // path; exponential search up from the smallest value validation allows, then bisection to one
-// byte (CBS) or one bit/s (CIR). The search takes red to fall as either grows (more tokens);
-// the tests hold its answers to an exhaustive grid.
+// byte (CBS) or one bit/s (CIR): the value returned keeps red at most the share and one less
+// does not. That it is the smallest takes red to fall as either grows (more tokens), which a
+// token bucket holds in practice but not for every pattern; the tests hold it to an exhaustive
+// grid. A policy that matched no packet is an error (any value would do).
 Result<WhatIfSuggestion> suggest_whatif(const std::vector<Policy> &policies,
                                         const std::string &path, const std::string &name,
                                         const std::string &what, double red_share);
