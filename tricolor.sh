@@ -206,7 +206,8 @@ fuzz_build() {
     can_fuzz || die "clang $major cannot build a libFuzzer program that uses std::expected"
     CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DTRICOLOR_FUZZ=ON >/dev/null
-    cmake --build "$dir" -j "$(nproc)" --target units_fuzz trace_fuzz config_fuzz control_fuzz "$@"
+    cmake --build "$dir" -j "$(nproc)" --target units_fuzz trace_fuzz config_fuzz control_fuzz \
+        capture_fuzz "$@"
 }
 
 # Each libFuzzer harness for $1 seconds (tests/fuzz/run.sh).
