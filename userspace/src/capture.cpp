@@ -116,8 +116,8 @@ Result<std::optional<CapturedPacket>> CaptureReader::next() {
     // Nanoseconds at this precision; a stamp past 2^64 ns (the year 2554) is not one.
     if (h->ts.tv_sec < 0 || static_cast<uint64_t>(h->ts.tv_sec) >= UINT64_MAX / 1000000000u ||
         h->ts.tv_usec < 0 || h->ts.tv_usec >= 1000000000)
-        return std::unexpected(fmt::format("{}: packet {}: timestamp {}.{:09} is out of range",
-                                           name_, count_ + 1, static_cast<int64_t>(h->ts.tv_sec),
+        return std::unexpected(fmt::format("{}: packet {}: timestamp {} s + {} ns is out of range",
+                                           name_, pkt.number, static_cast<int64_t>(h->ts.tv_sec),
                                            static_cast<int64_t>(h->ts.tv_usec)));
     pkt.time_ns =
         static_cast<uint64_t>(h->ts.tv_sec) * 1000000000u + static_cast<uint64_t>(h->ts.tv_usec);
