@@ -281,9 +281,10 @@ demo() {
     $B iperf3 -s -D --logfile "$DEMO_DIR/iperf3-server.log"
     sleep 0.5
     echo "== UDP at 60 Mbit/s from 198.18.100.1: three times udp-per-source's CIR"
-    # tcpdump records what arrives (before XDP: every packet offered) for the what-if below;
-    # 96 bytes of each is enough, whatif meters a snapped packet at its length on the wire.
-    $B tcpdump -i tcd-b -s 96 -w "$DEMO_DIR/udp.pcap" --time-stamp-precision=nano -U udp \
+    # tcpdump records what the sender sends (on tcdemo-b, XDP drops red before any capture
+    # sees it) for the what-if below; 96 bytes of each is enough, whatif meters a snapped
+    # packet at its length on the wire.
+    $A tcpdump -i tcd-a -s 96 -w "$DEMO_DIR/udp.pcap" --time-stamp-precision=nano -U udp \
         2>/dev/null &
     local dump=$!
     sleep 1

@@ -284,7 +284,9 @@ int run_whatif(Context &ctx) {
                 "{}: the smallest {} that keeps red at most {:.4g}% of its bytes is {} ({}); red "
                 "there: {:.4g}% ({} runs over the capture)\nnote: {}\n",
                 name, upper(s->what), *p * 100, s->value,
-                s->what.ends_with("bs") ? format_size(s->value) : format_rate(s->value),
+                s->what.ends_with("bs")
+                    ? fmt::format("{:.1f} KiB", static_cast<double>(s->value) / 1024)
+                    : fmt::format("{:.3f} Mbit/s", static_cast<double>(s->value) / 1e6),
                 s->red_share * 100, s->runs, kTcpNote);
         }
         return kExitOk;
