@@ -168,7 +168,7 @@ test_compilers() {
 # space fails the test that ran it. The end-to-end suites stay with the plain build (their
 # rates and timeouts are for it). The BPF objects are clang's own build either way.
 SANITIZED_TARGETS=(unit_tests cli_tests bpf_tests tricolorctl units_replay trace_replay
-    config_replay control_replay)
+    config_replay control_replay capture_replay)
 sanitized_ctest() {
     local dir=$1
     shift
