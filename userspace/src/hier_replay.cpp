@@ -43,10 +43,6 @@ std::optional<uint8_t> parse_proto_name(std::string_view t) {
     return static_cast<uint8_t>(v);
 }
 
-bool has_ports(uint8_t proto) {
-    return proto == 6 || proto == 17 || proto == 136 || proto == 132;
-}
-
 // Bytes of the L4 header the data path reads (and so must be there).
 uint32_t l4_header_len(uint8_t proto) {
     switch (proto) {
@@ -80,6 +76,10 @@ bool is_ipv6_extension(uint8_t proto) {
 constexpr uint32_t kEthLen = 14;
 
 } // namespace
+
+bool protocol_has_ports(uint8_t proto) {
+    return proto == 6 || proto == 17 || proto == 136 || proto == 132;
+}
 
 Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view line,
                                                              size_t line_no) {
@@ -127,7 +127,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
         if (p.ipv6 && is_ipv6_extension(*proto))
             return fail(fmt::format("protocol {} is an IPv6 extension header", *proto));
         p.proto = *proto;
-        p.ports = has_ports(p.proto);
+        p.ports = protocol_has_ports(p.proto);
         ++i;
     }
     if (i < f.size()) {

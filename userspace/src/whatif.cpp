@@ -22,10 +22,6 @@ uint16_t be16(const uint8_t *p) {
     return static_cast<uint16_t>(p[0] << 8 | p[1]);
 }
 
-bool has_ports(uint8_t proto) {
-    return proto == 6 || proto == 17 || proto == 136 || proto == 132;
-}
-
 } // namespace
 
 std::optional<FlowTracePacket> frame_flow(const std::vector<uint8_t> &f) {
@@ -87,7 +83,7 @@ std::optional<FlowTracePacket> frame_flow(const std::vector<uint8_t> &f) {
     } else {
         return std::nullopt;
     }
-    if (has_ports(p.proto) && first_fragment && f.size() >= l4 + 4) {
+    if (protocol_has_ports(p.proto) && first_fragment && f.size() >= l4 + 4) {
         p.ports = true;
         p.sport = be16(&f[l4]);
         p.dport = be16(&f[l4 + 2]);
@@ -96,10 +92,6 @@ std::optional<FlowTracePacket> frame_flow(const std::vector<uint8_t> &f) {
 }
 
 namespace {
-
-struct FlowKeyHash {
-    size_t operator()(const std::string &k) const { return std::hash<std::string>()(k); }
-};
 
 // A flow's key as bytes: family, addresses, protocol, ports and the policy it matched.
 std::string flow_key(const FlowTracePacket &p, uint32_t policy) {
@@ -351,7 +343,7 @@ class Runner {
     std::map<uint32_t, Track> track_;
     std::map<uint32_t, std::string> names_;
     std::map<uint32_t, uint32_t> parent_;
-    std::unordered_map<std::string, WhatIfFlow, FlowKeyHash> flows_;
+    std::unordered_map<std::string, WhatIfFlow> flows_;
     uint64_t first_ns_ = 0, last_ns_ = 0, open_bin_ = 0;
     uint64_t latest_number_ = 0; // the packet with the latest stamp so far
 };

@@ -36,6 +36,9 @@ struct FlowTracePacket {
     static constexpr uint8_t kNoProto = 253;
 };
 
+// TCP, UDP, UDP-Lite and SCTP: the protocols whose packets carry ports.
+bool protocol_has_ports(uint8_t proto);
+
 Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view line, size_t line_no);
 Result<std::vector<FlowTracePacket>> parse_flow_trace(std::istream &in);
 
