@@ -25,7 +25,9 @@ with open(pcap, "wb") as p, open(trace, "w") as t:
     now = 0
     lines = []
     for i in range(n):
-        now += rng.choice((20000, 40000, 80000, 400000))  # ns
+        # whatif counts time from the capture's first packet: the trace starts at 0 too.
+        if i:
+            now += rng.choice((20000, 40000, 80000, 400000))  # ns
         size = rng.randint(1000, 1500)
         src = 1 + rng.randrange(64)
         ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, size, 0, 0, 64, 17, 0,
