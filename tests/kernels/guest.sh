@@ -37,6 +37,12 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || die "no command (usage: guest.sh [--kernel PKG] [--timeout S] -- COMMAND...)"
 [ "$(id -u)" -eq 0 ] || die "run as root"
+# The guest mounts tmpfs over these (stage2.sh), which would hide a cache under them: its
+# modules could not be loaded (veth, sch_fq...) and every lab would fail to start.
+case "$(realpath -m "$CACHE")/" in
+/tmp/* | /run/* | /var/tmp/* | /root/*)
+    die "TRICOLOR_KERNEL_CACHE=$CACHE: the guest mounts tmpfs over /tmp, /run, /var/tmp and /root; put the cache elsewhere" ;;
+esac
 for tool in qemu-system-x86_64 busybox depmod cpio; do
     command -v "$tool" >/dev/null || die "$tool is missing (apt-get install qemu-system-x86 busybox-static kmod cpio)"
 done
