@@ -2,7 +2,10 @@
 /* tricolor_abi.h: the one header shared by the BPF programs and the C++ library.
  * Everything that crosses the user/kernel boundary (map values, globals, enums, limits) is
  * defined here once, with plain __u32/__u64 fields and explicit padding, so both compilers
- * agree on the layout without a hand-kept copy. */
+ * agree on the layout without a hand-kept copy. Its names start with tcm_ (TCM_): three-colour
+ * marker, the RFCs' own word (srTCM, trTCM). A struct tcm_flow is one bucket state, whether a
+ * flow's (per-source policies) or a policy's whole (aggregate ones). Indices stored "plus 1"
+ * (a parent, a paced socket's policy) keep 0 for "none" in zero-filled map values. */
 #ifndef TRICOLOR_ABI_H
 #define TRICOLOR_ABI_H
 

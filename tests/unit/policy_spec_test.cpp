@@ -16,6 +16,59 @@ json base() {
     return json{{"name", "web"}, {"algo", "srtcm"}, {"cir", "10mbit"}, {"cbs", "15k"}};
 }
 
+// Every word of the actions' table parses, prints back as it was written (the first word of its
+// kind), and says what it takes when it is written wrong.
+TEST(Actions, EveryWordOfTheTableParsesPrintsAndRefusesByName) {
+    struct Case {
+        std::string text, printed;
+        tcm_action_kind kind;
+        uint32_t value;
+    };
+    const Case cases[] = {
+        {"pass", "pass", TCM_ACT_KIND_PASS, 0},
+        {"drop", "drop", TCM_ACT_KIND_DROP, 0},
+        {"dscp:ef", "dscp:ef", TCM_ACT_KIND_DSCP, 46},
+        {"dscp:7", "dscp:7", TCM_ACT_KIND_DSCP, 7},
+        {"mark:4294967295", "mark:4294967295", TCM_ACT_KIND_MARK, 4294967295u},
+        {"priority:3", "priority:3", TCM_ACT_KIND_PRIORITY, 3},
+        {"classid:1:10", "priority:65552", TCM_ACT_KIND_PRIORITY, 0x10010},
+    };
+    for (const Case &c : cases) {
+        auto a = parse_action(c.text);
+        ASSERT_TRUE(a.has_value()) << c.text << ": " << a.error();
+        EXPECT_EQ(a->kind, c.kind) << c.text;
+        EXPECT_EQ(a->value, c.value) << c.text;
+        EXPECT_EQ(to_string(*a), c.printed);
+    }
+    // Each row of the table is reached by its word.
+    for (const ActionWord &w : action_words()) {
+        std::string text(w.word);
+        if (w.parse)
+            text += w.word == "dscp" ? ":0" : w.word == "classid" ? ":1:1" : ":1";
+        auto a = parse_action(text);
+        ASSERT_TRUE(a.has_value()) << text << ": " << a.error();
+        EXPECT_EQ(a->kind, w.kind) << text;
+        EXPECT_EQ(action_is_tc_only(a->kind), w.tc_only) << text;
+    }
+    const std::pair<std::string, std::string> bad[] = {
+        {"explode", "use one of pass, drop, dscp:N|NAME, mark:N, priority:N, classid:MAJ:MIN"},
+        {"explode:1", "unknown action 'explode'"},
+        {"pass:1", "pass takes no value"},
+        {"mark", "mark takes a value: mark:N"},
+        {"mark:-1", "mark must be a number 0 to 4294967295"},
+        {"priority:4294967296", "priority must be a number 0 to 4294967295"},
+        {"dscp:64", "DSCP must be 0 to 63 or a name"},
+        {"classid:10000:1", "classid must be MAJ:MIN in hex"},
+    };
+    for (const auto &[text, why] : bad) {
+        auto a = parse_action(text);
+        ASSERT_FALSE(a.has_value()) << text;
+        EXPECT_THAT(a.error(), HasSubstr("invalid action '" + text + "': " + why));
+    }
+    EXPECT_FALSE(action_is_tc_only(TCM_ACT_KIND_DSCP));
+    EXPECT_TRUE(action_is_tc_only(TCM_ACT_KIND_MARK));
+}
+
 TEST(PolicySpec, EveryFieldIsRead) {
     json spec = {{"name", "all"},
                  {"algo", "trtcm"},

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // commands.cpp: every tricolorctl command, one row each. A new command is a file NAME_cmd.cpp
 // defining its add_/run_ pair (the build takes every *_cmd.cpp) and a row here; its man page
-// entry is a marker line in docs/man/tricolorctl.8.in with its paragraph, and its completion
-// comes by itself.
+// entry and its completion come from both (a marker line in docs/man/tricolorctl.8.in gives
+// the entry a place and a paragraph of prose).
 #include "commands.hpp"
 #include "value_doc.hpp"
 

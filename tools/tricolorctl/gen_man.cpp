@@ -8,8 +8,9 @@
 //                       table; the lines after it are its paragraph (a policy option's then
 //                       names the commands that take it)
 // A command or option without a marker gets its entry at the end of the section that holds the
-// others of its kind, so the page leaves none out; the tests ask for every marker
-// (tests/cli/cli_docs_test.cpp). A marker that names nothing, or a name marked twice, is an error.
+// others of its kind, so the page leaves none out; the tests ask for every option's marker
+// (tests/cli/cli_docs_test.cpp), a command's is optional prose. A marker that names nothing, or
+// a name marked twice, is an error.
 #include "commands.hpp"
 #include "gen.hpp"
 #include "value_doc.hpp"

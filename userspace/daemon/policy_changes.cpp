@@ -125,7 +125,7 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
                             "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
                             name));
         for (const auto &a : p->actions)
-            if (xdp_only && (a.kind == TCM_ACT_KIND_MARK || a.kind == TCM_ACT_KIND_PRIORITY))
+            if (xdp_only && action_is_tc_only(a.kind))
                 warnings->push_back(
                     fmt::format("policy '{}': {} only acts on tc attachments; on XDP the packet "
                                 "passes",

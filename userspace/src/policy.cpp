@@ -86,71 +86,99 @@ constexpr DscpName kDscpNames[] = {
     {"af43", 38}, {"cs0", 0},   {"cs1", 8},   {"cs2", 16},  {"cs3", 24},  {"cs4", 32},
     {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
 };
+
+Result<uint32_t> parse_dscp(std::string_view arg) {
+    for (const auto &d : kDscpNames)
+        if (arg == d.name)
+            return d.value;
+    uint32_t v = 0;
+    if (!parse_number(arg, v) || v > 63)
+        return std::unexpected("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
+    return v;
+}
+
+Result<uint32_t> parse_u32(std::string_view arg) {
+    uint32_t v = 0;
+    if (!parse_number(arg, v))
+        return std::unexpected("must be a number 0 to 4294967295");
+    return v;
+}
+
+// tc writes class ids in hex: 1:10 is 0x0001:0x0010, skb->priority 0x00010010.
+Result<uint32_t> parse_classid(std::string_view arg) {
+    auto c2 = arg.find(':');
+    uint32_t maj = 0, min = 0;
+    auto hex = [](std::string_view s, uint32_t &out) {
+        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
+        return ec == std::errc() && ptr == s.data() + s.size() && !s.empty() && out <= 0xffff;
+    };
+    if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
+        !hex(arg.substr(c2 + 1), min))
+        return std::unexpected("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
+    return maj << 16 | min;
+}
+
+// The first row of a kind is the word its actions are printed with.
+constexpr ActionWord kActionWords[] = {
+    {"pass", TCM_ACT_KIND_PASS, "pass", nullptr, false},
+    {"drop", TCM_ACT_KIND_DROP, "drop", nullptr, false},
+    {"dscp", TCM_ACT_KIND_DSCP, "dscp:N|NAME", parse_dscp, false},
+    {"mark", TCM_ACT_KIND_MARK, "mark:N", parse_u32, true},
+    {"priority", TCM_ACT_KIND_PRIORITY, "priority:N", parse_u32, true},
+    {"classid", TCM_ACT_KIND_PRIORITY, "classid:MAJ:MIN", parse_classid, true},
+};
+
 } // namespace
+
+std::span<const ActionWord> action_words() {
+    return kActionWords;
+}
+
+bool action_is_tc_only(tcm_action_kind kind) {
+    return std::ranges::any_of(kActionWords,
+                               [&](const ActionWord &w) { return w.kind == kind && w.tc_only; });
+}
 
 Result<Action> parse_action(std::string_view text) {
     auto fail = [&](std::string_view why) {
         return std::unexpected(fmt::format("invalid action '{}': {}", text, why));
     };
-    if (text == "pass")
-        return Action{TCM_ACT_KIND_PASS, 0};
-    if (text == "drop")
-        return Action{TCM_ACT_KIND_DROP, 0};
     auto colon = text.find(':');
-    if (colon == std::string_view::npos)
-        return fail("use pass, drop, dscp:N|NAME, mark:N, priority:N or classid:MAJ:MIN");
-    std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
-    uint32_t v = 0;
-    if (kind == "dscp") {
-        for (const auto &d : kDscpNames)
-            if (arg == d.name)
-                return Action{TCM_ACT_KIND_DSCP, d.value};
-        if (!parse_number(arg, v) || v > 63)
-            return fail("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
-        return Action{TCM_ACT_KIND_DSCP, v};
+    std::string_view word = text.substr(0, colon);
+    for (const ActionWord &w : kActionWords) {
+        if (w.word != word)
+            continue;
+        if (!w.parse) {
+            if (colon != std::string_view::npos)
+                return fail(fmt::format("{} takes no value", w.word));
+            return Action{w.kind, 0};
+        }
+        if (colon == std::string_view::npos)
+            return fail(fmt::format("{} takes a value: {}", w.word, w.usage));
+        auto v = w.parse(text.substr(colon + 1));
+        if (!v) {
+            // "must be ..." is said of the word; the others name what they check.
+            return fail(v.error().starts_with("must ") ? fmt::format("{} {}", w.word, v.error())
+                                                       : v.error());
+        }
+        return Action{w.kind, *v};
     }
-    if (kind == "mark") {
-        if (!parse_number(arg, v))
-            return fail("mark must be a number 0 to 4294967295");
-        return Action{TCM_ACT_KIND_MARK, v};
-    }
-    if (kind == "priority") {
-        if (!parse_number(arg, v))
-            return fail("priority must be a number 0 to 4294967295");
-        return Action{TCM_ACT_KIND_PRIORITY, v};
-    }
-    if (kind == "classid") {
-        // tc writes class ids in hex: 1:10 is 0x0001:0x0010.
-        auto c2 = arg.find(':');
-        uint32_t maj = 0, min = 0;
-        auto hex = [](std::string_view s, uint32_t &out) {
-            auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, 16);
-            return ec == std::errc() && ptr == s.data() + s.size() && !s.empty() && out <= 0xffff;
-        };
-        if (c2 == std::string_view::npos || !hex(arg.substr(0, c2), maj) ||
-            !hex(arg.substr(c2 + 1), min))
-            return fail("classid must be MAJ:MIN in hex, each 0 to ffff (e.g. 1:10)");
-        return Action{TCM_ACT_KIND_PRIORITY, maj << 16 | min};
-    }
-    return fail(fmt::format("unknown action '{}'", kind));
+    std::string all;
+    for (const ActionWord &w : kActionWords)
+        all += fmt::format("{}{}", all.empty() ? "" : ", ", w.usage);
+    if (colon == std::string_view::npos && word == text)
+        return fail(fmt::format("use one of {}", all));
+    return fail(fmt::format("unknown action '{}' (use one of {})", word, all));
 }
 
 std::string to_string(const Action &a) {
-    switch (a.kind) {
-    case TCM_ACT_KIND_PASS:
-        return "pass";
-    case TCM_ACT_KIND_DROP:
-        return "drop";
-    case TCM_ACT_KIND_DSCP:
+    if (a.kind == TCM_ACT_KIND_DSCP)
         for (const auto &d : kDscpNames)
             if (d.value == a.value)
                 return fmt::format("dscp:{}", d.name);
-        return fmt::format("dscp:{}", a.value);
-    case TCM_ACT_KIND_MARK:
-        return fmt::format("mark:{}", a.value);
-    case TCM_ACT_KIND_PRIORITY:
-        return fmt::format("priority:{}", a.value);
-    }
+    for (const ActionWord &w : kActionWords)
+        if (w.kind == a.kind)
+            return w.parse ? fmt::format("{}:{}", w.word, a.value) : std::string(w.word);
     return "?";
 }
 

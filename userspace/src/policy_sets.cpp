@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy_sets.cpp: the model of the policy set and what each of the two sets' maps holds
-// (policy_sets.hpp).
+// (policy_sets.hpp). Over 700 lines on purpose: the ranks the model hands out and the entries
+// the set writer derives from them keep one invariant (a packet classifies as the rank order
+// says, at every step of a change), and it reads best in one file.
 #include "tricolor/policy_sets.hpp"
 #include "tricolor/hierarchy.hpp"
 #include "tricolor/meter.hpp"

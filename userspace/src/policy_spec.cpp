@@ -15,9 +15,13 @@ using nlohmann::json;
 
 const std::vector<PolicyFlag> &policy_flags() {
     using enum PolicyFlagKind;
-    // The actions' words (parse_action), each kind with its ':' where it takes a value.
-    const std::vector<std::string> actions = {
-        "pass", "drop", "dscp:", "mark:", "priority:", "classid:"};
+    // The actions' words (policy.cpp's table), each with its ':' where it takes a value.
+    static const std::vector<std::string> actions = [] {
+        std::vector<std::string> words;
+        for (const ActionWord &w : action_words())
+            words.push_back(w.parse ? fmt::format("{}:", w.word) : std::string(w.word));
+        return words;
+    }();
     static const std::vector<PolicyFlag> flags = {
         {.key = "name", .kind = Name, .help = "Policy name", .required_on_add = true},
         {.key = "algo",

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -54,6 +55,19 @@ struct Action {
 // "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
 Result<Action> parse_action(std::string_view text);
 std::string to_string(const Action &a);
+
+// The actions' table (policy.cpp), a row per word a user writes: a new action is its kind in
+// tricolor_abi.h, its effect in bpf/lib/act.h and a row here (docs/hacking.md).
+struct ActionWord {
+    std::string_view word;  // "dscp"
+    tcm_action_kind kind;   // what the data path does
+    std::string_view usage; // "dscp:N|NAME"; no ':' when it takes no value
+    // The value after "word:", or an error saying what it must be; null: takes no value.
+    Result<uint32_t> (*parse)(std::string_view arg);
+    bool tc_only; // acts on tc attachments only (XDP has no skb to write)
+};
+std::span<const ActionWord> action_words();
+bool action_is_tc_only(tcm_action_kind kind);
 
 // The AF colour map of docs/spec.md §7: AFx1 green, AFx2 yellow, AFx3 red, everything else green.
 std::array<Color, 64> af_color_map();
