@@ -31,6 +31,10 @@ std::string read_file(const std::string &path) {
     return s.str();
 }
 
+void write_file(const std::string &path, const std::string &text) {
+    std::ofstream(path) << text;
+}
+
 std::vector<Vector> load_vectors() {
     namespace fs = std::filesystem;
     std::vector<Vector> out;

@@ -16,6 +16,8 @@
 namespace tricolor::test {
 
 std::string read_file(const std::string &path);
+// Writes @text to @path, replacing what was there.
+void write_file(const std::string &path, const std::string &text);
 
 struct Vector {
     std::string name;

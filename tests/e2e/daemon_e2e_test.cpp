@@ -33,17 +33,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-json parse_json(const RunResult &r) {
-    auto j = json::parse(r.out, nullptr, false);
-    if (j.is_discarded())
-        ADD_FAILURE() << "not JSON: " << r.out << r.err;
-    return j;
-}
-
-void write_file(const std::string &path, const std::string &text) {
-    std::ofstream(path) << text;
-}
-
 uint64_t total_packets(const json &stats, const std::string &name) {
     for (const auto &p : stats["policies"])
         if (p["name"] == name)

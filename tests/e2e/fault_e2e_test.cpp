@@ -36,17 +36,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-json parse(const RunResult &r) {
-    auto j = json::parse(r.out, nullptr, false);
-    if (j.is_discarded())
-        ADD_FAILURE() << "not JSON: " << r.out << r.err;
-    return j;
-}
-
-void write_file(const std::string &path, const std::string &text) {
-    std::ofstream(path) << text;
-}
-
 void wait_for(const std::function<bool()> &done, int ms = 5000) {
     for (int i = 0; i < ms * time_scale() / 20 && !done(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -87,15 +76,15 @@ class Fault : public DaemonLabTest {
         sent += count;
     }
     uint64_t counted(const std::string &policy = "guests") {
-        auto s = parse(ok({"-j", "stats"}));
+        auto s = parse_json(ok({"-j", "stats"}));
         for (const auto &p : s["policies"])
             if (p["name"] == policy)
                 return p["green"]["packets"].get<uint64_t>() +
                        p["yellow"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
         return 0;
     }
-    json status() { return parse(ok({"-j", "status"})); }
-    json policies() { return parse(ok({"-j", "policy", "list"}))["policies"]; }
+    json status() { return parse_json(ok({"-j", "status"})); }
+    json policies() { return parse_json(ok({"-j", "policy", "list"}))["policies"]; }
     // Nothing lost: the XDP attachment is what the kernel runs, the policies are @expected, every
     // packet sent was counted, and the user's file is as they wrote it.
     void nothing_lost(const json &expected_policies) {
@@ -527,7 +516,7 @@ TEST_F(Fault, ReadOnlyConfigAndFullStateDisk) {
     EXPECT_EQ(refused.exit_code, 1);
     EXPECT_THAT(refused.err, HasSubstr("No space left on device"));
     EXPECT_THAT(refused.err, HasSubstr("nothing changed"));
-    auto list = parse(daemon->ctl({"-j", "policy", "list"}))["policies"];
+    auto list = parse_json(daemon->ctl({"-j", "policy", "list"}))["policies"];
     EXPECT_EQ(list.size(), 2u + accepted); // guests, a and those recorded, not the refused one
     EXPECT_EQ(read_file(full + "/state.yaml"), state_before); // cannot be folded on a full disk
     std::string refused_name = fmt::format("b{}", accepted);

@@ -25,17 +25,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-json parse_json(const RunResult &r) {
-    auto j = json::parse(r.out, nullptr, false);
-    if (j.is_discarded())
-        ADD_FAILURE() << "not JSON: " << r.out << r.err;
-    return j;
-}
-
-void write_file(const std::string &path, const std::string &text) {
-    std::ofstream(path) << text;
-}
-
 class Input : public DaemonLabTest {};
 
 TEST_F(Input, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {

@@ -7,6 +7,7 @@
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <iostream>
@@ -16,6 +17,14 @@
 #include <vector>
 
 namespace tricolor::test {
+
+// A command's standard output as JSON; a test failure (and a discarded value) if it is not.
+inline nlohmann::json parse_json(const RunResult &r) {
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded())
+        ADD_FAILURE() << "not JSON: " << r.out << r.err;
+    return j;
+}
 
 class Lab {
   public:
