@@ -3,6 +3,8 @@
 #include "tricolor/yaml.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -22,31 +24,37 @@ bool is_uint(const std::string &s, uint64_t &out) {
 
 // YAML's aliases make a document a graph: an anchor that contains its own alias
 // (`a: &x [*x]`) is a cycle, and aliases of aliases grow a few lines into billions of nodes.
-// The JSON made of it is bounded in depth and in size; no policy set comes near either.
+// The JSON made of it is bounded in depth and in size; no policy set comes near either. The
+// size's bound grows with the text (a value takes two bytes at least, so a document without
+// aliases never meets it): a few hundred bytes of aliases stop at about 10^5 values, a second of
+// work, not at 10^6 (10 s and 540 MB for 511 bytes, found by the config harness under ASan).
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxNodes = 1'000'000;
+size_t max_nodes(size_t text_bytes) {
+    return std::min(kMaxNodes, 100'000 + 8 * text_bytes);
+}
 
 struct TooBig {
     std::string why;
 };
 
-nlohmann::json convert(const YAML::Node &n, int depth, size_t &nodes) {
+nlohmann::json convert(const YAML::Node &n, int depth, size_t &nodes, size_t limit) {
     if (depth > kMaxDepth)
         throw TooBig{fmt::format("nested deeper than {} levels (an alias inside its own anchor?)",
                                  kMaxDepth)};
-    if (++nodes > kMaxNodes)
-        throw TooBig{fmt::format("more than {} values once its aliases are expanded", kMaxNodes)};
+    if (++nodes > limit)
+        throw TooBig{fmt::format("more than {} values once its aliases are expanded", limit)};
     switch (n.Type()) {
     case YAML::NodeType::Map: {
         nlohmann::json obj = nlohmann::json::object();
         for (const auto &kv : n)
-            obj[kv.first.as<std::string>()] = convert(kv.second, depth + 1, nodes);
+            obj[kv.first.as<std::string>()] = convert(kv.second, depth + 1, nodes, limit);
         return obj;
     }
     case YAML::NodeType::Sequence: {
         nlohmann::json arr = nlohmann::json::array();
         for (const auto &item : n)
-            arr.push_back(convert(item, depth + 1, nodes));
+            arr.push_back(convert(item, depth + 1, nodes, limit));
         return arr;
     }
     case YAML::NodeType::Scalar: {
@@ -70,16 +78,16 @@ nlohmann::json convert(const YAML::Node &n, int depth, size_t &nodes) {
     }
 }
 
-nlohmann::json convert(const YAML::Node &n) {
+nlohmann::json convert(const YAML::Node &n, size_t text_bytes) {
     size_t nodes = 0;
-    return convert(n, 0, nodes);
+    return convert(n, 0, nodes, max_nodes(text_bytes));
 }
 
 bool reads_as_other(const std::string &s) {
     if (s.empty())
         return true;
     YAML::Node n = YAML::Load(s);
-    return !convert(n).is_string() || n.Type() != YAML::NodeType::Scalar;
+    return !convert(n, s.size()).is_string() || n.Type() != YAML::NodeType::Scalar;
 }
 
 void emit(YAML::Emitter &out, const nlohmann::json &j) {
@@ -168,7 +176,7 @@ Result<nlohmann::json> yaml_to_json(const std::string &text) {
     if (auto why = text_problem(text); !why.empty())
         return std::unexpected(why);
     try {
-        return convert(YAML::Load(text));
+        return convert(YAML::Load(text), text.size());
     } catch (const TooBig &e) {
         return std::unexpected("the document is " + e.why);
     } catch (const YAML::Exception &e) {
