@@ -87,7 +87,7 @@ constexpr DscpName kDscpNames[] = {
     {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
 };
 
-Result<uint32_t> parse_dscp(std::string_view arg) {
+Result<uint32_t> parse_dscp(std::string_view, std::string_view arg) {
     for (const auto &d : kDscpNames)
         if (arg == d.name)
             return d.value;
@@ -97,15 +97,15 @@ Result<uint32_t> parse_dscp(std::string_view arg) {
     return v;
 }
 
-Result<uint32_t> parse_u32(std::string_view arg) {
+Result<uint32_t> parse_u32(std::string_view word, std::string_view arg) {
     uint32_t v = 0;
     if (!parse_number(arg, v))
-        return std::unexpected("must be a number 0 to 4294967295");
+        return std::unexpected(fmt::format("{} must be a number 0 to 4294967295", word));
     return v;
 }
 
 // tc writes class ids in hex: 1:10 is 0x0001:0x0010, skb->priority 0x00010010.
-Result<uint32_t> parse_classid(std::string_view arg) {
+Result<uint32_t> parse_classid(std::string_view, std::string_view arg) {
     auto c2 = arg.find(':');
     uint32_t maj = 0, min = 0;
     auto hex = [](std::string_view s, uint32_t &out) {
@@ -155,18 +155,15 @@ Result<Action> parse_action(std::string_view text) {
         }
         if (colon == std::string_view::npos)
             return fail(fmt::format("{} takes a value: {}", w.word, w.usage));
-        auto v = w.parse(text.substr(colon + 1));
-        if (!v) {
-            // "must be ..." is said of the word; the others name what they check.
-            return fail(v.error().starts_with("must ") ? fmt::format("{} {}", w.word, v.error())
-                                                       : v.error());
-        }
+        auto v = w.parse(w.word, text.substr(colon + 1));
+        if (!v)
+            return fail(v.error());
         return Action{w.kind, *v};
     }
     std::string all;
     for (const ActionWord &w : kActionWords)
         all += fmt::format("{}{}", all.empty() ? "" : ", ", w.usage);
-    if (colon == std::string_view::npos && word == text)
+    if (colon == std::string_view::npos)
         return fail(fmt::format("use one of {}", all));
     return fail(fmt::format("unknown action '{}' (use one of {})", word, all));
 }

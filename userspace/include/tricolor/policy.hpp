@@ -63,7 +63,7 @@ struct ActionWord {
     tcm_action_kind kind;   // what the data path does
     std::string_view usage; // "dscp:N|NAME"; no ':' when it takes no value
     // The value after "word:", or an error saying what it must be; null: takes no value.
-    Result<uint32_t> (*parse)(std::string_view arg);
+    Result<uint32_t> (*parse)(std::string_view word, std::string_view arg);
     bool tc_only; // acts on tc attachments only (XDP has no skb to write)
 };
 std::span<const ActionWord> action_words();
