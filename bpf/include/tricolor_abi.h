@@ -154,6 +154,23 @@ struct tcm_class_cache_entry {
  * the cache is then neither read nor filled. */
 #define TCM_CLASS_CACHE_MIN_MASKS 3
 
+/* Policies that match the sender's cgroup (docs/spec.md §11), in maps of their own beside the
+ * classifier's (so no pinned layout changed): the sending socket's cgroup id, with the set, ->
+ * the best-ranked such policy. User space expands each pattern to every cgroup it matches and
+ * every cgroup below those, and writes a set's entries whole before the set becomes active. */
+struct tcm_cgroup_rule_key {
+    __u32 set;
+    __u32 pad;
+    __u64 cgroup; /* the cgroup v2 id (its directory's inode number) */
+};
+
+struct tcm_cgroup_rule {
+    __u32 slot;   /* the policy's id, as tcm_rule.slot */
+    __u32 rank;   /* in the same order as tcm_rule.rank: the classifier keeps the better */
+    __u64 bucket; /* --per cgroup: the cgroup the pattern matched (the packet's or an ancestor) */
+};
+#define TCM_MAX_CGROUP_RULES 65536 /* both sets together */
+
 /* What to do with a packet of one colour. */
 enum tcm_action_kind {
     TCM_ACT_KIND_PASS = 0,
@@ -175,6 +192,7 @@ enum tcm_per {
     TCM_PER_SRC = 1, /* per source address, masked to prefix4/prefix6 */
     TCM_PER_DST = 2,
     TCM_PER_5TUPLE = 3,
+    TCM_PER_CGROUP = 4, /* per cgroup its --match cgroup pattern matched (docs/spec.md §11) */
 };
 
 enum tcm_length_mode {

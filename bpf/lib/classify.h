@@ -48,11 +48,13 @@ static long classify_probe_next_mask(__u32 i, void *arg) {
 }
 
 /* The index in tcm_policy_cfg of the policy @key falls under in policy version @version (its
- * bit 0 is the set), or -1.
+ * bit 0 is the set), or -1. @rank and @slot: what the packet's cgroup rule found (~0u: none);
+ * an address rule wins over it only with a better rank.
  * A global function, verified once on its own rather than once for every parser path that
  * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, Linux 6.1
  * refuses the pipeline with the --aqm signal and hierarchies. */
-__attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 version) {
+__attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 version,
+                                             __u32 rank, __u32 slot) {
     __u32 set = version & 1;
     if (!key)
         return -1;
@@ -60,11 +62,12 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     if (!info)
         return -1;
     struct tcm_probe_ctx ctx = {
-        .key = key, .set = set, .n_masks = info->n_masks, .best_rank = ~0u, .best_slot = 0};
+        .key = key, .set = set, .n_masks = info->n_masks, .best_rank = rank, .best_slot = slot};
     /* Many shapes: the answer of an earlier packet with the same key, if it was found in this
      * version of the policies. A packet that read an older version caches under that older
-     * version, which no later packet reads: the switch itself invalidates the cache. */
-    int cached = ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS;
+     * version, which no later packet reads: the switch itself invalidates the cache. Keys are
+     * addresses only: a packet a cgroup rule found is answered without the cache. */
+    int cached = ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS && rank == ~0u;
     struct tcm_class_key k;
     if (cached) {
         /* A copy on the stack, made only when the cache is used: Linux 6.1 refuses a global
@@ -89,10 +92,31 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     return index;
 }
 
-/* The config of the policy @key falls under in policy version @version, or NULL. */
+/* The cgroup rule of the socket that sent @skb, if the set has any; NULL otherwise, and on XDP
+ * (@skb NULL: no socket yet). Sets tcm_cgroup_bucket for flow_key_fill either way. */
+static __always_inline struct tcm_cgroup_rule *classify_cgroup(struct __sk_buff *skb,
+                                                               __u32 version) {
+    __u32 zero = 0, set = version & 1;
+    __u64 *bucket = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero);
+    __u32 *n = bpf_map_lookup_elem(&tcm_cgroup_sets, &set);
+    struct tcm_cgroup_rule *r = NULL;
+
+    if (skb && n && *n) {
+        struct tcm_cgroup_rule_key k = {.set = set, .cgroup = bpf_skb_cgroup_id(skb)};
+        if (k.cgroup)
+            r = bpf_map_lookup_elem(&tcm_cgroup_rules, &k);
+    }
+    if (bucket)
+        *bucket = r ? r->bucket : 0;
+    return r;
+}
+
+/* The config of the policy @key (sent by @skb's socket, if known) falls under in policy version
+ * @version, or NULL. */
 static __always_inline struct tcm_policy *classify_packet(const struct tcm_class_key *key,
-                                                          __u32 version) {
-    int idx = classify_index(key, version);
+                                                          struct __sk_buff *skb, __u32 version) {
+    struct tcm_cgroup_rule *cg = classify_cgroup(skb, version);
+    int idx = classify_index(key, version, cg ? cg->rank : ~0u, cg ? cg->slot : 0);
     if (idx < 0)
         return NULL;
     __u32 i = idx;

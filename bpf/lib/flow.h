@@ -45,6 +45,15 @@ static __always_inline int flow_key_fill(const struct tcm_policy *pol,
         fk->sport = key->sport;
         fk->dport = key->dport;
         break;
+    case TCM_PER_CGROUP: {
+        __u32 zero = 0;
+        __u64 *bucket = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero);
+        if (bucket) {
+            fk->src[0] = (__u32)*bucket;
+            fk->src[1] = (__u32)(*bucket >> 32);
+        }
+        break;
+    }
     }
     return 0;
 }

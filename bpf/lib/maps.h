@@ -34,6 +34,32 @@ struct {
     __type(value, struct tcm_set_info);
 } tcm_sets SEC(".maps");
 
+/* Cgroup rules of both sets (tricolor_abi.h), and how many each set has: a set without any
+ * reads no socket's cgroup. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, TCM_MAX_CGROUP_RULES);
+    __type(key, struct tcm_cgroup_rule_key);
+    __type(value, struct tcm_cgroup_rule);
+} tcm_cgroup_rules SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, TCM_NR_SETS);
+    __type(key, __u32);
+    __type(value, __u32);
+} tcm_cgroup_sets SEC(".maps");
+
+/* The bucket a --per cgroup policy keys the packet under, set by the pipeline from the packet's
+ * cgroup rule: the flow key is otherwise made from the class key alone, which has no cgroup.
+ * Scratch, per CPU (a program runs to its end on one CPU): not pinned. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} tcm_cgroup_bucket SEC(".maps");
+
 /* The classification cache (tricolor_abi.h). LRU: a cache may forget, and the least recently
  * seen keys are the ones to forget; per-CPU lists, so CPUs filling it do not share a lock. Not
  * pinned: a restarted daemon's programs start with an empty one. */

@@ -53,7 +53,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
     /* A GSO packet's IP length field describes one segment, or nothing: use what is there. */
     __u32 l3_total = gso ? frame_len - p->l3_off : p->l3_len;
 
-    struct tcm_policy *pol = classify_packet(&p->key, rt->active_set);
+    struct tcm_policy *pol = classify_packet(&p->key, fr.skb, rt->active_set);
     if (!pol) {
         if (g) {
             g->unclassified_packets++;

@@ -87,7 +87,8 @@ static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
         n = 1; /* no tc egress attachment yet: policies that name no interface still count */
     for (__u32 i = 0; i < TCM_SHAPE_MAX_IFACES && i < n; i++) {
         k.ifindex = tcm_shape_ifaces[i & (TCM_SHAPE_MAX_IFACES - 1)];
-        int idx = classify_index(&k, rt->active_set);
+        int idx =
+            classify_index(&k, rt->active_set, ~0u, 0); /* a cgroup policy does not shape yet */
         if (idx < 0)
             continue;
         __u32 slot = idx;

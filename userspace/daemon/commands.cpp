@@ -322,7 +322,7 @@ json Daemon::cmd_flows(const json &r) {
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
         j["parent"] = p.parent.empty() ? json(nullptr) : json(p.parent);
-        j["key"] = flow_key_text(f.key, p);
+        j["key"] = flow_key_text(f.key, p, [&](uint64_t id) { return dp_->cgroup_path(id); });
         j["buckets"] = buckets_json(p, f.state, now);
         list.push_back(j);
     }

@@ -96,6 +96,9 @@ class Daemon {
     // Writes the state file whole and drops the journal, once no change came for half a second
     // (@now: at once). Called by the main loop.
     void compact_state(bool now = false);
+    // --match cgroup: a scan of the cgroup tree, the rules rewritten if it changed under them
+    // (at most every 250 ms). Called by the main loop. Returns a failure to log, once each.
+    std::string follow_cgroups();
     // Where the metrics are served, once known (for status).
     void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
@@ -220,6 +223,8 @@ class Daemon {
     mutable std::optional<uint64_t> state_hash_;  // of the state file's text, written or read
     mutable std::optional<uint64_t> staged_hash_; // of the text stage() wrote
     std::chrono::steady_clock::time_point last_change_;
+    std::chrono::steady_clock::time_point cgroups_scanned_; // follow_cgroups
+    std::string cgroups_error_;                             // its last failure, logged once
     // Requests come from the socket loop, scrapes from the exposer's thread.
     mutable std::mutex mu_;
     // Last: stopped before the data path it grants to.

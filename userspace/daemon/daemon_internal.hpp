@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,7 +45,9 @@ json attachment_json(const AttachmentSpec &a);
 
 json counters_json(const tcm_counters &c);
 json tcp_counters_json(const ShapeCounters &c);
-std::string flow_key_text(const tcm_flow_key &k, const Policy &p);
+// A flow's key as flows prints it; --per cgroup names the cgroup by its path (@cgroup_path).
+std::string flow_key_text(const tcm_flow_key &k, const Policy &p,
+                          const std::function<std::string(uint64_t)> &cgroup_path = {});
 // The two buckets of @f as of @now_ns: what a packet arriving now would find (the refill since
 // the last packet included). In bytes (packets in packet mode) and percent of the size.
 json buckets_json(const Policy &p, const tcm_flow &f, uint64_t now_ns);

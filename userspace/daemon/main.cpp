@@ -411,6 +411,8 @@ void main_loop(const DaemonOptions &o, int listen_fd, int sig_fd, Daemon &daemon
         // A quarter second at most, so the state journal is folded soon after changes pause.
         int ready = poll(fds, 2, 250);
         daemon.compact_state();
+        if (auto failed = daemon.follow_cgroups(); !failed.empty())
+            log("cgroup rules not updated: " + failed);
         if (ready == 0)
             continue;
         if (ready < 0) {

@@ -4,6 +4,8 @@
 // before the data path changes, all or nothing.
 #include "daemon_internal.hpp"
 
+#include "tricolor/cgroups.hpp"
+
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"
@@ -138,6 +140,16 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
                                      name));
     if (auto why = shape_problem(*p, attachments_); !why.empty())
         errors.push_back(why);
+    if (p->match.cgroup) {
+        // docs/spec.md §11: a path that does not exist yet is accepted (it may come later).
+        if (auto mount = cgroup2_mount(); !mount)
+            errors.push_back(fmt::format("policy '{}': match.cgroup: {}", name, mount.error()));
+        else if (warnings && match_cgroups(*p->match.cgroup, scan_cgroups(*mount)).empty())
+            warnings->push_back(fmt::format(
+                "policy '{}': no cgroup matches '{}' under {} now; one made later is matched "
+                "within a second",
+                name, *p->match.cgroup, *mount));
+    }
     if (!errors.empty())
         return std::unexpected(join_lines(errors));
     return p;
@@ -314,6 +326,24 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
     if (auto c = commit(); !c && warnings)
         warnings->push_back(c.error());
     return {};
+}
+
+} // namespace tricolor
+
+namespace tricolor {
+
+// Called by the main loop: cgroups made or removed since the last scan, under the lock changes
+// are made under. A scan four times a second, only while a policy matches cgroups.
+std::string Daemon::follow_cgroups() {
+    std::lock_guard lock(mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - cgroups_scanned_ < std::chrono::milliseconds(250))
+        return "";
+    cgroups_scanned_ = now;
+    auto r = dp_->follow_cgroups();
+    std::string said = !r && r.error() != cgroups_error_ ? r.error() : "";
+    cgroups_error_ = r ? "" : r.error();
+    return said;
 }
 
 } // namespace tricolor

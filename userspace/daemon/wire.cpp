@@ -193,7 +193,8 @@ bool is_v4_mapped(const uint32_t a[4]) {
 
 } // namespace
 
-std::string flow_key_text(const tcm_flow_key &k, const Policy &p) {
+std::string flow_key_text(const tcm_flow_key &k, const Policy &p,
+                          const std::function<std::string(uint64_t)> &cgroup_path) {
     bool v4 = is_v4_mapped(k.src) || is_v4_mapped(k.dst);
     auto with_len = [&](const uint32_t a[4], bool ipv4) {
         unsigned len = ipv4 ? p.prefix4 : p.prefix6;
@@ -208,6 +209,13 @@ std::string flow_key_text(const tcm_flow_key &k, const Policy &p) {
     case TCM_PER_5TUPLE:
         return fmt::format("proto {} {}:{} > {}:{}", k.proto, addr_text(k.src, v4), k.sport,
                            addr_text(k.dst, v4), k.dport);
+    case TCM_PER_CGROUP: {
+        // flow.h keys the cgroup's id into the first two words of src.
+        uint64_t id = static_cast<uint64_t>(k.src[1]) << 32 | k.src[0];
+        std::string path = cgroup_path ? cgroup_path(id) : std::string();
+        return path.empty() ? fmt::format("cgroup id {} (removed?)", id)
+                            : fmt::format("cgroup {}", path);
+    }
     default:
         return "aggregate";
     }

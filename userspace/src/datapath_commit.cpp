@@ -237,6 +237,12 @@ Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
     } else {
         written = impl_.sets->write(next_, c_);
     }
+    // The cgroup rules of the new set, whole: a few entries a cgroup, and ranks may have moved.
+    if (written) {
+        auto rules = impl_.cgroup_rules_of_model();
+        written = rules ? impl_.write_cgroup_rules(next_, *rules)
+                        : Result<void>(std::unexpected(rules.error()));
+    }
     if (!written)
         impl_.in_sync = impl_.in_sync && !whole_;
     return written;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tricolor/datapath.hpp"
+#include "tricolor/cgroups.hpp"
 #include "tricolor/policy_sets.hpp"
 
 #include <cerrno>
@@ -48,6 +49,18 @@ struct Datapath::Impl {
         std::vector<tcm_flow_key> keys; // sorted: read at or above it, or drained from the map
         uint64_t next = ~0ull;          // for the next pass
     } hot;
+    // --match cgroup: the tree as last scanned (with its paths by id), and the cgroup rules each
+    // set holds as written (unknown after adopting pins: the first write deletes what is there).
+    std::string cgroup_mount;
+    std::vector<Cgroup> cgroup_tree;
+    std::map<uint64_t, std::string> cgroup_paths;
+    std::map<uint64_t, tcm_cgroup_rule> cgroup_rules[TCM_NR_SETS];
+    bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
+    // Scans the tree if a policy of the model matches cgroups (finding the mount the first
+    // time); what its patterns cover, best rank first, as the classifier orders them.
+    Result<std::map<uint64_t, tcm_cgroup_rule>> cgroup_rules_of_model();
+    // Writes @rules as set @set's cgroup rules (the set inactive).
+    Result<void> write_cgroup_rules(uint32_t set, const std::map<uint64_t, tcm_cgroup_rule> &rules);
     uint32_t flows_map_id = 0;
     std::vector<uint32_t> own_progs; // this Datapath's program ids
     static size_t fleet_bytes() {

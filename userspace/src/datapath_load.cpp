@@ -55,10 +55,11 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
             // A cache is not state: a new program starts with an empty one. The heavy hitters
-            // go with this program's threshold (in .data, not pinned either); the hot key is
-            // scratch.
+            // go with this program's threshold (in .data, not pinned either); the hot key and
+            // the cgroup bucket are scratch.
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
-                m == impl_->skel->maps.tcm_flow_hot || m == impl_->skel->maps.tcm_hot_key)
+                m == impl_->skel->maps.tcm_flow_hot || m == impl_->skel->maps.tcm_hot_key ||
+                m == impl_->skel->maps.tcm_cgroup_bucket)
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
@@ -105,8 +106,10 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                 impl_->own_progs.push_back(obj_id(fd));
         }
     }
-    if (impl_->adopted)
+    if (impl_->adopted) {
+        impl_->cgroup_rules_known[0] = impl_->cgroup_rules_known[1] = false;
         adopt();
+    }
 }
 
 void Datapath::adopt() {

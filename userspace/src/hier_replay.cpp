@@ -194,6 +194,10 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
             errors.push_back(fmt::format("policy '{}': match.iface cannot be replayed (replayed "
                                          "packets arrive on no interface)",
                                          p->name));
+        if (p->match.cgroup)
+            errors.push_back(fmt::format("policy '{}': match.cgroup cannot be replayed (replayed "
+                                         "packets were sent by no process)",
+                                         p->name));
         out.push_back(std::move(*p));
     }
     if (errors.empty()) {

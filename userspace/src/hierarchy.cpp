@@ -31,6 +31,12 @@ std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies) {
                 "when it leaves while a hierarchy meters every level at one instant: a policy "
                 "with shape edt has no parent and is no parent (use shape sockets or aqm)",
                 p.name, p.parent, p.shape == TCM_SHAPE_EDT ? p.name : p.parent));
+        else if (by_name.at(p.parent)->per == TCM_PER_CGROUP)
+            // The data path knows the cgroup bucket of the matched policy only (flow.h).
+            errors.push_back(fmt::format(
+                "policy '{}': its parent '{}' is per cgroup, and a parent's bucket cannot be: "
+                "make the parent aggregate (one bucket over its children) or per address",
+                p.name, p.parent));
     }
     // Walk up from every policy; a cycle shows as a name seen twice, a deep chain as a long walk.
     std::set<std::string> in_cycle;

@@ -467,6 +467,15 @@ PolicySets::PolicySets(Maps maps, bool known) : impl_(std::make_unique<Impl>()) 
 
 PolicySets::~PolicySets() = default;
 
+std::vector<std::pair<const Policy *, uint32_t>> PolicySets::ranked() const {
+    std::vector<std::pair<const Policy *, uint32_t>> out;
+    for (const auto &[key, id] : impl_->order) {
+        const Item &it = impl_->items.at(id);
+        out.emplace_back(&it.policy, it.rank);
+    }
+    return out;
+}
+
 bool PolicySets::contains(uint32_t id) const {
     return impl_->items.contains(id);
 }

@@ -57,7 +57,7 @@ const std::vector<PolicyFlag> &policy_flags() {
         {.key = "match",
          .kind = Match,
          .help = "KEY VALUE: src|dst PREFIX, proto tcp|udp|icmp|N, sport|dport PORT[-PORT], dscp "
-                 "N, vlan N, iface NAME (repeatable; all must hold)",
+                 "N, vlan N, iface NAME, cgroup PATH (repeatable; all must hold)",
          .value = "KEY VALUE",
          .suggest = match_fields()},
         {.key = "priority",
@@ -66,9 +66,9 @@ const std::vector<PolicyFlag> &policy_flags() {
          .value = "N"},
         {.key = "per",
          .kind = Text,
-         .help = "aggregate, src, dst, src/N, dst/N or 5tuple",
+         .help = "aggregate, src, dst, src/N, dst/N, 5tuple or cgroup",
          .value = "KEY",
-         .suggest = {"aggregate", "src", "dst", "src/", "dst/", "5tuple"}},
+         .suggest = {"aggregate", "src", "dst", "src/", "dst/", "5tuple", "cgroup"}},
         {.key = "green",
          .kind = Text,
          .help = "Action for green: pass, drop, dscp:X, mark:N, ...",
@@ -157,8 +157,8 @@ const std::vector<std::string> &policy_fields() {
 }
 
 const std::vector<std::string> &match_fields() {
-    static const std::vector<std::string> fields = {"src",   "dst",  "proto", "sport",
-                                                    "dport", "dscp", "vlan",  "iface"};
+    static const std::vector<std::string> fields = {"src",  "dst",  "proto", "sport", "dport",
+                                                    "dscp", "vlan", "iface", "cgroup"};
     return fields;
 }
 
@@ -239,6 +239,44 @@ std::optional<uint8_t> parse_proto(std::string_view t) {
 
 } // namespace
 
+std::string cgroup_pattern_problem(std::string_view t) {
+    if (t.empty())
+        return "the path is empty: give one below the cgroup2 mount, e.g. "
+               "system.slice/nginx.service";
+    if (t.starts_with("/sys/fs/cgroup"))
+        return fmt::format("'{}' names the mount point: give the path below the cgroup2 mount "
+                           "(system.slice/nginx.service, not /sys/fs/cgroup/system.slice/...)",
+                           t);
+    std::string_view rest = t.front() == '/' ? t.substr(1) : t;
+    if (rest.empty())
+        return "'/' is the root cgroup, which holds every process: match the addresses instead, "
+               "or name a cgroup below it";
+    while (!rest.empty() && rest.back() == '/')
+        rest.remove_suffix(1);
+    for (size_t at = 0; at <= rest.size();) {
+        size_t end = rest.find('/', at);
+        if (end == std::string_view::npos)
+            end = rest.size();
+        std::string_view part = rest.substr(at, end - at);
+        if (part.empty())
+            return fmt::format("'{}' has an empty component (//)", t);
+        if (part == "." || part == "..")
+            return fmt::format("'{}': '{}' is not allowed in a cgroup path", t, part);
+        if (part.find_first_of("\n\t") != std::string_view::npos)
+            return fmt::format("'{}' has a control character", t);
+        at = end + 1;
+    }
+    return "";
+}
+
+std::string normal_cgroup_pattern(std::string_view t) {
+    while (!t.empty() && t.front() == '/')
+        t.remove_prefix(1);
+    while (!t.empty() && t.back() == '/')
+        t.remove_suffix(1);
+    return std::string(t);
+}
+
 Result<Policy> to_policy(const json &spec, uint32_t id) {
     std::vector<std::string> errors;
     Reader r(errors);
@@ -290,8 +328,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
 
     if (auto it = spec.find("match"); it != spec.end() && !it->is_null()) {
         if (!it->is_object()) {
-            r.error("match",
-                    "expected an object of src, dst, proto, sport, dport, dscp, vlan, iface");
+            r.error("match", "expected an object of src, dst, proto, sport, dport, dscp, vlan, "
+                             "iface, cgroup");
         } else {
             const json &mt = *it;
             Reader mr(errors, "match.");
@@ -343,6 +381,20 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                 else
                     p.match.ifindex = idx;
             }
+            if (auto t = mr.text(mt, "cgroup")) {
+                if (auto bad = cgroup_pattern_problem(*t); !bad.empty())
+                    mr.error("cgroup", bad);
+                else
+                    p.match.cgroup = normal_cgroup_pattern(*t);
+                // The data path finds a cgroup's policy by the socket alone (bpf/lib/classify.h).
+                for (const char *other :
+                     {"src", "dst", "proto", "sport", "dport", "dscp", "vlan", "iface"})
+                    if (mt.contains(other))
+                        mr.error("cgroup", fmt::format("a cgroup match takes no other field yet "
+                                                       "(this one has {}): make a policy per "
+                                                       "cgroup, or match the addresses instead",
+                                                       other));
+            }
         }
     }
     if (auto v = r.number(spec, "priority", 65535))
@@ -371,12 +423,18 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
         };
         if (s == "aggregate")
             p.per = TCM_PER_AGGREGATE;
+        else if (s == "cgroup")
+            p.per = TCM_PER_CGROUP;
         else if (s == "5tuple")
             p.per = TCM_PER_5TUPLE;
         else if (!with_len("src", TCM_PER_SRC) && !with_len("dst", TCM_PER_DST))
-            r.error("per",
-                    fmt::format("'{}' is not aggregate, src, dst, src/N, dst/N or 5tuple", s));
+            r.error("per", fmt::format("'{}' is not aggregate, src, dst, src/N, dst/N, 5tuple or "
+                                       "cgroup",
+                                       s));
     }
+    if (p.per == TCM_PER_CGROUP && !p.match.cgroup)
+        r.error("per", "cgroup keeps a bucket per cgroup its cgroup match names: it needs "
+                       "--match cgroup PATH");
     const char *colors[] = {"green", "yellow", "red"};
     for (int c = 0; c < TCM_NR_COLORS; ++c)
         if (auto t = r.text(spec, colors[c])) {
@@ -424,6 +482,9 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
             r.error("shape", fmt::format("sockets paces TCP sockets, and the policy matches only "
                                          "protocol {}",
                                          *p.match.proto));
+        if (p.match.cgroup)
+            r.error("shape", "sockets does not pace a cgroup's sockets yet: use --aqm ecn (or "
+                             "drop) with a cgroup match");
     }
     if (auto f = r.flag(spec, "fleet"))
         p.fleet = *f; // docs/spec.md §10; the daemon refuses it without --fleet

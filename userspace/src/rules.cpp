@@ -70,8 +70,8 @@ unsigned specificity(const Match &m) {
 }
 
 std::vector<RuleEntry> rule_entries(const Policy &p, uint32_t slot, uint32_t rank) {
-    if (p.only_parent)
-        return {}; // reached only through its children
+    if (p.only_parent || p.match.cgroup)
+        return {}; // reached only through its children, or by the socket (cgroup_rules)
     tcm_class_key key{}, mask{};
     const Match &m = p.match;
     if (m.ifindex) {
@@ -142,6 +142,8 @@ std::vector<std::string> policy_problems(const Policy &p) {
         fail(fmt::format("vlan {} is not 0 to 4095", *m.vlan));
     if (p.prefix4 > 32 || p.prefix6 > 128)
         fail("per-key prefix lengths must be at most /32 (IPv4) and /128 (IPv6)");
+    if (p.per == TCM_PER_CGROUP && !m.cgroup)
+        fail("per cgroup needs a cgroup match (--match cgroup PATH)");
     if (p.fleet && p.per != TCM_PER_AGGREGATE)
         fail("a fleet policy shares one aggregate bucket: it cannot be per src/dst/5tuple");
     for (const auto &a : p.actions)

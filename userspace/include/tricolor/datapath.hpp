@@ -186,6 +186,16 @@ class Datapath {
     void fleet_lease(uint32_t policy_id, uint64_t until_ns);
     FleetLocal fleet_local(uint32_t policy_id) const;
 
+    // --match cgroup (docs/spec.md §11): scans the cgroup tree again and, if what the policies'
+    // patterns cover has changed (a cgroup made or removed), writes the cgroup rules anew, with
+    // a switch of sets as any change makes. Returns whether it did; nothing to do without cgroup
+    // policies.
+    Result<bool> follow_cgroups();
+    // The path below the cgroup2 mount of cgroup @id as last scanned ("" if not known).
+    std::string cgroup_path(uint64_t id) const;
+    // The cgroups a policy's pattern covers now (the tree as last scanned): each with its bucket.
+    size_t cgroups_matched(uint32_t policy_id) const;
+
     void set_drop_malformed(bool drop);
     // The version of the policies (tcm_runtime.active_set): bit 0 is the active set, and every
     // switch adds 1.

@@ -44,6 +44,10 @@ struct Match {
     std::optional<uint8_t> dscp;
     std::optional<uint16_t> vlan;
     std::optional<uint32_t> ifindex;
+    // The sending process's cgroup (docs/spec.md §11): a path below the cgroup2 mount, glob
+    // characters allowed per component ("system.slice/*.service"). Matches the cgroups it names
+    // and every cgroup below them.
+    std::optional<std::string> cgroup;
     bool operator==(const Match &) const = default;
 };
 

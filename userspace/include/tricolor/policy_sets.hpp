@@ -59,6 +59,10 @@ class PolicySets {
     // Brings set @set up to the model (after a rebuild, once no packet reads it any more).
     Result<void> catch_up(uint32_t set);
 
+    // The model's policies and their ranks, in rank order: for rules kept outside the set's maps
+    // (the cgroup rules), which must order as the classifier's do.
+    std::vector<std::pair<const Policy *, uint32_t>> ranked() const;
+
     // The ids of the model (equal to the active set's after switched()).
     bool contains(uint32_t id) const;
     size_t size() const;

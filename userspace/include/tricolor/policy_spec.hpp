@@ -54,6 +54,11 @@ const std::vector<std::string> &match_fields();
 // Interface names are resolved to ifindexes now: an unknown interface is an error.
 Result<Policy> to_policy(const nlohmann::json &spec, uint32_t id);
 
+// A --match cgroup pattern: what is wrong with it ("" if nothing), and its normal form (no
+// leading or trailing slash: a path below the cgroup2 mount).
+std::string cgroup_pattern_problem(std::string_view pattern);
+std::string normal_cgroup_pattern(std::string_view pattern);
+
 // Applies @patch (fields to change; "match" entries replace the whole match) to @spec.
 // A new "algo" drops the old algorithm's own parameters (pir, pbs, ebs, eir) the patch does not
 // give.

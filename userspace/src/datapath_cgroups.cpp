@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_cgroups.cpp: the cgroup rules (--match cgroup, docs/spec.md §11): each set's,
+// written whole with the set, and written again when the cgroup tree changes under them.
+#include "datapath_impl.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace tricolor {
+
+namespace {
+
+bool same_rules(const std::map<uint64_t, tcm_cgroup_rule> &a,
+                const std::map<uint64_t, tcm_cgroup_rule> &b) {
+    return std::ranges::equal(a, b, [](const auto &x, const auto &y) {
+        return x.first == y.first && std::memcmp(&x.second, &y.second, sizeof(x.second)) == 0;
+    });
+}
+
+} // namespace
+
+Result<std::map<uint64_t, tcm_cgroup_rule>> Datapath::Impl::cgroup_rules_of_model() {
+    std::map<uint64_t, tcm_cgroup_rule> out;
+    auto ranked = sets->ranked();
+    bool any = std::ranges::any_of(
+        ranked, [](const auto &pr) { return pr.first->match.cgroup.has_value(); });
+    if (!any) {
+        cgroup_tree.clear();
+        cgroup_paths.clear();
+        return out;
+    }
+    if (cgroup_mount.empty()) {
+        auto m = cgroup2_mount();
+        if (!m)
+            return std::unexpected(fmt::format("--match cgroup: {}", m.error()));
+        cgroup_mount = *m;
+    }
+    cgroup_tree = scan_cgroups(cgroup_mount);
+    cgroup_paths.clear();
+    for (const auto &c : cgroup_tree)
+        cgroup_paths[c.id] = c.path;
+    // In rank order: a cgroup two patterns cover goes to the better-ranked policy, as a packet
+    // two address rules match does.
+    for (const auto &[p, rank] : ranked) {
+        if (!p->match.cgroup || p->only_parent)
+            continue;
+        for (const auto &hit : match_cgroups(*p->match.cgroup, cgroup_tree))
+            out.try_emplace(hit.cgroup, tcm_cgroup_rule{p->id, rank, hit.bucket});
+    }
+    if (out.size() > TCM_MAX_CGROUP_RULES / TCM_NR_SETS)
+        return std::unexpected(fmt::format("the cgroup matches cover {} cgroups; at most {}",
+                                           out.size(), TCM_MAX_CGROUP_RULES / TCM_NR_SETS));
+    return out;
+}
+
+Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set,
+                                                const std::map<uint64_t, tcm_cgroup_rule> &rules) {
+    int rules_fd = fd(skel->maps.tcm_cgroup_rules);
+    auto &have = cgroup_rules[set];
+    if (!cgroup_rules_known[set]) {
+        // Adopted pins: whatever the set held before.
+        tcm_cgroup_rule_key k{}, nk{};
+        void *prev = nullptr;
+        std::vector<tcm_cgroup_rule_key> gone;
+        while (bpf_map_get_next_key(rules_fd, prev, &nk) == 0) {
+            if (nk.set == set)
+                gone.push_back(nk);
+            k = nk;
+            prev = &k;
+        }
+        for (const auto &g : gone)
+            bpf_map_delete_elem(rules_fd, &g);
+        have.clear();
+        cgroup_rules_known[set] = true;
+    }
+    for (auto it = have.begin(); it != have.end();) {
+        if (rules.contains(it->first)) {
+            ++it;
+            continue;
+        }
+        tcm_cgroup_rule_key k{set, 0, it->first};
+        bpf_map_delete_elem(rules_fd, &k);
+        it = have.erase(it);
+    }
+    for (const auto &[cgroup, rule] : rules) {
+        auto it = have.find(cgroup);
+        if (it != have.end() && std::memcmp(&it->second, &rule, sizeof(rule)) == 0)
+            continue;
+        tcm_cgroup_rule_key k{set, 0, cgroup};
+        if (bpf_map_update_elem(rules_fd, &k, &rule, 0) != 0) {
+            cgroup_rules_known[set] = false;
+            return std::unexpected(
+                fmt::format("cannot write a cgroup rule: {}", std::strerror(errno)));
+        }
+        have[cgroup] = rule;
+    }
+    uint32_t n = static_cast<uint32_t>(have.size());
+    if (bpf_map_update_elem(fd(skel->maps.tcm_cgroup_sets), &set, &n, 0) != 0) {
+        cgroup_rules_known[set] = false;
+        return std::unexpected(
+            fmt::format("cannot write the cgroup rule count: {}", std::strerror(errno)));
+    }
+    return {};
+}
+
+Result<bool> Datapath::follow_cgroups() {
+    bool any = std::ranges::any_of(impl_->active,
+                                   [](const auto &e) { return e.second.match.cgroup.has_value(); });
+    if (!any || !impl_->in_sync)
+        return false;
+    auto rules = impl_->cgroup_rules_of_model();
+    if (!rules)
+        return std::unexpected(rules.error());
+    uint32_t active = impl_->runtime->active_set & 1;
+    if (impl_->cgroup_rules_known[active] && same_rules(*rules, impl_->cgroup_rules[active]))
+        return false;
+    if (auto r = commit(SetChange{}, nullptr); !r)
+        return std::unexpected(r.error());
+    return true;
+}
+
+std::string Datapath::cgroup_path(uint64_t id) const {
+    auto it = impl_->cgroup_paths.find(id);
+    return it == impl_->cgroup_paths.end() ? std::string() : it->second;
+}
+
+size_t Datapath::cgroups_matched(uint32_t policy_id) const {
+    auto it = impl_->active.find(policy_id);
+    if (it == impl_->active.end() || !it->second.match.cgroup)
+        return 0;
+    std::set<uint64_t> buckets;
+    for (const auto &hit : match_cgroups(*it->second.match.cgroup, impl_->cgroup_tree))
+        buckets.insert(hit.bucket);
+    return buckets.size();
+}
+
+} // namespace tricolor
