@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // test_util.cpp: see test_util.hpp.
 #include "test_util.hpp"
+#include "tricolor/cgroups.hpp"
+
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -201,6 +206,63 @@ double time_scale() {
     const char *v = std::getenv("TRICOLOR_TIME_SCALE");
     double scale = v ? std::atof(v) : 1.0;
     return scale >= 1.0 ? scale : 1.0;
+}
+
+std::string cgroup2_mount_or_empty() {
+    auto m = cgroup2_mount();
+    return m ? *m : std::string();
+}
+
+TestCgroup::TestCgroup(std::string p) : path(std::move(p)) {
+    auto mount = cgroup2_mount();
+    if (!mount)
+        throw std::runtime_error(mount.error());
+    dir = *mount + "/" + path;
+    std::filesystem::create_directories(dir);
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0)
+        throw std::runtime_error("cannot make the cgroup " + dir);
+    id = st.st_ino;
+}
+
+TestCgroup::~TestCgroup() {
+    // Deepest first: a cgroup with children cannot go.
+    std::vector<std::string> dirs;
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_directory(ec))
+            dirs.push_back(it->path());
+    std::sort(dirs.begin(), dirs.end(), [](auto &a, auto &b) { return a.size() > b.size(); });
+    dirs.push_back(dir);
+    for (const auto &d : dirs)
+        rmdir(d.c_str());
+}
+
+void TestCgroup::add(int pid) const {
+    std::string procs = dir + "/cgroup.procs", text = std::to_string(pid);
+    int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (!ok)
+        throw std::runtime_error("cannot move " + text + " into " + dir + ": " +
+                                 std::strerror(err));
+}
+
+InCgroup::InCgroup(const TestCgroup &c) {
+    std::ifstream in("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("0::", 0) == 0)
+            back_ = cgroup2_mount_or_empty() + line.substr(3);
+    c.add(getpid());
+}
+
+InCgroup::~InCgroup() {
+    if (!back_.empty())
+        write_file(back_ + "/cgroup.procs", std::to_string(getpid()));
 }
 
 } // namespace tricolor::test

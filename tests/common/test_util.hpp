@@ -62,6 +62,36 @@ std::string first_difference(const std::string &actual, const std::string &expec
 // matrix sets it, since a guest under QEMU's TCG loads and verifies programs ~10x slower.
 double time_scale();
 
+// A cgroup made for a test below the cgroup2 mount (its parents too), removed at the end with the
+// cgroups below it; whoever was moved in must have left or exited by then.
+class TestCgroup {
+  public:
+    explicit TestCgroup(std::string path); // below the mount; throws if it cannot be made
+    ~TestCgroup();
+    TestCgroup(const TestCgroup &) = delete;
+    TestCgroup &operator=(const TestCgroup &) = delete;
+    void add(int pid) const; // moves the process (all its threads) in
+    std::string path;        // below the mount
+    std::string dir;         // absolute
+    uint64_t id = 0;         // the cgroup id BPF sees
+};
+
+// This process inside cgroup @c while the object lives, back where it was afterwards. (The
+// sockets BPF_PROG_TEST_RUN makes for tc belong to the cgroup of the process that runs it.)
+class InCgroup {
+  public:
+    explicit InCgroup(const TestCgroup &c);
+    ~InCgroup();
+    InCgroup(const InCgroup &) = delete;
+    InCgroup &operator=(const InCgroup &) = delete;
+
+  private:
+    std::string back_;
+};
+
+// Where cgroup v2 is mounted, "" if nowhere.
+std::string cgroup2_mount_or_empty();
+
 } // namespace tricolor::test
 
 // Tests that load BPF programs need root (or CAP_BPF); without it they are skipped, not failed.

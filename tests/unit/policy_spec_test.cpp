@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Policy objects (docs/spec.md §7): every field parsed, every bad value refused naming the field.
+#include "tricolor/cgroups.hpp"
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/yaml.hpp"
 
@@ -162,6 +163,19 @@ TEST(PolicySpec, EachBadFieldIsNamed) {
          {{"match", {{"src", "198.18.0.0/15"}, {"dst", "2001:db8::/32"}}}},
          "different address families"},
         {"name with space", {{"name", "a b"}}, "name: 'a b'"},
+        {"per cgroup alone", {{"per", "cgroup"}}, "per: cgroup keeps a bucket per cgroup"},
+        {"cgroup and an address",
+         {{"match", {{"cgroup", "system.slice"}, {"dport", 80}}}},
+         "match.cgroup: a cgroup match takes no other field yet (this one has dport)"},
+        {"cgroup mount point",
+         {{"match", {{"cgroup", "/sys/fs/cgroup/system.slice"}}}},
+         "names the mount point"},
+        {"cgroup root", {{"match", {{"cgroup", "/"}}}}, "'/' is the root cgroup"},
+        {"cgroup dot-dot", {{"match", {{"cgroup", "a/../b"}}}}, "'..' is not allowed"},
+        {"cgroup empty component", {{"match", {{"cgroup", "a//b"}}}}, "empty component"},
+        {"cgroup sockets shaping",
+         {{"match", {{"cgroup", "a"}}}, {"shape", "sockets"}},
+         "sockets does not pace a cgroup's sockets yet"},
     };
     ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {
@@ -175,6 +189,37 @@ TEST(PolicySpec, EachBadFieldIsNamed) {
     EXPECT_THAT(missing.error(), HasSubstr("algo: missing"));
     EXPECT_THAT(missing.error(), HasSubstr("cir: missing"));
     EXPECT_THAT(missing.error(), HasSubstr("cbs: missing"));
+}
+
+TEST(PolicySpec, ACgroupMatchIsKeptBelowTheMountWithoutOuterSlashes) {
+    auto p = to_policy(merge_policy(base(), {{"match", {{"cgroup", "/system.slice/*.service/"}}},
+                                             {"per", "cgroup"}}),
+                       1);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->match.cgroup, "system.slice/*.service");
+    EXPECT_EQ(p->per, TCM_PER_CGROUP);
+}
+
+// A pattern names cgroups at its own depth (globs per component); every cgroup below a named one
+// is covered too, with the named one as its bucket.
+TEST(Cgroups, APatternCoversTheCgroupsItNamesAndEveryOneBelowThem) {
+    std::vector<tricolor::Cgroup> tree = {{"", 1},
+                                          {"system.slice", 2},
+                                          {"system.slice/nginx.service", 3},
+                                          {"system.slice/nginx.service/worker", 4},
+                                          {"system.slice/sshd.service", 5},
+                                          {"system.slice/foo.scope", 6},
+                                          {"user.slice", 7},
+                                          {"user.slice/nginx.service", 8}};
+    using Hits = std::vector<tricolor::CgroupHit>;
+    EXPECT_EQ(tricolor::match_cgroups("system.slice/nginx.service", tree), (Hits{{3, 3}, {4, 3}}));
+    EXPECT_EQ(tricolor::match_cgroups("system.slice/*.service", tree),
+              (Hits{{3, 3}, {4, 3}, {5, 5}}));
+    EXPECT_EQ(tricolor::match_cgroups("system.slice", tree),
+              (Hits{{2, 2}, {3, 2}, {4, 2}, {5, 2}, {6, 2}}));
+    EXPECT_EQ(tricolor::match_cgroups("*/nginx.service", tree), (Hits{{3, 3}, {4, 3}, {8, 8}}));
+    EXPECT_EQ(tricolor::match_cgroups("system.slice/nosuch", tree), Hits{});
+    EXPECT_EQ(tricolor::match_cgroups("", tree), Hits{}) << "the root is never a pattern";
 }
 
 TEST(PolicySpec, MergeReplacesFieldsAndNullRemovesThem) {

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// --match cgroup in the data path (docs/spec.md §11) through BPF_PROG_TEST_RUN: the tc program
+// finds the socket's cgroup, which for a test run is the cgroup of the process that runs it, so
+// each case moves this process into cgroups made for it.
+#include "datapath_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+using namespace tricolor;
+using namespace tricolor::test;
+
+namespace {
+
+class CgroupTest : public DatapathTest {
+  protected:
+    void SetUp() override {
+        DatapathTest::SetUp();
+        if (IsSkipped())
+            return;
+        if (cgroup2_mount_or_empty().empty())
+            GTEST_SKIP() << "no cgroup v2 mount";
+        base = fmt::format("tricolor-test-{}", getpid());
+    }
+    // The policy (id) that counted one tc frame sent from here (0: none).
+    uint32_t tc_policy(const std::vector<uint32_t> &ids) {
+        auto before = dp->policy_counters();
+        dp->run_tc(v4udp().build());
+        auto after = dp->policy_counters();
+        uint32_t got = 0;
+        for (uint32_t id : ids) {
+            auto sum = [](const tcm_counters &c) {
+                return c.packets[0] + c.packets[1] + c.packets[2];
+            };
+            if (sum(after[id]) != sum(before[id])) {
+                EXPECT_EQ(got, 0u) << "counted twice";
+                got = id;
+            }
+        }
+        return got;
+    }
+    std::string base;
+};
+
+TEST_F(CgroupTest, TcMatchesTheSendersCgroupAndEveryCgroupBelowItInRankOrder) {
+    TestCgroup a(base + "/a"), deep(base + "/a/x/y"), b(base + "/b");
+    Policy cg = policy(1, "cg");
+    cg.match.cgroup = base + "/a";
+    cg.priority = 10;
+    Policy addr = policy(2, "addr"); // matches the frame's destination, worse priority
+    addr.match.dst = prefix("198.19.0.0/16");
+    addr.priority = 20;
+    apply({cg, addr});
+    {
+        InCgroup in(a);
+        EXPECT_EQ(tc_policy({1, 2}), 1u) << "the cgroup's policy ranks first";
+        EXPECT_EQ(dp->run_xdp(v4udp().build()).retval, XDP_PASS);
+    }
+    {
+        InCgroup in(deep);
+        EXPECT_EQ(tc_policy({1, 2}), 1u) << "a cgroup below the pattern's";
+    }
+    {
+        InCgroup in(b);
+        EXPECT_EQ(tc_policy({1, 2}), 2u) << "another cgroup: the address policy";
+    }
+    EXPECT_EQ(tc_policy({1, 2}), 2u) << "this process where it was";
+    // XDP sees no socket: the frame sent on XDP from cgroup a went to the address policy, with
+    // the two tc frames from b and from here.
+    EXPECT_EQ(packets(2), 3u);
+
+    // An address policy of better priority wins over the cgroup's, as between address rules.
+    addr.priority = 5;
+    apply({cg, addr});
+    InCgroup in(a);
+    EXPECT_EQ(tc_policy({1, 2}), 2u);
+}
+
+TEST_F(CgroupTest, ACgroupMadeAfterThePolicyIsMatchedOnceFollowed) {
+    Policy cg = policy(1, "cg");
+    cg.match.cgroup = base + "/svc-*";
+    apply({cg});
+    EXPECT_EQ(dp->follow_cgroups().value(), false) << "nothing changed";
+    TestCgroup late(base + "/svc-late");
+    {
+        InCgroup in(late);
+        EXPECT_EQ(tc_policy({1}), 0u) << "not scanned yet";
+    }
+    uint32_t version = dp->active_set();
+    EXPECT_EQ(dp->follow_cgroups().value(), true);
+    EXPECT_EQ(dp->active_set(), version + 1) << "a switch of sets, as any change";
+    EXPECT_EQ(dp->cgroups_matched(1), 1u);
+    InCgroup in(late);
+    EXPECT_EQ(tc_policy({1}), 1u);
+}
+
+// Per cgroup: a bucket for each cgroup the glob names (its descendants share it), each exact:
+// at one instant, each admits its CBS of green and no more.
+TEST_F(CgroupTest, PerCgroupKeepsOneExactBucketPerCgroupTheGlobNames) {
+    TestCgroup c1(base + "/pod-1"), c1sub(base + "/pod-1/ctr"), c2(base + "/pod-2");
+    const uint64_t cbs = 1280; // ten of v4udp's 128-byte packets
+    Policy pc = policy(1, "pods", Algo::srtcm, 8000000, cbs, 0);
+    pc.match.cgroup = base + "/pod-*";
+    pc.per = TCM_PER_CGROUP;
+    apply({pc});
+    auto send = [&](const TestCgroup &where, int n) {
+        InCgroup in(where);
+        for (int i = 0; i < n; ++i)
+            dp->run_tc(v4udp().build());
+    };
+    send(c1, 8);
+    send(c1sub, 8); // pod-1's bucket: 16 packets, 10 green
+    send(c2, 12);   // pod-2's: 12, 10 green
+    auto c = dp->policy_counters()[1];
+    EXPECT_EQ(c.packets[TCM_GREEN], 20u);
+    EXPECT_EQ(c.packets[TCM_RED], 8u);
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 2u);
+    std::map<uint64_t, uint64_t> green;
+    for (const auto &f : flows)
+        green[uint64_t{f.key.src[1]} << 32 | f.key.src[0]] = f.state.counters.packets[TCM_GREEN];
+    EXPECT_EQ(green[c1.id], 10u);
+    EXPECT_EQ(green[c2.id], 10u);
+    EXPECT_EQ(dp->cgroup_path(c1.id), c1.path);
+}
+
+} // namespace
