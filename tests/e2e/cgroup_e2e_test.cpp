@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// Limits per cgroup (docs/spec.md §11) end to end: senders moved into cgroups made for the test,
+// a real tricolord on tc egress of the lab's veth, as a container or a systemd service would be
+// limited. The bounds are the accuracy suite's: green within CBS + CIR*T over the measured window,
+// and at least what the bucket must have admitted (admission_floor).
+#include "lab.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+using namespace tricolor;
+using namespace tricolor::test;
+using nlohmann::json;
+
+namespace {
+
+using i128 = __int128;
+
+class Cgroups : public DaemonLabTest {
+  protected:
+    void SetUp() override {
+        DaemonLabTest::SetUp();
+        if (IsSkipped())
+            return;
+        if (cgroup2_mount_or_empty().empty())
+            GTEST_SKIP() << "no cgroup v2 mount";
+        base = fmt::format("tricolor-e2e-{}", getpid());
+        // No reclaim pass: a flow whose bucket is full again would go before the test reads it.
+        daemon.reset();
+        daemon = std::make_unique<Daemon>(
+            ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+            std::vector<std::string>{"--reclaim-interval", "0"});
+        ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    }
+    // udp_tool send run inside cgroup @c, to the namespace's address.
+    RunResult send_from(const TestCgroup &c, int count, int size, int pps,
+                        const std::string &stamps = "-") {
+        std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} send {} 9000 {} {} {} "
+                                      "0 {}",
+                                      c.dir, udp_tool_path(), lab->ns_v4, count, size, pps, stamps);
+        return run_command({"/bin/sh", "-c", cmd});
+    }
+    // Datagrams the namespace's receiver got while @body ran.
+    uint64_t received_while(const std::function<void()> &body, int seconds) {
+        RunResult rx;
+        std::thread t([&] {
+            rx = lab->in_ns({udp_tool_path(), "recv", lab->ns_v4, "9000", std::to_string(seconds)});
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(400)); // the receiver binds
+        body();
+        t.join();
+        std::smatch m;
+        if (!std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) {
+            ADD_FAILURE() << "receiver: " << rx.out << rx.err;
+            return 0;
+        }
+        return std::stoull(m[1]);
+    }
+    std::string base;
+};
+
+constexpr uint64_t kCir = 20000000; // 20 Mbit/s: 2.5 MB/s
+constexpr uint64_t kCbs = 16384;
+
+TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
+    TestCgroup limited(base + "/limited"), free(base + "/free");
+    ok({"policy", "add", "svc", "--algo", "srtcm", "--cir", std::to_string(kCir), "--cbs",
+        std::to_string(kCbs), "--ebs", "0", "--match", "cgroup", base + "/limited"});
+    const int n = 3000, payload = 1000; // 1028 IP bytes at 5000/s: 41 Mbit/s, twice CIR
+    std::string stamps_path = fmt::format("/tmp/tricolor-e2e-cg-stamps-{}", getpid());
+    uint64_t got = received_while(
+        [&] {
+            auto s = send_from(limited, n, payload, 5000, stamps_path);
+            EXPECT_EQ(s.exit_code, 0) << s.err;
+            auto f = send_from(free, 1000, payload, 5000);
+            EXPECT_EQ(f.exit_code, 0) << f.err;
+        },
+        3);
+    auto stamps = read_send_stamps(stamps_path);
+    std::filesystem::remove(stamps_path);
+    ASSERT_EQ(stamps.size(), static_cast<size_t>(n));
+
+    auto stats = parse_json(daemon->ctl({"-j", "stats"}));
+    auto p = stats["policies"][0];
+    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
+    EXPECT_EQ(gp + rp, static_cast<uint64_t>(n)) << "every datagram of the cgroup, and only those";
+    EXPECT_GT(rp, 0u);
+    const uint64_t len = payload + 28;
+    auto last = last_metered_ns(daemon->pin_dir());
+    ASSERT_TRUE(last.has_value());
+    const i128 unit = 8000000000, T = *last - stamps.front().start;
+    EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
+    if (*last <= stamps.back().end)
+        EXPECT_GE(gp, admission_floor(stamps, kCir, kCbs, len));
+    // The other cgroup's 1000 were not metered: every one arrived, with the limited one's green.
+    EXPECT_EQ(got, gp + 1000);
+    EXPECT_GE(stats["unclassified"]["packets"].get<uint64_t>(), 1000u);
+    std::cout << fmt::format("[ cgroups ] limited: {} green of {} over {:.3f} s ({:.2f} Mbit/s "
+                             "green); the other cgroup: 1000 of 1000 through\n",
+                             gp, n, static_cast<double>(T) / 1e9,
+                             static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
+                                 1e6);
+}
+
+// --per cgroup over a glob: each child its own bucket, named by its path; a child made while
+// the policy runs is limited within a second, as the spec asks.
+TEST_F(Cgroups, PerCgroupGlobGivesEachChildABucketAndFollowsNewOnes) {
+    std::vector<std::unique_ptr<TestCgroup>> pods;
+    for (int i = 1; i <= 8; ++i)
+        pods.push_back(std::make_unique<TestCgroup>(fmt::format("{}/pod-{}", base, i)));
+    ok({"policy", "add", "pods", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "10k", "--ebs", "0",
+        "--match", "cgroup", base + "/pod-*", "--per", "cgroup"});
+    received_while(
+        [&] {
+            for (auto &p : pods)
+                EXPECT_EQ(send_from(*p, 40, 1000, 20000).exit_code, 0);
+        },
+        2);
+    auto flows = parse_json(daemon->ctl({"-j", "flows"}))["flows"];
+    ASSERT_EQ(flows.size(), 8u) << flows.dump();
+    std::set<std::string> keys;
+    for (const auto &f : flows) {
+        keys.insert(f["key"].get<std::string>());
+        // 40 datagrams in 2 ms against a 10 KiB bucket: green is what the bucket held, the rest
+        // red.
+        EXPECT_GT(f["green"]["packets"].get<uint64_t>(), 0u) << f.dump();
+        EXPECT_GT(f["red"]["packets"].get<uint64_t>(), 0u) << f.dump();
+    }
+    for (int i = 1; i <= 8; ++i)
+        EXPECT_TRUE(keys.contains(fmt::format("cgroup {}/pod-{}", base, i)));
+
+    TestCgroup late(base + "/pod-9");
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(1000 * time_scale())));
+    received_while([&] { EXPECT_EQ(send_from(late, 40, 1000, 20000).exit_code, 0); }, 1);
+    bool limited = false;
+    auto after = parse_json(daemon->ctl({"-j", "flows"}))["flows"];
+    for (const auto &f : after)
+        if (f["key"] == fmt::format("cgroup {}/pod-9", base))
+            limited = f["red"]["packets"].get<uint64_t>() > 0;
+    EXPECT_TRUE(limited) << "a cgroup made a second before is metered in a bucket of its own: "
+                         << after.dump();
+}
+
+TEST_F(Cgroups, BadCgroupPoliciesAreRefusedAndChangeNothing) {
+    ok({"policy", "add", "keep", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k"});
+    struct Bad {
+        std::vector<std::string> args;
+        const char *says;
+    };
+    std::vector<Bad> cases = {
+        {{"--per", "cgroup"}, "cgroup keeps a bucket per cgroup"},
+        {{"--match", "cgroup", "/sys/fs/cgroup/system.slice"}, "names the mount point"},
+        {{"--match", "cgroup", "a/../b"}, "'..' is not allowed"},
+        {{"--match", "cgroup", "a", "--match", "dport", "80"}, "takes no other field yet"},
+    };
+    for (const auto &c : cases) {
+        std::vector<std::string> args = {"policy", "add",   "bad",   "--algo", "srtcm",
+                                         "--cir",  "1mbit", "--cbs", "10k"};
+        args.insert(args.end(), c.args.begin(), c.args.end());
+        auto r = daemon->ctl(args);
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.err, ::testing::HasSubstr(c.says));
+    }
+    // A parent cannot be per cgroup.
+    ok({"policy", "add", "pc", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--match",
+        "cgroup", base + "/x", "--per", "cgroup"});
+    auto r = daemon->ctl({"policy", "add", "child", "--algo", "srtcm", "--cir", "1mbit", "--cbs",
+                          "10k", "--match", "cgroup", base + "/x/y", "--parent", "pc"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, ::testing::HasSubstr("its parent 'pc' is per cgroup"));
+    auto list = parse_json(daemon->ctl({"-j", "policy", "list"}));
+    EXPECT_EQ(list["policies"].size(), 2u) << list.dump();
+}
+
+} // namespace
