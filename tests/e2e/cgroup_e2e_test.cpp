@@ -109,6 +109,37 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
                                  1e6);
 }
 
+// A container: a process in a network namespace of its own, in a cgroup. Its packets still carry
+// their socket at the host-side end of its veth pair, where tc ingress matches its cgroup
+// (docs/cgroups.md, "Where to attach").
+TEST_F(Cgroups, AContainersPacketsAreMatchedAtTheHostEndOfItsVeth) {
+    TestCgroup ctr(base + "/ctr");
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "ingress"});
+    ok({"policy", "add", "ctr", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "10k", "--ebs", "0",
+        "--match", "cgroup", base + "/ctr"});
+    RunResult rx;
+    std::thread t([&] { rx = run_command({udp_tool_path(), "recv", lab->host_v4, "9000", "2"}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::string in_ctr = fmt::format("echo $$ > {}/cgroup.procs && exec /sbin/ip netns exec {} {} "
+                                     "send {} 9000 1000 1000 4000",
+                                     ctr.dir, lab->ns, udp_tool_path(), lab->host_v4);
+    EXPECT_EQ(run_command({"/bin/sh", "-c", in_ctr}).exit_code, 0);
+    // The namespace's other processes (this one's cgroup): not the container's policy.
+    EXPECT_EQ(lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "300", "1000", "4000"})
+                  .exit_code,
+              0);
+    t.join();
+    auto stats = parse_json(daemon->ctl({"-j", "stats"}));
+    auto p = stats["policies"][0];
+    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
+    EXPECT_EQ(gp + rp, 1000u) << "the container's datagrams, each once (egress of the host end "
+                                 "carries none of them)";
+    EXPECT_GT(rp, 0u);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) << rx.out;
+    EXPECT_EQ(std::stoull(m[1]), gp + 300);
+}
+
 // --per cgroup over a glob: each child its own bucket, named by its path; a child made while
 // the policy runs is limited within a second, as the spec asks.
 TEST_F(Cgroups, PerCgroupGlobGivesEachChildABucketAndFollowsNewOnes) {
