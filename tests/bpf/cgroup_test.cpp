@@ -3,11 +3,14 @@
 // finds the socket's cgroup, which for a test run is the cgroup of the process that runs it, so
 // each case moves this process into cgroups made for it.
 #include "datapath_fixture.hpp"
+#include "hier_reference.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include <random>
 
 using namespace tricolor;
 using namespace tricolor::test;
@@ -124,6 +127,52 @@ TEST_F(CgroupTest, PerCgroupKeepsOneExactBucketPerCgroupTheGlobNames) {
     EXPECT_EQ(green[c1.id], 10u);
     EXPECT_EQ(green[c2.id], 10u);
     EXPECT_EQ(dp->cgroup_path(c1.id), c1.path);
+}
+
+// A hierarchy along the tree (docs/spec.md §9): an aggregate parent over the three children a
+// glob names, each child a bucket of its own. Every packet's colour is the exact reference's.
+TEST_F(CgroupTest, ACgroupParentOverItsChildrenIsExactAgainstTheReference) {
+    std::vector<std::unique_ptr<TestCgroup>> kids;
+    for (int i = 0; i < 3; ++i)
+        kids.push_back(std::make_unique<TestCgroup>(fmt::format("{}/svc-{}", base, i)));
+    Policy parent = policy(1, "slice", Algo::trtcm, 4000000, 3000, 6000);
+    parent.meter.pir = 8000000;
+    parent.only_parent = true;
+    Policy child = policy(2, "svc", Algo::srtcm, 3000000, 2000, 1500);
+    child.match.cgroup = base + "/svc-*";
+    child.per = TCM_PER_CGROUP;
+    child.parent = "slice";
+    apply({parent, child});
+
+    test::RefLevel c{Algo::srtcm, 3000000, 2000, 0, 1500};
+    test::RefLevel p{Algo::trtcm, 4000000, 3000, 8000000, 6000};
+    p.aware = true;
+    test::RefChain ref({c, p});
+    std::mt19937_64 rng(29);
+    uint64_t now = 1000000000;
+    int colours[3] = {};
+    for (int k = 0; k < 600; ++k) {
+        now += rng() % 400000; // up to 0.4 ms: about twice what the parent admits
+        size_t who = rng() % kids.size();
+        uint32_t payload = 20 + static_cast<uint32_t>(rng() % 1000);
+        dp->set_clock(now);
+        {
+            InCgroup in(*kids[who]);
+            dp->run_tc(
+                Packet().ipv4("198.18.0.1", "198.19.0.2").udp(1, 2).payload(payload).build());
+        }
+        auto got = dp->last_verdict();
+        ASSERT_EQ(got.policy_id, 2u) << "packet " << k;
+        Color want = ref.mark_with(now, payload + 28, Color::green, [&](const test::RefLevel &l) {
+            return &l == &ref.levels()[0] ? std::to_string(kids[who]->id) : std::string("all");
+        });
+        ASSERT_EQ(got.color, want) << "packet " << k;
+        colours[static_cast<int>(got.color)]++;
+    }
+    EXPECT_GT(colours[0], 0);
+    EXPECT_GT(colours[1], 0);
+    EXPECT_GT(colours[2], 0);
+    EXPECT_EQ(ref.check_bounds(), "");
 }
 
 } // namespace
