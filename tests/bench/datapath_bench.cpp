@@ -523,6 +523,22 @@ int main() {
             throw std::runtime_error(r.error());
     }
 
+    // docs/spec.md §11: the same always-green policy matching this process's cgroup instead of
+    // the destination, on tc (test runs' sockets belong to the caller's cgroup). Only where
+    // cgroup v2 is mounted.
+    std::unique_ptr<test::TestCgroup> cg;
+    std::unique_ptr<test::InCgroup> in_cg;
+    Datapath agg_cgroup(o);
+    if (!test::cgroup2_mount_or_empty().empty()) {
+        cg = std::make_unique<test::TestCgroup>(fmt::format("tricolor-bench-{}", getpid()));
+        Policy by_cgroup = always_green(1, TCM_PER_AGGREGATE);
+        by_cgroup.match = Match{};
+        by_cgroup.match.cgroup = cg->path;
+        if (auto r = agg_cgroup.apply({by_cgroup}); !r)
+            throw std::runtime_error(r.error());
+        in_cg = std::make_unique<test::InCgroup>(*cg);
+    }
+
     auto frame = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
     // A million flows: the spreading program creates one per source on its first pass.
     std::fprintf(stderr, "creating 1M flows...\n");
@@ -536,6 +552,8 @@ int main() {
         ns["parse_only"].push_back(run_repeat(none.xdp_prog_fd(), frame));
         ns["green_aggregate_xdp"].push_back(run_repeat(agg.xdp_prog_fd(), frame));
         ns["green_aggregate_tc"].push_back(run_repeat(agg.tc_prog_fd(), frame));
+        if (cg)
+            ns["green_aggregate_tc_cgroup"].push_back(run_repeat(agg_cgroup.tc_prog_fd(), frame));
         ns["green_aggregate_xdp_aqm_ecn"].push_back(run_repeat(agg_aqm.xdp_prog_fd(), frame));
         ns["green_per_src_1_flow"].push_back(run_repeat(per_src.xdp_prog_fd(), frame));
         ns["green_per_src_1M_flows"].push_back(run_repeat(million.xdp_prog_fd(), frame));
@@ -553,6 +571,10 @@ int main() {
         double m = median(ns[name]);
         std::printf("%-30s %10.1f %10.2f\n", name, m, m / base);
     }
+    if (cg)
+        std::printf("%-30s %10.1f %10.2f\n", "green_aggregate_tc_cgroup",
+                    median(ns["green_aggregate_tc_cgroup"]),
+                    median(ns["green_aggregate_tc_cgroup"]) / base);
     std::printf("active flows: %zu\n", flows);
     for (const auto &[name, v] : ns) {
         double m = median(v);
@@ -561,6 +583,11 @@ int main() {
     // Target: at most 10% over the same policy without --aqm.
     std::printf("RESULT name=aqm_cost_on_green ratio=%.3f target=1.10\n",
                 median(ns["green_aggregate_xdp_aqm_ecn"]) / median(ns["green_aggregate_xdp"]));
+    // docs/spec.md §11's: a policy matched by the sender's cgroup against one matched by the
+    // destination prefix, both on tc.
+    if (cg)
+        std::printf("RESULT name=cgroup_vs_address_match_tc ratio=%.3f target=1.10\n",
+                    median(ns["green_aggregate_tc_cgroup"]) / median(ns["green_aggregate_tc"]));
     // docs/spec.md §9's cost target: a packet through per-src under aggregate against a per-src
     // policy alone (the cost of the parent and of all-or-nothing), same run, median of each.
     double single = median(ns["green_per_src_1_flow"]);
