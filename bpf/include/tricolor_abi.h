@@ -158,9 +158,15 @@ struct tcm_class_cache_entry {
  * classifier's (so no pinned layout changed): the sending socket's cgroup id, with the set, ->
  * the best-ranked such policy. User space expands each pattern to every cgroup it matches and
  * every cgroup below those, and writes a set's entries whole before the set becomes active. */
+enum tcm_cgroup_dir {
+    TCM_CGROUP_EGRESS = 0,  /* what the cgroup's sockets send: tc (tricolor.bpf.c) */
+    TCM_CGROUP_INGRESS = 1, /* what they receive: cgroup_skb ingress (cgroup_in.bpf.c) */
+    TCM_CGROUP_NR_DIRS = 2,
+};
+
 struct tcm_cgroup_rule_key {
     __u32 set;
-    __u32 pad;
+    __u32 dir;    /* enum tcm_cgroup_dir */
     __u64 cgroup; /* the cgroup v2 id (its directory's inode number) */
 };
 
@@ -169,7 +175,7 @@ struct tcm_cgroup_rule {
     __u32 rank;   /* in the same order as tcm_rule.rank: the classifier keeps the better */
     __u64 bucket; /* --per cgroup: the cgroup the pattern matched (the packet's or an ancestor) */
 };
-#define TCM_MAX_CGROUP_RULES 65536 /* both sets together */
+#define TCM_MAX_CGROUP_RULES 65536 /* both sets and directions together */
 
 /* What to do with a packet of one colour. */
 enum tcm_action_kind {

@@ -92,17 +92,18 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     return index;
 }
 
-/* The cgroup rule of the socket that sent @skb, if the set has any; NULL otherwise, and on XDP
- * (@skb NULL: no socket yet). Sets tcm_cgroup_bucket for flow_key_fill either way. */
-static __always_inline struct tcm_cgroup_rule *classify_cgroup(struct __sk_buff *skb,
-                                                               __u32 version) {
-    __u32 zero = 0, set = version & 1;
+/* The cgroup rule of @dir for @skb's socket in policy version @version, if the set has any; NULL
+ * otherwise, and without a socket (@skb NULL: XDP). Sets tcm_cgroup_bucket for flow_key_fill
+ * either way. */
+static __always_inline struct tcm_cgroup_rule *classify_cgroup(struct __sk_buff *skb, __u32 version,
+                                                               __u32 dir) {
+    __u32 zero = 0, set = version & 1, at = set * TCM_CGROUP_NR_DIRS + dir;
     __u64 *bucket = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero);
-    __u32 *n = bpf_map_lookup_elem(&tcm_cgroup_sets, &set);
+    __u32 *n = bpf_map_lookup_elem(&tcm_cgroup_sets, &at);
     struct tcm_cgroup_rule *r = NULL;
 
     if (skb && n && *n) {
-        struct tcm_cgroup_rule_key k = {.set = set, .cgroup = bpf_skb_cgroup_id(skb)};
+        struct tcm_cgroup_rule_key k = {.set = set, .dir = dir, .cgroup = bpf_skb_cgroup_id(skb)};
         if (k.cgroup)
             r = bpf_map_lookup_elem(&tcm_cgroup_rules, &k);
     }
@@ -115,7 +116,7 @@ static __always_inline struct tcm_cgroup_rule *classify_cgroup(struct __sk_buff 
  * @version, or NULL. */
 static __always_inline struct tcm_policy *classify_packet(const struct tcm_class_key *key,
                                                           struct __sk_buff *skb, __u32 version) {
-    struct tcm_cgroup_rule *cg = classify_cgroup(skb, version);
+    struct tcm_cgroup_rule *cg = classify_cgroup(skb, version, TCM_CGROUP_EGRESS);
     int idx = classify_index(key, version, cg ? cg->rank : ~0u, cg ? cg->slot : 0);
     if (idx < 0)
         return NULL;

@@ -34,8 +34,8 @@ struct {
     __type(value, struct tcm_set_info);
 } tcm_sets SEC(".maps");
 
-/* Cgroup rules of both sets (tricolor_abi.h), and how many each set has: a set without any
- * reads no socket's cgroup. */
+/* Cgroup rules of both sets (tricolor_abi.h), and how many each set has in each direction
+ * (index set * TCM_CGROUP_NR_DIRS + dir): a set without any reads no socket's cgroup. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, TCM_MAX_CGROUP_RULES);
@@ -45,7 +45,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_NR_SETS);
+    __uint(max_entries, TCM_NR_SETS *TCM_CGROUP_NR_DIRS);
     __type(key, __u32);
     __type(value, __u32);
 } tcm_cgroup_sets SEC(".maps");

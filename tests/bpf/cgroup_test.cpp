@@ -175,4 +175,35 @@ TEST_F(CgroupTest, ACgroupParentOverItsChildrenIsExactAgainstTheReference) {
     EXPECT_EQ(ref.check_bounds(), "");
 }
 
+// Ingress (bpf/cgroup_in.bpf.c): what the cgroup's sockets receive, metered in its own policy;
+// red dropped (the program returns 0), the rest passed. The egress policy of the same cgroup
+// meters only what tc sees.
+TEST_F(CgroupTest, IngressMetersWhatTheCgroupsSocketsReceive) {
+    TestCgroup srv(base + "/srv"), other(base + "/other");
+    Policy in = policy(1, "in", Algo::srtcm, 8000000, 1280, 0); // ten 128-byte packets
+    in.match.cgroup = base + "/srv";
+    in.direction = TCM_CGROUP_INGRESS;
+    Policy out = policy(2, "out");
+    out.match.cgroup = base + "/srv";
+    apply({in, out});
+    {
+        InCgroup c(srv);
+        int passed = 0;
+        for (int i = 0; i < 15; ++i)
+            passed += static_cast<int>(dp->run_cgroup_in(v4udp().build()).retval);
+        EXPECT_EQ(passed, 10) << "the bucket's ten, then red dropped";
+        auto got = dp->policy_counters();
+        EXPECT_EQ(got[1].packets[TCM_GREEN], 10u);
+        EXPECT_EQ(got[1].packets[TCM_RED], 5u);
+        EXPECT_EQ(got[1].bytes[TCM_GREEN], 1280u) << "the IP packet, as on every hook";
+        EXPECT_EQ(packets(2), 0u);
+        dp->run_tc(v4udp().build());
+        EXPECT_EQ(packets(2), 1u) << "egress is the other policy's";
+        EXPECT_EQ(packets(1), 15u);
+    }
+    InCgroup c(other);
+    EXPECT_EQ(dp->run_cgroup_in(v4udp().build()).retval, 1u);
+    EXPECT_EQ(packets(1), 15u) << "another cgroup's sockets: not metered";
+}
+
 } // namespace

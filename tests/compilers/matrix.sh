@@ -52,7 +52,7 @@ for v in $CLANGS; do
     rm -f "$DIR"/bpf/*.bpf.o "$DIR"/tests/*.bpf.o
     case " $SUITE_CLANGS " in
     *" $v "*) targets=(bpf_tests bench_skel_gen) ;;
-    *) targets=(tricolor_dp_skel_gen replay_skel_gen bench_skel_gen) ;;
+    *) targets=(tricolor_dp_skel_gen tricolor_cgin_skel_gen replay_skel_gen bench_skel_gen) ;;
     esac
     if ! cmake -S "$REPO" -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBPF_CLANG="$cc" >/dev/null ||
         ! cmake --build "$DIR" -j "$(nproc)" --target "${targets[@]}" >"$DIR/build-clang$v.log" 2>&1; then

@@ -97,8 +97,9 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
     ASSERT_TRUE(last.has_value());
     const i128 unit = 8000000000, T = *last - stamps.front().start;
     EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
-    if (*last <= stamps.back().end)
+    if (*last <= stamps.back().end) {
         EXPECT_GE(gp, admission_floor(stamps, kCir, kCbs, len));
+    }
     // The other cgroup's 1000 were not metered: every one arrived, with the limited one's green.
     EXPECT_EQ(got, gp + 1000);
     EXPECT_GE(stats["unclassified"]["packets"].get<uint64_t>(), 1000u);
@@ -107,6 +108,78 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
                              gp, n, static_cast<double>(T) / 1e9,
                              static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
                                  1e6);
+}
+
+// Ingress: a local server in a cgroup, limited in what it receives (the cgroup_skb program on
+// the root cgroup), exactly as egress is; red dropped before the socket sees it.
+TEST_F(Cgroups, WhatOneCgroupReceivesIsHeldToItsBound) {
+    TestCgroup srv(base + "/server");
+    ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", std::to_string(kCir), "--cbs",
+        std::to_string(kCbs), "--ebs", "0", "--match", "cgroup", base + "/server", "--direction",
+        "ingress"});
+    const int n = 3000, payload = 1000;
+    std::string stamps_path = fmt::format("/tmp/tricolor-e2e-cgin-stamps-{}", getpid());
+    RunResult rx;
+    std::thread t([&] {
+        std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 3",
+                                      srv.dir, udp_tool_path(), lab->host_v4);
+        rx = run_command({"/bin/sh", "-c", cmd});
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    auto sent = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(n),
+                            std::to_string(payload), "5000", "0", stamps_path});
+    EXPECT_EQ(sent.exit_code, 0) << sent.err;
+    t.join();
+    auto stamps = read_send_stamps(stamps_path);
+    std::filesystem::remove(stamps_path);
+    ASSERT_EQ(stamps.size(), static_cast<size_t>(n));
+    auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
+    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
+    EXPECT_EQ(gp + rp, static_cast<uint64_t>(n));
+    EXPECT_GT(rp, 0u);
+    const uint64_t len = payload + 28;
+    auto last = last_metered_ns(daemon->pin_dir());
+    ASSERT_TRUE(last.has_value());
+    const i128 unit = 8000000000, T = *last - stamps.front().start;
+    EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) << rx.out << rx.err;
+    EXPECT_EQ(std::stoull(m[1]), gp) << "the server got exactly the green";
+    std::cout << fmt::format("[ cgroups ] ingress: {} green of {} over {:.3f} s ({:.2f} Mbit/s)\n",
+                             gp, n, static_cast<double>(T) / 1e9,
+                             static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
+                                 1e6);
+}
+
+// The ingress program is attached through a pinned link, as the tc links are: it polices on
+// while the daemon is down, and a new daemon swaps its own program in.
+TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
+    TestCgroup srv(base + "/server");
+    ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
+        "--match", "cgroup", base + "/server", "--direction", "ingress"});
+    auto burst = [&] {
+        std::thread t([&] {
+            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 1",
+                                          srv.dir, udp_tool_path(), lab->host_v4);
+            run_command({"/bin/sh", "-c", cmd});
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
+        t.join();
+    };
+    auto packets = [&] {
+        auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
+        return p["green"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
+    };
+    burst();
+    EXPECT_EQ(packets(), 100u);
+    daemon->kill9();
+    EXPECT_TRUE(std::filesystem::exists(daemon->pin_dir() + "/abi2/links/cgroup_ingress"));
+    burst(); // no daemon: the pinned link's program meters it
+    daemon->start();
+    EXPECT_EQ(packets(), 200u) << "metered while the daemon was down, counters adopted";
+    burst();
+    EXPECT_EQ(packets(), 300u) << "the new daemon's program, in the same link";
 }
 
 // A container: a process in a network namespace of its own, in a cgroup. Its packets still carry
@@ -190,6 +263,9 @@ TEST_F(Cgroups, BadCgroupPoliciesAreRefusedAndChangeNothing) {
         {{"--match", "cgroup", "/sys/fs/cgroup/system.slice"}, "names the mount point"},
         {{"--match", "cgroup", "a/../b"}, "'..' is not allowed"},
         {{"--match", "cgroup", "a", "--match", "dport", "80"}, "takes no other field yet"},
+        {{"--direction", "ingress"}, "only a cgroup policy states a direction"},
+        {{"--match", "cgroup", "a", "--direction", "ingress", "--red", "mark:1"},
+         "on ingress to a cgroup's sockets"},
     };
     for (const auto &c : cases) {
         std::vector<std::string> args = {"policy", "add",   "bad",   "--algo", "srtcm",

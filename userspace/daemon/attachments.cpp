@@ -111,6 +111,7 @@ void Daemon::detach_all() {
         (void)detach_one(a);
     attachments_.clear();
     detach_sockops(link_dir());
+    detach_cgroup_ingress(link_dir());
     Datapath::remove_pins(options_.pin_dir);
 }
 

@@ -146,6 +146,7 @@ class Daemon {
     // Readies --shape sockets before a shaping policy goes live: the egress interfaces it
     // paces on, and the sock_ops program on the root cgroup.
     Result<void> start_socket_shaping();
+    Result<void> start_cgroup_ingress();
 
     // state_file.cpp
     // stage() writes @state to a temp file beside the state file (fsynced), commit() renames it

@@ -45,6 +45,9 @@ json attachment_json(const AttachmentSpec &a);
 
 json counters_json(const tcm_counters &c);
 json tcp_counters_json(const ShapeCounters &c);
+// A cgroup policy of the ingress direction (bpf/cgroup_in.bpf.c meters it).
+bool is_cgroup_ingress(const Policy &p);
+
 // A flow's key as flows prints it; --per cgroup names the cgroup by its path (@cgroup_path).
 std::string flow_key_text(const tcm_flow_key &k, const Policy &p,
                           const std::function<std::string(uint64_t)> &cgroup_path = {});

@@ -232,6 +232,22 @@ Result<void> Daemon::start_socket_shaping() {
     return {};
 }
 
+// Ingress cgroup policies (docs/spec.md §11): the cgroup_skb program goes on the root cgroup
+// before the first such policy is live, and stays. Loaded only then (bpf/cgroup_in.bpf.c).
+Result<void> Daemon::start_cgroup_ingress() {
+    if (cgroup_ingress_attached(link_dir()))
+        return {};
+    try {
+        return attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir());
+    } catch (const std::exception &e) {
+        return std::unexpected(std::string(e.what()));
+    }
+}
+
+bool daemon_internal::is_cgroup_ingress(const Policy &p) {
+    return p.match.cgroup && p.direction == TCM_CGROUP_INGRESS;
+}
+
 // One policy added or changed (@spec) or deleted (no @spec): checked on its own and against the
 // set around it, one record appended to the state journal, one atomic change of the data path.
 // A change to one policy of thousands costs that policy's, not the set's.
@@ -256,6 +272,9 @@ Result<void> Daemon::change_one(const std::string &name, const json *spec,
         }
         if (policy->shape == TCM_SHAPE_SOCKETS)
             if (auto r = start_socket_shaping(); !r)
+                return r;
+        if (is_cgroup_ingress(*policy))
+            if (auto r = start_cgroup_ingress(); !r)
                 return r;
     }
     // Recorded before it is applied: one journal line, or (with no state file to extend) the
@@ -310,6 +329,9 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
             return p.shape == TCM_SHAPE_SOCKETS;
         }))
         if (auto r = start_socket_shaping(); !r)
+            return r;
+    if (!dry_run && std::ranges::any_of(prep->policies, is_cgroup_ingress))
+        if (auto r = start_cgroup_ingress(); !r)
             return r;
     // apply() checks the whole set before it touches anything, and refuses with check()'s
     // message; only a dry run needs check() on its own.

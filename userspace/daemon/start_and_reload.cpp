@@ -109,6 +109,15 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     if (sockops_attached(link_dir()))
         if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
             startup_warnings.push_back(r.error());
+    // The same for the cgroup ingress program (loaded only if an earlier daemon attached one).
+    if (cgroup_ingress_attached(link_dir())) {
+        try {
+            if (auto r = attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir()); !r)
+                startup_warnings.push_back(r.error());
+        } catch (const std::exception &e) {
+            startup_warnings.push_back(e.what());
+        }
+    }
 }
 
 Daemon::~Daemon() = default;
@@ -221,6 +230,9 @@ Result<void> Daemon::reload() {
         dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     else if (auto r = start_socket_shaping(); !r)
         warnings.push_back(r.error());
+    if (std::ranges::any_of(prep->policies, is_cgroup_ingress))
+        if (auto r = start_cgroup_ingress(); !r)
+            warnings.push_back(r.error());
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     if (auto c = commit(); !c)

@@ -2,6 +2,7 @@
 // datapath_cgroups.cpp: the cgroup rules (--match cgroup, docs/spec.md §11): each set's,
 // written whole with the set, and written again when the cgroup tree changes under them.
 #include "datapath_impl.hpp"
+#include "tricolor/bpf_load.hpp"
 
 #include <fmt/format.h>
 
@@ -13,8 +14,7 @@ namespace tricolor {
 
 namespace {
 
-bool same_rules(const std::map<uint64_t, tcm_cgroup_rule> &a,
-                const std::map<uint64_t, tcm_cgroup_rule> &b) {
+bool same_rules(const CgroupRules &a, const CgroupRules &b) {
     return std::ranges::equal(a, b, [](const auto &x, const auto &y) {
         return x.first == y.first && std::memcmp(&x.second, &y.second, sizeof(x.second)) == 0;
     });
@@ -22,8 +22,8 @@ bool same_rules(const std::map<uint64_t, tcm_cgroup_rule> &a,
 
 } // namespace
 
-Result<std::map<uint64_t, tcm_cgroup_rule>> Datapath::Impl::cgroup_rules_of_model() {
-    std::map<uint64_t, tcm_cgroup_rule> out;
+Result<CgroupRules> Datapath::Impl::cgroup_rules_of_model() {
+    CgroupRules out;
     auto ranked = sets->ranked();
     bool any = std::ranges::any_of(
         ranked, [](const auto &pr) { return pr.first->match.cgroup.has_value(); });
@@ -48,7 +48,7 @@ Result<std::map<uint64_t, tcm_cgroup_rule>> Datapath::Impl::cgroup_rules_of_mode
         if (!p->match.cgroup || p->only_parent)
             continue;
         for (const auto &hit : match_cgroups(*p->match.cgroup, cgroup_tree))
-            out.try_emplace(hit.cgroup, tcm_cgroup_rule{p->id, rank, hit.bucket});
+            out.try_emplace({p->direction, hit.cgroup}, tcm_cgroup_rule{p->id, rank, hit.bucket});
     }
     if (out.size() > TCM_MAX_CGROUP_RULES / TCM_NR_SETS)
         return std::unexpected(fmt::format("the cgroup matches cover {} cgroups; at most {}",
@@ -56,8 +56,7 @@ Result<std::map<uint64_t, tcm_cgroup_rule>> Datapath::Impl::cgroup_rules_of_mode
     return out;
 }
 
-Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set,
-                                                const std::map<uint64_t, tcm_cgroup_rule> &rules) {
+Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules &rules) {
     int rules_fd = fd(skel->maps.tcm_cgroup_rules);
     auto &have = cgroup_rules[set];
     if (!cgroup_rules_known[set]) {
@@ -81,27 +80,31 @@ Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set,
             ++it;
             continue;
         }
-        tcm_cgroup_rule_key k{set, 0, it->first};
+        tcm_cgroup_rule_key k{set, it->first.first, it->first.second};
         bpf_map_delete_elem(rules_fd, &k);
         it = have.erase(it);
     }
-    for (const auto &[cgroup, rule] : rules) {
-        auto it = have.find(cgroup);
+    for (const auto &[at, rule] : rules) {
+        auto it = have.find(at);
         if (it != have.end() && std::memcmp(&it->second, &rule, sizeof(rule)) == 0)
             continue;
-        tcm_cgroup_rule_key k{set, 0, cgroup};
+        tcm_cgroup_rule_key k{set, at.first, at.second};
         if (bpf_map_update_elem(rules_fd, &k, &rule, 0) != 0) {
             cgroup_rules_known[set] = false;
             return std::unexpected(
                 fmt::format("cannot write a cgroup rule: {}", std::strerror(errno)));
         }
-        have[cgroup] = rule;
+        have[at] = rule;
     }
-    uint32_t n = static_cast<uint32_t>(have.size());
-    if (bpf_map_update_elem(fd(skel->maps.tcm_cgroup_sets), &set, &n, 0) != 0) {
-        cgroup_rules_known[set] = false;
-        return std::unexpected(
-            fmt::format("cannot write the cgroup rule count: {}", std::strerror(errno)));
+    for (uint32_t dir = 0; dir < TCM_CGROUP_NR_DIRS; ++dir) {
+        uint32_t n = static_cast<uint32_t>(std::ranges::count_if(
+                     have, [&](const auto &e) { return e.first.first == dir; })),
+                 at = set * TCM_CGROUP_NR_DIRS + dir;
+        if (bpf_map_update_elem(fd(skel->maps.tcm_cgroup_sets), &at, &n, 0) != 0) {
+            cgroup_rules_known[set] = false;
+            return std::unexpected(
+                fmt::format("cannot write the cgroup rule count: {}", std::strerror(errno)));
+        }
     }
     return {};
 }
@@ -120,6 +123,40 @@ Result<bool> Datapath::follow_cgroups() {
     if (auto r = commit(SetChange{}, nullptr); !r)
         return std::unexpected(r.error());
     return true;
+}
+
+// Loaded apart from the data path's object, and only when needed: every load of that object
+// verifies each of its programs (bpf/cgroup_in.bpf.c says why).
+int Datapath::cgroup_in_prog_fd() {
+    auto &im = *impl_;
+    if (im.cgin)
+        return bpf_program__fd(im.cgin->progs.tricolor_cgroup_in);
+    tricolor_cgin *s = tricolor_cgin::open();
+    if (!s)
+        throw std::runtime_error(
+            fmt::format("cannot open the cgroup ingress program: {}", std::strerror(errno)));
+    bpf_map *m;
+    bpf_object__for_each_map(m, s->obj) {
+        if (bpf_map__is_internal(m))
+            continue; // its own globals: the test clock below
+        bpf_map *same = bpf_object__find_map_by_name(im.skel->obj, bpf_map__name(m));
+        if (!same || bpf_map__reuse_fd(m, bpf_map__fd(same)) != 0) {
+            tricolor_cgin::destroy(s);
+            throw std::runtime_error(fmt::format(
+                "the cgroup ingress program's map {} is not the data path's", bpf_map__name(m)));
+        }
+    }
+    s->rodata->tcm_test_clock = im.testing ? 1 : 0;
+    if (auto loaded =
+            load_bpf("the cgroup ingress program", [&] { return tricolor_cgin::load(s); });
+        !loaded) {
+        tricolor_cgin::destroy(s);
+        throw std::runtime_error(loaded.error());
+    }
+    im.cgin = s;
+    if (im.testing)
+        im.cgin->bss->tcm_test_clock_ns = im.skel->bss->tcm_test_clock_ns;
+    return bpf_program__fd(s->progs.tricolor_cgroup_in);
 }
 
 std::string Datapath::cgroup_path(uint64_t id) const {

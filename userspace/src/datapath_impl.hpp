@@ -21,12 +21,17 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "tricolor_cgin.skel.h"
 #include "tricolor_dp.skel.h"
 
 namespace tricolor {
 
+// A set's cgroup rules by (direction, cgroup id) (datapath_cgroups.cpp).
+using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
+
 struct Datapath::Impl {
     tricolor_dp *skel = nullptr;
+    tricolor_cgin *cgin = nullptr; // the cgroup ingress program, once loaded (datapath_cgroups.cpp)
     bool testing = false;
     bool adopted = false;
     std::string pin_path;
@@ -54,13 +59,13 @@ struct Datapath::Impl {
     std::string cgroup_mount;
     std::vector<Cgroup> cgroup_tree;
     std::map<uint64_t, std::string> cgroup_paths;
-    std::map<uint64_t, tcm_cgroup_rule> cgroup_rules[TCM_NR_SETS];
+    CgroupRules cgroup_rules[TCM_NR_SETS];
     bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
     // Scans the tree if a policy of the model matches cgroups (finding the mount the first
     // time); what its patterns cover, best rank first, as the classifier orders them.
-    Result<std::map<uint64_t, tcm_cgroup_rule>> cgroup_rules_of_model();
+    Result<CgroupRules> cgroup_rules_of_model();
     // Writes @rules as set @set's cgroup rules (the set inactive).
-    Result<void> write_cgroup_rules(uint32_t set, const std::map<uint64_t, tcm_cgroup_rule> &rules);
+    Result<void> write_cgroup_rules(uint32_t set, const CgroupRules &rules);
     uint32_t flows_map_id = 0;
     std::vector<uint32_t> own_progs; // this Datapath's program ids
     static size_t fleet_bytes() {
@@ -72,6 +77,7 @@ struct Datapath::Impl {
             munmap(fleet, fleet_bytes());
         if (runtime)
             munmap(runtime, sysconf(_SC_PAGESIZE));
+        tricolor_cgin::destroy(cgin);
         tricolor_dp::destroy(skel);
     }
 

@@ -16,6 +16,8 @@ void Datapath::set_clock(uint64_t now_ns) {
     if (!impl_->testing)
         throw std::logic_error("set_clock needs a Datapath loaded in testing mode");
     impl_->skel->bss->tcm_test_clock_ns = now_ns;
+    if (impl_->cgin)
+        impl_->cgin->bss->tcm_test_clock_ns = now_ns;
 }
 
 Datapath::Verdict Datapath::last_verdict() const {
@@ -66,6 +68,17 @@ Datapath::TestRun Datapath::run_tc(const std::vector<uint8_t> &frame,
         throw std::runtime_error(fmt::format("tc test run failed: {}", errno_text(err)));
     r.retval = opts.retval;
     r.data_out.resize(opts.data_size_out);
+    return r;
+}
+
+Datapath::TestRun Datapath::run_cgroup_in(const std::vector<uint8_t> &frame) {
+    TestRun r;
+    int fd = cgroup_in_prog_fd();
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+                .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
+    if (int err = bpf_prog_test_run_opts(fd, &opts); err < 0)
+        throw std::runtime_error(fmt::format("cgroup test run failed: {}", errno_text(err)));
+    r.retval = opts.retval;
     return r;
 }
 

@@ -315,6 +315,8 @@ HierModelEngine::Key HierModelEngine::key_of(const Policy &p, const FlowTracePac
         mask_bits(a, n, pkt.ipv6 ? p.prefix6 : p.prefix4);
         break;
     }
+    case TCM_PER_CGROUP: // refused by load_policy_file: replayed packets have no process
+        break;
     case TCM_PER_5TUPLE:
         std::memcpy(&k[1], pkt.src.data(), n);
         std::memcpy(&k[17], pkt.dst.data(), n);

@@ -115,6 +115,10 @@ const std::vector<PolicyFlag> &policy_flags() {
          .help = "Meter through this policy's buckets as well (§9)", // docs/spec.md §9
          .value = "NAME"},
         {.key = "only_parent", .kind = On, .help = "Match no traffic: a parent of others only"},
+        {.key = "direction",
+         .kind = Text,
+         .help = "A cgroup policy meters what the cgroup sends (egress, default) or receives",
+         .choices = {"egress", "ingress"}},
         {.key = "coupling",
          .kind = On,
          .help = "rfc4115: what overflows C goes to E (MEF CF=1)",
@@ -495,6 +499,28 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     if (auto t = r.text(spec, "parent"); t && !t->empty())
         p.parent = *t;
     p.only_parent = r.flag(spec, "only_parent").value_or(false);
+    if (auto t = r.text(spec, "direction")) {
+        if (*t == "egress" || *t == "ingress")
+            p.direction = *t == "egress" ? TCM_CGROUP_EGRESS : TCM_CGROUP_INGRESS;
+        else
+            r.error("direction", fmt::format("'{}' is not egress or ingress", *t));
+        if (!p.match.cgroup)
+            r.error("direction", "only a cgroup policy states a direction (an address policy "
+                                 "meters where it is attached: attach --direction)");
+    }
+    if (p.direction == TCM_CGROUP_INGRESS && p.match.cgroup) {
+        // What the cgroup_skb hook can do (bpf/cgroup_in.bpf.c).
+        for (int c = 0; c < TCM_NR_COLORS; ++c)
+            if (p.actions[c].kind != TCM_ACT_KIND_PASS && p.actions[c].kind != TCM_ACT_KIND_DROP)
+                r.error(colors[c], fmt::format("{} on ingress to a cgroup's sockets: a packet "
+                                               "there can be passed or dropped, not rewritten",
+                                               to_string(p.actions[c])));
+        if (p.shape != TCM_SHAPE_OFF)
+            r.error("shape",
+                    "ingress to a cgroup's sockets is not shaped: use --aqm ecn (or drop)");
+        if (p.per != TCM_PER_AGGREGATE && p.per != TCM_PER_CGROUP)
+            r.error("per", "ingress to a cgroup's sockets is metered aggregate or per cgroup");
+    }
     if (p.only_parent && spec.contains("match") && !spec["match"].is_null() &&
         !spec["match"].empty())
         r.error("only_parent", "an only_parent policy matches no traffic: drop its match");

@@ -18,10 +18,24 @@
 namespace tricolor {
 namespace {
 
-int g_unpinned_link = -1; // the link when there is no directory to pin it in
+// The programs tricolor attaches to the root cgroup, each through a link of its own.
+struct RootProgram {
+    const char *pin; // its link's name in the link directory
+    bpf_attach_type type;
+    const char *what;       // for messages
+    int unpinned_link = -1; // the link when there is no directory to pin it in
+};
+RootProgram g_sockops{"sockops", BPF_CGROUP_SOCK_OPS,
+                      "--shape sockets needs cgroup v2 to pace "
+                      "sockets, and",
+                      -1};
+RootProgram g_cgroup_in{"cgroup_ingress", BPF_CGROUP_INET_INGRESS,
+                        "an ingress cgroup policy needs cgroup v2 to meter what sockets "
+                        "receive, and",
+                        -1};
 
-std::string sockops_pin(const std::string &link_dir) {
-    return link_dir + "/sockops";
+std::string root_pin(const RootProgram &r, const std::string &link_dir) {
+    return link_dir + "/" + r.pin;
 }
 
 bool is_cgroup2(const char *path) {
@@ -57,12 +71,14 @@ int open_cgroup_root(std::string &where) {
 
 } // namespace
 
-Result<void> attach_sockops(int prog_fd, const std::string &link_dir) {
+namespace {
+
+Result<void> attach_root(RootProgram &rp, int prog_fd, const std::string &link_dir) {
     std::string pin;
     if (!link_dir.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(link_dir, ec);
-        pin = sockops_pin(link_dir);
+        pin = root_pin(rp, link_dir);
         if (int link = bpf_obj_get(pin.c_str()); link >= 0) {
             int err = bpf_link_update(link, prog_fd, nullptr);
             close(link);
@@ -70,55 +86,76 @@ Result<void> attach_sockops(int prog_fd, const std::string &link_dir) {
                 return {};
             unlink(pin.c_str());
         }
-    } else if (g_unpinned_link >= 0) {
-        if (bpf_link_update(g_unpinned_link, prog_fd, nullptr) == 0)
+    } else if (rp.unpinned_link >= 0) {
+        if (bpf_link_update(rp.unpinned_link, prog_fd, nullptr) == 0)
             return {};
-        close(g_unpinned_link);
-        g_unpinned_link = -1;
+        close(rp.unpinned_link);
+        rp.unpinned_link = -1;
     }
     std::string where;
     int cg = open_cgroup_root(where);
     if (cg < 0)
-        return std::unexpected(fmt::format("--shape sockets needs cgroup v2 to pace sockets, and "
-                                           "its root cannot be opened: {}",
-                                           errno_text(cg)));
-    int link = bpf_link_create(prog_fd, cg, BPF_CGROUP_SOCK_OPS, nullptr);
+        return std::unexpected(
+            fmt::format("{} its root cannot be opened: {}", rp.what, errno_text(cg)));
+    int link = bpf_link_create(prog_fd, cg, rp.type, nullptr);
     close(cg);
     if (link < 0)
-        return std::unexpected(
-            fmt::format("cannot attach the sock_ops program to the root cgroup ({}): {}", where,
-                        errno_text(link)));
+        return std::unexpected(fmt::format("cannot attach the {} program to the root cgroup ({}): "
+                                           "{}",
+                                           rp.pin, where, errno_text(link)));
     if (pin.empty()) {
-        g_unpinned_link = link;
+        rp.unpinned_link = link;
         return {};
     }
     int err = bpf_obj_pin(link, pin.c_str());
     close(link);
     if (err < 0)
         return std::unexpected(
-            fmt::format("cannot pin the sock_ops link at {}: {}", pin, errno_text(err)));
+            fmt::format("cannot pin the {} link at {}: {}", rp.pin, pin, errno_text(err)));
     return {};
 }
 
-bool sockops_attached(const std::string &link_dir) {
+bool root_attached(const RootProgram &rp, const std::string &link_dir) {
     if (link_dir.empty())
-        return g_unpinned_link >= 0;
-    return access(sockops_pin(link_dir).c_str(), F_OK) == 0;
+        return rp.unpinned_link >= 0;
+    return access(root_pin(rp, link_dir).c_str(), F_OK) == 0;
 }
 
-void detach_sockops(const std::string &link_dir) {
+void detach_root(RootProgram &rp, const std::string &link_dir) {
     if (link_dir.empty()) {
-        if (g_unpinned_link >= 0)
-            close(g_unpinned_link);
-        g_unpinned_link = -1;
+        if (rp.unpinned_link >= 0)
+            close(rp.unpinned_link);
+        rp.unpinned_link = -1;
         return;
     }
-    std::string pin = sockops_pin(link_dir);
+    std::string pin = root_pin(rp, link_dir);
     if (int link = bpf_obj_get(pin.c_str()); link >= 0) {
         bpf_link_detach(link);
         close(link);
     }
     unlink(pin.c_str());
+}
+
+} // namespace
+
+Result<void> attach_sockops(int prog_fd, const std::string &link_dir) {
+    return attach_root(g_sockops, prog_fd, link_dir);
+}
+bool sockops_attached(const std::string &link_dir) {
+    return root_attached(g_sockops, link_dir);
+}
+void detach_sockops(const std::string &link_dir) {
+    detach_root(g_sockops, link_dir);
+}
+
+Result<void> attach_cgroup_ingress(int prog_fd, const std::string &link_dir) {
+    return attach_root(g_cgroup_in, prog_fd, link_dir);
+}
+bool cgroup_ingress_attached(const std::string &link_dir) {
+    return root_attached(g_cgroup_in, link_dir);
+}
+void detach_cgroup_ingress(const std::string &link_dir) {
+    detach_root(g_cgroup_in, link_dir);
 }
 
 std::string root_qdisc(const std::string &iface) {

@@ -193,6 +193,9 @@ class Datapath {
     Result<bool> follow_cgroups();
     // The path below the cgroup2 mount of cgroup @id as last scanned ("" if not known).
     std::string cgroup_path(uint64_t id) const;
+    // Ingress to a cgroup's sockets: the cgroup_skb program (bpf/cgroup_in.bpf.c), loaded on
+    // first use with this data path's maps (throws if it cannot be).
+    int cgroup_in_prog_fd();
     // The cgroups a policy's pattern covers now (the tree as last scanned): each with its bucket.
     size_t cgroups_matched(uint32_t policy_id) const;
 
@@ -234,6 +237,9 @@ class Datapath {
     };
     Verdict last_verdict() const;
     TestRun run_tc(const std::vector<uint8_t> &frame, const __sk_buff *skb_in = nullptr) const;
+    // One frame through the cgroup ingress program (retval 1 pass, 0 drop), its socket in this
+    // process's cgroup, as BPF_PROG_TEST_RUN makes it.
+    TestRun run_cgroup_in(const std::vector<uint8_t> &frame);
 
   private:
     void adopt();

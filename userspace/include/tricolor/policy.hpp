@@ -98,6 +98,9 @@ struct Policy {
     // the same policy set; empty: none). An only_parent policy matches no traffic itself.
     std::string parent;
     bool only_parent = false;
+    // docs/spec.md §11: a cgroup policy meters what the cgroup's sockets send (tc) or receive
+    // (the cgroup_skb ingress program); an address policy meters where it is attached.
+    tcm_cgroup_dir direction = TCM_CGROUP_EGRESS;
 
     bool operator==(const Policy &) const = default;
 };

@@ -20,6 +20,12 @@ Result<void> attach_sockops(int prog_fd, const std::string &link_dir);
 bool sockops_attached(const std::string &link_dir);
 void detach_sockops(const std::string &link_dir);
 
+// The same for the cgroup ingress program (bpf/cgroup_in.bpf.c, docs/spec.md §11), pinned at
+// @link_dir/cgroup_ingress.
+Result<void> attach_cgroup_ingress(int prog_fd, const std::string &link_dir);
+bool cgroup_ingress_attached(const std::string &link_dir);
+void detach_cgroup_ingress(const std::string &link_dir);
+
 // The root qdisc of interface @iface ("fq", "noqueue", "mq", ...), or "" if it cannot be told.
 std::string root_qdisc(const std::string &iface);
 
