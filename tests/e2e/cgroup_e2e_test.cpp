@@ -63,11 +63,44 @@ class Cgroups : public DaemonLabTest {
         }
         return std::stoull(m[1]);
     }
+    // After @n datagrams of @payload bytes, their send calls timed in @stamps_path, through the
+    // only policy (CIR kCir, CBS kCbs): every one metered, some red, green within CBS + CIR*T
+    // over the measured window and at least what the bucket must have admitted (the accuracy
+    // suite's bounds, lab.hpp). Returns the green packets.
+    uint64_t green_within_bounds(const std::string &stamps_path, int n, int payload,
+                                 const char *what);
     std::string base;
 };
 
 constexpr uint64_t kCir = 20000000; // 20 Mbit/s: 2.5 MB/s
 constexpr uint64_t kCbs = 16384;
+
+uint64_t Cgroups::green_within_bounds(const std::string &stamps_path, int n, int payload,
+                                      const char *what) {
+    auto stamps = read_send_stamps(stamps_path);
+    std::filesystem::remove(stamps_path);
+    EXPECT_EQ(stamps.size(), static_cast<size_t>(n));
+    auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
+    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
+    EXPECT_EQ(gp + rp, static_cast<uint64_t>(n)) << "every datagram of the cgroup, and only those";
+    EXPECT_GT(rp, 0u);
+    auto last = last_metered_ns(daemon->pin_dir());
+    if (stamps.empty() || !last) {
+        ADD_FAILURE() << "no send times, or no started policy state";
+        return gp;
+    }
+    const uint64_t len = payload + 28;
+    const i128 unit = 8000000000, T = *last - stamps.front().start;
+    EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
+    if (*last <= stamps.back().end) {
+        EXPECT_GE(gp, admission_floor(stamps, kCir, kCbs, len));
+    }
+    std::cout << fmt::format("[ cgroups ] {}: {} green of {} over {:.3f} s ({:.2f} Mbit/s)\n", what,
+                             gp, n, static_cast<double>(T) / 1e9,
+                             static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
+                                 1e6);
+    return gp;
+}
 
 TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
     TestCgroup limited(base + "/limited"), free(base + "/free");
@@ -83,31 +116,11 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
             EXPECT_EQ(f.exit_code, 0) << f.err;
         },
         3);
-    auto stamps = read_send_stamps(stamps_path);
-    std::filesystem::remove(stamps_path);
-    ASSERT_EQ(stamps.size(), static_cast<size_t>(n));
-
-    auto stats = parse_json(daemon->ctl({"-j", "stats"}));
-    auto p = stats["policies"][0];
-    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
-    EXPECT_EQ(gp + rp, static_cast<uint64_t>(n)) << "every datagram of the cgroup, and only those";
-    EXPECT_GT(rp, 0u);
-    const uint64_t len = payload + 28;
-    auto last = last_metered_ns(daemon->pin_dir());
-    ASSERT_TRUE(last.has_value());
-    const i128 unit = 8000000000, T = *last - stamps.front().start;
-    EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
-    if (*last <= stamps.back().end) {
-        EXPECT_GE(gp, admission_floor(stamps, kCir, kCbs, len));
-    }
+    uint64_t gp = green_within_bounds(stamps_path, n, payload, "egress");
     // The other cgroup's 1000 were not metered: every one arrived, with the limited one's green.
     EXPECT_EQ(got, gp + 1000);
+    auto stats = parse_json(daemon->ctl({"-j", "stats"}));
     EXPECT_GE(stats["unclassified"]["packets"].get<uint64_t>(), 1000u);
-    std::cout << fmt::format("[ cgroups ] limited: {} green of {} over {:.3f} s ({:.2f} Mbit/s "
-                             "green); the other cgroup: 1000 of 1000 through\n",
-                             gp, n, static_cast<double>(T) / 1e9,
-                             static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
-                                 1e6);
 }
 
 // Ingress: a local server in a cgroup, limited in what it receives (the cgroup_skb program on
@@ -130,25 +143,10 @@ TEST_F(Cgroups, WhatOneCgroupReceivesIsHeldToItsBound) {
                             std::to_string(payload), "5000", "0", stamps_path});
     EXPECT_EQ(sent.exit_code, 0) << sent.err;
     t.join();
-    auto stamps = read_send_stamps(stamps_path);
-    std::filesystem::remove(stamps_path);
-    ASSERT_EQ(stamps.size(), static_cast<size_t>(n));
-    auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
-    uint64_t gp = p["green"]["packets"], rp = p["red"]["packets"];
-    EXPECT_EQ(gp + rp, static_cast<uint64_t>(n));
-    EXPECT_GT(rp, 0u);
-    const uint64_t len = payload + 28;
-    auto last = last_metered_ns(daemon->pin_dir());
-    ASSERT_TRUE(last.has_value());
-    const i128 unit = 8000000000, T = *last - stamps.front().start;
-    EXPECT_LE(i128(gp * len) * unit, i128(kCbs) * unit + i128(kCir) * T) << "green <= CBS+CIR*T";
+    uint64_t gp = green_within_bounds(stamps_path, n, payload, "ingress");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) << rx.out << rx.err;
     EXPECT_EQ(std::stoull(m[1]), gp) << "the server got exactly the green";
-    std::cout << fmt::format("[ cgroups ] ingress: {} green of {} over {:.3f} s ({:.2f} Mbit/s)\n",
-                             gp, n, static_cast<double>(T) / 1e9,
-                             static_cast<double>(gp * len * 8) / (static_cast<double>(T) / 1e9) /
-                                 1e6);
 }
 
 // The ingress program is attached through a pinned link, as the tc links are: it polices on
