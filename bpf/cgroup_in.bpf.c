@@ -20,17 +20,20 @@ int tricolor_cgroup_in(struct __sk_buff *skb) {
     struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
     if (!rt)
         return 1;
-    struct tcm_cgroup_rule *r = classify_cgroup(skb, rt->active_set, TCM_CGROUP_INGRESS);
+    /* Read once: the rule and the config must come from the same set. */
+    __u32 version = *(volatile __u32 *)&rt->active_set;
+    struct tcm_cgroup_rule *r = classify_cgroup(skb, version, TCM_CGROUP_INGRESS);
     if (!r)
         return 1;
-    __u32 idx = (rt->active_set & 1) * TCM_MAX_POLICIES + (r->slot & (TCM_MAX_POLICIES - 1));
+    __u32 idx = (version & 1) * TCM_MAX_POLICIES + (r->slot & (TCM_MAX_POLICIES - 1));
     struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &idx);
     if (!pol)
         return 1;
 
-    /* The data starts at the IP header. Parsed for what each segment of a GRO packet repeats
-     * and the DS field; a cgroup policy matches nothing else, so its flow key needs no more. */
+    /* The data starts at the IP header. Parsed for what each segment of a GRO packet repeats,
+     * the DS field, and the flow keys of parents that are per address. */
     struct tcm_pkt p = {};
+    p.key.ifindex = skb->ifindex;
     void *data = (void *)(long)skb->data;
     void *data_end = (void *)(long)skb->data_end;
     int res = TCM_PARSE_NON_IP;
@@ -46,8 +49,7 @@ int tricolor_cgroup_in(struct __sk_buff *skb) {
     };
     if (pol->meter.flags & TCM_METER_F_COLOR_AWARE)
         in.in_color = act_color_of_dscp(pol, p.key.dscp);
-    struct tcm_class_key key = {};
-    int metered = chain_meter_packet(pol, &key, &in);
+    int metered = chain_meter_packet(pol, &p.key, &in);
     if (metered == TCM_NR_COLORS)
         return 1;
     __u32 color = meter_color_index(metered & TCM_METER_COLOR);

@@ -206,4 +206,50 @@ TEST_F(CgroupTest, IngressMetersWhatTheCgroupsSocketsReceive) {
     EXPECT_EQ(packets(1), 15u) << "another cgroup's sockets: not metered";
 }
 
+// A cgroup's rules go with its policy: another policy on the same id, for another cgroup, is not
+// reached from the first cgroup (a rule left behind would point at it).
+TEST_F(CgroupTest, ARemovedPolicysRulesGoWithIt) {
+    TestCgroup a(base + "/a"), b(base + "/b");
+    Policy pa = policy(1, "pa");
+    pa.match.cgroup = base + "/a";
+    apply({pa});
+    {
+        InCgroup in(a);
+        EXPECT_EQ(tc_policy({1}), 1u);
+    }
+    Policy pb = policy(1, "pb");
+    pb.match.cgroup = base + "/b";
+    apply({pb});
+    {
+        InCgroup in(a);
+        EXPECT_EQ(tc_policy({1}), 0u) << "a's rule went with pa";
+    }
+    InCgroup in(b);
+    EXPECT_EQ(tc_policy({1}), 1u);
+}
+
+// Ingress under a parent per source address: the parent keys on the received packet's address,
+// as it would for a child matched by address.
+TEST_F(CgroupTest, AnIngressChildUnderAPerSourceParentFillsOneParentBucketPerSource) {
+    TestCgroup srv(base + "/srv");
+    Policy parent = policy(1, "by-src");
+    parent.per = TCM_PER_SRC;
+    parent.only_parent = true;
+    Policy child = policy(2, "srv");
+    child.match.cgroup = base + "/srv";
+    child.direction = TCM_CGROUP_INGRESS;
+    child.parent = "by-src";
+    apply({parent, child});
+    InCgroup in(srv);
+    for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+        EXPECT_EQ(dp->run_cgroup_in(Packet().ipv4(src, "198.19.0.2").udp(1, 2).payload(10).build())
+                      .retval,
+                  1u);
+    size_t parent_flows = 0;
+    for (const auto &f : dp->flows())
+        parent_flows += f.key.policy_id == 1;
+    EXPECT_EQ(parent_flows, 3u);
+    EXPECT_EQ(packets(2), 3u);
+}
+
 } // namespace

@@ -4,6 +4,7 @@
 // limited. The bounds are the accuracy suite's: green within CBS + CIR*T over the measured window,
 // and at least what the bucket must have admitted (admission_floor).
 #include "lab.hpp"
+#include "tricolor/datapath.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -178,6 +179,12 @@ TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
     EXPECT_EQ(packets(), 200u) << "metered while the daemon was down, counters adopted";
     burst();
     EXPECT_EQ(packets(), 300u) << "the new daemon's program, in the same link";
+    // As after a reboot: every pin gone, the state file left. The start attaches the program.
+    daemon->kill9();
+    Datapath::remove_pins(daemon->pin_dir());
+    daemon->start();
+    burst();
+    EXPECT_EQ(packets(), 100u) << "no pinned link to take over: the start attaches its own";
 }
 
 // A container: a process in a network namespace of its own, in a cgroup. Its packets still carry

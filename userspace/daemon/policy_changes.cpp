@@ -104,8 +104,10 @@ class Daemon::IdAllocator {
 };
 
 Daemon::Entry Daemon::make_entry(uint32_t id, const json &spec, const Policy &p) {
+    // A cgroup's egress and ingress policies have the same match and never shadow each other.
     return {id, spec, p.name,
-            fmt::format("{}|{}", p.priority, spec.value("match", json::object()).dump())};
+            fmt::format("{}|{}|{}", p.priority, spec.value("match", json::object()).dump(),
+                        p.match.cgroup ? static_cast<int>(p.direction) : 0)};
 }
 
 Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,

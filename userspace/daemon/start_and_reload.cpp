@@ -165,6 +165,15 @@ Result<void> Daemon::apply_at_start(const std::vector<json> &specs, const std::s
         return std::unexpected(fmt::format("{}: {}", from, prep.error()));
     if (auto r = dp_->apply(prep->policies); !r)
         return std::unexpected(fmt::format("{}: {}", from, r.error()));
+    // The root cgroup's programs, if a policy needs one and no earlier daemon left its link
+    // pinned (after a reboot, or --detach-on-exit): a warning, as an interface that is gone is.
+    if (std::ranges::any_of(prep->policies,
+                            [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS; }))
+        if (auto r = start_socket_shaping(); !r)
+            warnings.push_back(r.error());
+    if (std::ranges::any_of(prep->policies, is_cgroup_ingress))
+        if (auto r = start_cgroup_ingress(); !r)
+            warnings.push_back(r.error());
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     startup_warnings.insert(startup_warnings.end(), warnings.begin(), warnings.end());
@@ -219,6 +228,13 @@ Result<void> Daemon::reload() {
         undo();
         return std::unexpected(fmt::format("{}: {}", options_.config, attached.error()));
     }
+    // Before the policies that need it: an ingress cgroup policy without its program meters
+    // nothing.
+    if (std::ranges::any_of(prep->policies, is_cgroup_ingress))
+        if (auto r = start_cgroup_ingress(); !r) {
+            undo();
+            return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+        }
     if (auto r = dp_->apply(prep->policies); !r) {
         undo();
         return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
@@ -230,9 +246,6 @@ Result<void> Daemon::reload() {
         dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     else if (auto r = start_socket_shaping(); !r)
         warnings.push_back(r.error());
-    if (std::ranges::any_of(prep->policies, is_cgroup_ingress))
-        if (auto r = start_cgroup_ingress(); !r)
-            warnings.push_back(r.error());
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     if (auto c = commit(); !c)

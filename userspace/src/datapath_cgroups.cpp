@@ -10,6 +10,10 @@
 #include <cstring>
 #include <set>
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace tricolor {
 
 namespace {
@@ -38,10 +42,13 @@ Result<CgroupRules> Datapath::Impl::cgroup_rules_of_model() {
             return std::unexpected(fmt::format("--match cgroup: {}", m.error()));
         cgroup_mount = *m;
     }
-    cgroup_tree = scan_cgroups(cgroup_mount);
-    cgroup_paths.clear();
-    for (const auto &c : cgroup_tree)
-        cgroup_paths[c.id] = c.path;
+    if (!cgroup_tree_fresh) {
+        cgroup_tree = scan_cgroups(cgroup_mount);
+        cgroup_paths.clear();
+        for (const auto &c : cgroup_tree)
+            cgroup_paths[c.id] = c.path;
+    }
+    cgroup_tree_fresh = false;
     // In rank order: a cgroup two patterns cover goes to the better-ranked policy, as a packet
     // two address rules match does.
     for (const auto &[p, rank] : ranked) {
@@ -59,6 +66,12 @@ Result<CgroupRules> Datapath::Impl::cgroup_rules_of_model() {
 Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules &rules) {
     int rules_fd = fd(skel->maps.tcm_cgroup_rules);
     auto &have = cgroup_rules[set];
+    // Entries are deleted and rewritten in place here, unlike the address rules: a set that was
+    // active until a moment ago (two changes back to back) may still be read by a packet that
+    // began before the switch. The programs run under RCU: wait for them.
+    if ((!cgroup_rules_known[set] || !same_rules(have, rules)) &&
+        std::chrono::steady_clock::now() - switched_at < std::chrono::milliseconds(10))
+        syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
     if (!cgroup_rules_known[set]) {
         // Adopted pins: whatever the set held before.
         tcm_cgroup_rule_key k{}, nk{};
@@ -112,14 +125,18 @@ Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules 
 Result<bool> Datapath::follow_cgroups() {
     bool any = std::ranges::any_of(impl_->active,
                                    [](const auto &e) { return e.second.match.cgroup.has_value(); });
-    if (!any || !impl_->in_sync)
+    if (!any)
         return false;
     auto rules = impl_->cgroup_rules_of_model();
     if (!rules)
         return std::unexpected(rules.error());
     uint32_t active = impl_->runtime->active_set & 1;
-    if (impl_->cgroup_rules_known[active] && same_rules(*rules, impl_->cgroup_rules[active]))
+    if (impl_->in_sync && impl_->cgroup_rules_known[active] &&
+        same_rules(*rules, impl_->cgroup_rules[active]))
         return false;
+    // The commit's own scan would be this one again. (Out of sync after a refused change: the
+    // commit rebuilds from the active policies.)
+    impl_->cgroup_tree_fresh = true;
     if (auto r = commit(SetChange{}, nullptr); !r)
         return std::unexpected(r.error());
     return true;
@@ -156,7 +173,17 @@ int Datapath::cgroup_in_prog_fd() {
     im.cgin = s;
     if (im.testing)
         im.cgin->bss->tcm_test_clock_ns = im.skel->bss->tcm_test_clock_ns;
-    return bpf_program__fd(s->progs.tricolor_cgroup_in);
+    // One of this data path's writers of the flow table: it notes heavy hitters at the same
+    // threshold (begin_flow_pass sets both), so flows --top need not walk because of it.
+    __atomic_store_n(&im.cgin->data->tcm_hot_threshold,
+                     __atomic_load_n(&im.skel->data->tcm_hot_threshold, __ATOMIC_SEQ_CST),
+                     __ATOMIC_SEQ_CST);
+    int fd = bpf_program__fd(s->progs.tricolor_cgroup_in);
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+        im.own_progs.push_back(info.id);
+    return fd;
 }
 
 std::string Datapath::cgroup_path(uint64_t id) const {

@@ -237,14 +237,18 @@ Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
     } else {
         written = impl_.sets->write(next_, c_);
     }
-    // The cgroup rules of the new set, whole: a few entries a cgroup, and ranks may have moved.
-    if (written) {
-        auto rules = impl_.cgroup_rules_of_model();
-        written = rules ? impl_.write_cgroup_rules(next_, *rules)
-                        : Result<void>(std::unexpected(rules.error()));
-    }
-    if (!written)
+    if (!written) {
         impl_.in_sync = impl_.in_sync && !whole_;
+        return written;
+    }
+    // The cgroup rules of the new set, whole: a few entries a cgroup, and ranks may have moved.
+    // Refused here, the model already holds the change: it is no longer the active set, and the
+    // next change rebuilds from the active policies (a refused change never goes live later).
+    auto rules = impl_.cgroup_rules_of_model();
+    written = rules ? impl_.write_cgroup_rules(next_, *rules)
+                    : Result<void>(std::unexpected(rules.error()));
+    if (!written)
+        impl_.in_sync = false;
     return written;
 }
 
@@ -256,6 +260,7 @@ void Datapath::Impl::SetWriter::switch_active_set() {
     if (version == 0)
         dp_.clear_class_cache();
     __atomic_store_n(&impl_.runtime->active_set, version, __ATOMIC_RELEASE);
+    impl_.switched_at = std::chrono::steady_clock::now();
     impl_.sets->switched(next_);
     impl_.in_sync = true; // the model is the active set now
 }

@@ -129,8 +129,12 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
     bool keep = hot.valid && t >= hot.threshold;
     // T first (a full barrier), then the map emptied, then the failed inserts read and zeroed.
     __atomic_store_n(&impl_->skel->data->tcm_hot_threshold, t, __ATOMIC_SEQ_CST);
+    if (impl_->cgin) // the cgroup ingress program's copy (datapath_cgroups.cpp)
+        __atomic_store_n(&impl_->cgin->data->tcm_hot_threshold, t, __ATOMIC_SEQ_CST);
     auto drained = detail::hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), true);
     uint64_t failed = __atomic_exchange_n(&impl_->skel->bss->tcm_hot_overflow, 0, __ATOMIC_SEQ_CST);
+    if (impl_->cgin)
+        failed += __atomic_exchange_n(&impl_->cgin->bss->tcm_hot_overflow, 0, __ATOMIC_SEQ_CST);
     // A drained map that was full may have refused an insert whose count is not visible yet.
     if (!drained || failed || drained->size() >= impl_->hot_capacity || foreign_flow_writers())
         keep = false;

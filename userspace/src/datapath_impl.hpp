@@ -8,6 +8,7 @@
 #include "tricolor/policy_sets.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,6 +62,11 @@ struct Datapath::Impl {
     std::map<uint64_t, std::string> cgroup_paths;
     CgroupRules cgroup_rules[TCM_NR_SETS];
     bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
+    // follow_cgroups has just scanned: the commit it makes uses that scan.
+    bool cgroup_tree_fresh = false;
+    // When a set was last made active: a set switched away from moments ago may still be read
+    // by packets in flight (write_cgroup_rules waits for them).
+    std::chrono::steady_clock::time_point switched_at;
     // Scans the tree if a policy of the model matches cgroups (finding the mount the first
     // time); what its patterns cover, best rank first, as the classifier orders them.
     Result<CgroupRules> cgroup_rules_of_model();

@@ -105,6 +105,8 @@ size_t Datapath::last_set_writes() const {
 
 void Datapath::set_hot_threshold_for_test(uint64_t bytes) {
     __atomic_store_n(&impl_->skel->data->tcm_hot_threshold, bytes, __ATOMIC_SEQ_CST);
+    if (impl_->cgin)
+        __atomic_store_n(&impl_->cgin->data->tcm_hot_threshold, bytes, __ATOMIC_SEQ_CST);
 }
 
 std::vector<tcm_flow_key> Datapath::hot_keys() const {
