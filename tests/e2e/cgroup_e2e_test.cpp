@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <thread>
@@ -128,6 +129,7 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
 // the root cgroup), exactly as egress is; red dropped before the socket sees it.
 TEST_F(Cgroups, WhatOneCgroupReceivesIsHeldToItsBound) {
     TestCgroup srv(base + "/server");
+    const int window = static_cast<int>(std::ceil(time_scale())); // the receiver must outlast it
     ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", std::to_string(kCir), "--cbs",
         std::to_string(kCbs), "--ebs", "0", "--match", "cgroup", base + "/server", "--direction",
         "ingress"});
@@ -135,11 +137,11 @@ TEST_F(Cgroups, WhatOneCgroupReceivesIsHeldToItsBound) {
     std::string stamps_path = fmt::format("/tmp/tricolor-e2e-cgin-stamps-{}", getpid());
     RunResult rx;
     std::thread t([&] {
-        std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 3",
-                                      srv.dir, udp_tool_path(), lab->host_v4);
+        std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
+                                      srv.dir, udp_tool_path(), lab->host_v4, 3 * window);
         rx = run_command({"/bin/sh", "-c", cmd});
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400 * window));
     auto sent = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", std::to_string(n),
                             std::to_string(payload), "5000", "0", stamps_path});
     EXPECT_EQ(sent.exit_code, 0) << sent.err;
@@ -156,13 +158,16 @@ TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
     TestCgroup srv(base + "/server");
     ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
         "--match", "cgroup", base + "/server", "--direction", "ingress"});
+    // The receiver's socket must be there for the whole burst (no socket, no cgroup_skb hook):
+    // its window and the wait for it to bind stretch with the machine's time scale.
+    const int window = static_cast<int>(std::ceil(time_scale()));
     auto burst = [&] {
         std::thread t([&] {
-            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 1",
-                                          srv.dir, udp_tool_path(), lab->host_v4);
+            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
+                                          srv.dir, udp_tool_path(), lab->host_v4, window);
             run_command({"/bin/sh", "-c", cmd});
         });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300 * window));
         lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
         t.join();
     };
