@@ -424,6 +424,13 @@ run_benches() {
         SECONDS_EACH=20 RTTS=20 CBS_LIST=64 MODES="xdp aqm_ecn" FLOWS_LIST=1 ID_SUFFIX=_20s_$r \
             tests/bench/tcp_bench.sh "$BUILD_DIR"
     done
+    echo "== TCP per cgroup: egress with --shape sockets, ingress with --aqm ecn, each against the"
+    echo "   hard policer; RTT 0 and 20 ms, then 20 s ingress runs at 20 ms, twice"
+    tests/bench/cgroup_tcp_bench.sh "$BUILD_DIR"
+    for r in a b; do
+        SECONDS_EACH=20 RTTS=20 CASES=ingress ID_SUFFIX=_20s_$r \
+            tests/bench/cgroup_tcp_bench.sh "$BUILD_DIR"
+    done
     echo "== the delay line natively (no netem in this kernel)"
     HOWS=delayline ID_SUFFIX=_native tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"

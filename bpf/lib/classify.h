@@ -92,24 +92,29 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     return index;
 }
 
-/* The cgroup rule of @dir for @skb's socket in policy version @version, if the set has any; NULL
- * otherwise, and without a socket (@skb NULL: XDP). Sets tcm_cgroup_bucket for flow_key_fill
- * either way. */
+/* The cgroup rule of @dir for the cgroup @cgroup_of_ names in policy version @version_, if the
+ * set has any cgroup rules; NULL otherwise. @cgroup_of_ is evaluated only then: a set without
+ * cgroup policies reads no socket's cgroup. Sets tcm_cgroup_bucket for flow_key_fill either way. */
+#define classify_cgroup_by(cgroup_of_, version_, dir_)                                             \
+    ({                                                                                             \
+        __u32 zero_ = 0, set_ = (version_)&1, at_ = set_ * TCM_CGROUP_NR_DIRS + (dir_);            \
+        __u64 *bucket_ = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero_);                          \
+        __u32 *n_ = bpf_map_lookup_elem(&tcm_cgroup_sets, &at_);                                   \
+        struct tcm_cgroup_rule *r_ = NULL;                                                         \
+        if (n_ && *n_) {                                                                           \
+            struct tcm_cgroup_rule_key k_ = {.set = set_, .dir = (dir_), .cgroup = (cgroup_of_)};  \
+            if (k_.cgroup)                                                                         \
+                r_ = bpf_map_lookup_elem(&tcm_cgroup_rules, &k_);                                  \
+        }                                                                                          \
+        if (bucket_)                                                                               \
+            *bucket_ = r_ ? r_->bucket : 0;                                                        \
+        r_;                                                                                        \
+    })
+
+/* The cgroup rule of @dir for @skb's socket; none without a socket (@skb NULL: XDP). */
 static __always_inline struct tcm_cgroup_rule *classify_cgroup(struct __sk_buff *skb, __u32 version,
                                                                __u32 dir) {
-    __u32 zero = 0, set = version & 1, at = set * TCM_CGROUP_NR_DIRS + dir;
-    __u64 *bucket = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero);
-    __u32 *n = bpf_map_lookup_elem(&tcm_cgroup_sets, &at);
-    struct tcm_cgroup_rule *r = NULL;
-
-    if (skb && n && *n) {
-        struct tcm_cgroup_rule_key k = {.set = set, .dir = dir, .cgroup = bpf_skb_cgroup_id(skb)};
-        if (k.cgroup)
-            r = bpf_map_lookup_elem(&tcm_cgroup_rules, &k);
-    }
-    if (bucket)
-        *bucket = r ? r->bucket : 0;
-    return r;
+    return classify_cgroup_by(skb ? bpf_skb_cgroup_id(skb) : 0, version, dir);
 }
 
 /* The config of the policy @key (sent by @skb's socket, if known) falls under in policy version

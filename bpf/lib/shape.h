@@ -75,6 +75,45 @@ static __always_inline int shape_sock_key(const struct bpf_sock_ops *skops,
     return 0;
 }
 
+/* The kernel's own structs, as far as the socket's cgroup v2 id, read through BTF with CO-RE
+ * (libbpf finds the offsets in the running kernel's BTF): sock_ops has no helper that names a
+ * socket's cgroup, and at the established callbacks, which run in softirq, the current task's
+ * cgroup is anyone's. */
+struct kernfs_node___tcm {
+    __u64 id;
+} __attribute__((preserve_access_index));
+struct cgroup___tcm {
+    struct kernfs_node___tcm *kn;
+} __attribute__((preserve_access_index));
+struct sock_cgroup_data___tcm {
+    struct cgroup___tcm *cgroup;
+} __attribute__((preserve_access_index));
+struct sock___tcm {
+    struct sock_cgroup_data___tcm sk_cgrp_data;
+} __attribute__((preserve_access_index));
+
+/* The cgroup v2 id of the socket, as bpf_skb_cgroup_id gives it for its packets, or 0. */
+static __always_inline __u64 shape_sock_cgroup(const struct bpf_sock_ops *skops) {
+    struct bpf_sock *sk = skops->sk;
+    if (!sk)
+        return 0;
+    struct sock___tcm *s = (struct sock___tcm *)bpf_skc_to_tcp_sock(sk);
+    if (!s)
+        return 0;
+    struct cgroup___tcm *cg = s->sk_cgrp_data.cgroup;
+    if (!cg)
+        return 0;
+    struct kernfs_node___tcm *kn = cg->kn;
+    return kn ? kn->id : 0;
+}
+
+/* The socket's egress cgroup rule in policy version @version, as the tc program finds it for the
+ * socket's packets (classify.h); sets tcm_cgroup_bucket as it does. */
+static __always_inline struct tcm_cgroup_rule *
+shape_sock_cgroup_rule(const struct bpf_sock_ops *skops, __u32 version) {
+    return classify_cgroup_by(shape_sock_cgroup(skops), version, TCM_CGROUP_EGRESS);
+}
+
 /* The id of the shaping policy the socket falls under on some tc egress attachment, or -1. */
 static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
     struct tcm_class_key k = {};
@@ -82,13 +121,14 @@ static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
     struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
     if (!rt || shape_sock_key(skops, &k) < 0)
         return -1;
+    struct tcm_cgroup_rule *cg = shape_sock_cgroup_rule(skops, rt->active_set);
+    __u32 rank = cg ? cg->rank : ~0u, cslot = cg ? cg->slot : 0;
     __u32 n = tcm_shape_n_ifaces;
     if (n == 0)
         n = 1; /* no tc egress attachment yet: policies that name no interface still count */
     for (__u32 i = 0; i < TCM_SHAPE_MAX_IFACES && i < n; i++) {
         k.ifindex = tcm_shape_ifaces[i & (TCM_SHAPE_MAX_IFACES - 1)];
-        int idx =
-            classify_index(&k, rt->active_set, ~0u, 0); /* a cgroup policy does not shape yet */
+        int idx = classify_index(&k, rt->active_set, rank, cslot);
         if (idx < 0)
             continue;
         __u32 slot = idx;
@@ -121,6 +161,8 @@ static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, 
     if (!pol || pol->policy_id != id)
         return;
     sp->keyed = pol->per != TCM_PER_AGGREGATE;
+    if (pol->per == TCM_PER_CGROUP)
+        shape_sock_cgroup_rule(skops, rt->active_set); /* the bucket id, for flow_key_of */
     if (sp->keyed && (shape_sock_key(skops, &k) < 0 || flow_key_of(pol, &k, &fk) < 0))
         return;
     fk.policy_id = id;

@@ -185,9 +185,9 @@ TEST(PolicySpec, EachBadFieldIsNamed) {
         {"per src on cgroup ingress",
          {{"match", {{"cgroup", "a"}}}, {"direction", "ingress"}, {"per", "src"}},
          "per: ingress to a cgroup's sockets is metered aggregate or per cgroup"},
-        {"cgroup sockets shaping",
-         {{"match", {{"cgroup", "a"}}}, {"shape", "sockets"}},
-         "sockets does not pace a cgroup's sockets yet"},
+        {"cgroup ingress shaping",
+         {{"match", {{"cgroup", "a"}}}, {"direction", "ingress"}, {"shape", "sockets"}},
+         "ingress to a cgroup's sockets is not shaped"},
     };
     ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {

@@ -486,9 +486,6 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
             r.error("shape", fmt::format("sockets paces TCP sockets, and the policy matches only "
                                          "protocol {}",
                                          *p.match.proto));
-        if (p.match.cgroup)
-            r.error("shape", "sockets does not pace a cgroup's sockets yet: use --aqm ecn (or "
-                             "drop) with a cgroup match");
     }
     if (auto f = r.flag(spec, "fleet"))
         p.fleet = *f; // docs/spec.md §10; the daemon refuses it without --fleet
