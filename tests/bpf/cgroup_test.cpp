@@ -97,7 +97,7 @@ TEST_F(CgroupTest, ACgroupMadeAfterThePolicyIsMatchedOnceFollowed) {
     uint32_t version = dp->active_set();
     EXPECT_EQ(dp->follow_cgroups().value(), true);
     EXPECT_EQ(dp->active_set(), version + 1) << "a switch of sets, as any change";
-    EXPECT_EQ(dp->cgroups_matched(1), 1u);
+    EXPECT_EQ(dp->cgroup_buckets(1).size(), 1u);
     InCgroup in(late);
     EXPECT_EQ(tc_policy({1}), 1u);
 }

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 #include <string>
@@ -16,12 +17,17 @@ using nlohmann::json;
 namespace {
 
 struct HookFlags {
-    std::string iface, hook = "xdp", direction = "ingress", xdp_mode = "auto";
+    std::string iface, match_ifname, hook = "xdp", direction = "ingress", xdp_mode = "auto";
 } flags;
 
 void add_hook_flags(CLI::App &cmd) {
-    describe(cmd.add_option("IF", flags.iface, "Interface")->required(),
-             {.complete = Complete::interfaces});
+    auto *iface = describe(cmd.add_option("IF", flags.iface, "Interface"),
+                           {.complete = Complete::interfaces});
+    auto *pattern = cmd.add_option("--match-ifname", flags.match_ifname,
+                                   "Every interface whose name matches this glob, now and as "
+                                   "they come (instead of IF)");
+    iface->excludes(pattern);
+    pattern->excludes(iface);
     one_of(cmd.add_option("--hook", flags.hook, "xdp or tc"), {"xdp", "tc"})->capture_default_str();
     one_of(cmd.add_option("--direction", flags.direction, "ingress or egress (tc)"),
            {"ingress", "egress"})
@@ -34,10 +40,17 @@ int run(Context &ctx, bool attach) {
         ctx.fail("XDP only sees ingress traffic: use --hook tc for egress");
         return kExitUsage;
     }
+    if (flags.iface.empty() == flags.match_ifname.empty()) {
+        ctx.fail("name an interface (IF) or a pattern (--match-ifname GLOB)");
+        return kExitUsage;
+    }
     json req = {{"cmd", attach ? "attach" : "detach"},
-                {"iface", flags.iface},
                 {"hook", flags.hook},
                 {"direction", flags.direction}};
+    if (flags.match_ifname.empty())
+        req["iface"] = flags.iface;
+    else
+        req["match_ifname"] = flags.match_ifname;
     if (attach)
         req["xdp_mode"] = flags.xdp_mode;
     auto r = ctx.call(req, rc);
@@ -45,7 +58,19 @@ int run(Context &ctx, bool attach) {
         return rc;
     if (ctx.json_out())
         std::cout << r->dump() << "\n";
-    else if (attach)
+    else if (!flags.match_ifname.empty()) {
+        std::vector<std::string> names;
+        for (const auto &n : r->value("interfaces", json::array()))
+            names.push_back(n.get<std::string>());
+        if (!attach)
+            std::cout << fmt::format("pattern '{}' removed, detached from its interfaces\n",
+                                     flags.match_ifname);
+        else
+            std::cout << fmt::format(
+                "pattern '{}' ({} {}): {}\n", flags.match_ifname, flags.hook, flags.direction,
+                names.empty() ? std::string("no interface matches yet")
+                              : "attached to " + fmt::format("{}", fmt::join(names, " ")));
+    } else if (attach)
         std::cout << fmt::format("attached to {} ({} {})\n", flags.iface, r->value("mode", "?"),
                                  flags.direction);
     else if (r->contains("note"))

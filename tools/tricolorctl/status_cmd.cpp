@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <iostream>
@@ -36,10 +37,23 @@ int run_status(Context &ctx) {
             a["mode"].get<std::string>(), a["prog_id"].get<uint64_t>(),
             !a["attached"].get<bool>()
                 ? "NOT ATTACHED: " + a.value("stale", std::string("not in the kernel"))
-            : a.value("managed", true) ? std::string("attached")
+            : a.value("managed", true) ? (a.contains("by") ? "attached (--match-ifname '" +
+                                                                 a["by"].get<std::string>() + "')"
+                                                           : std::string("attached"))
                                        : "attached, NOT MANAGED: " + a.value("stale", ""));
     if (s["attachments"].empty())
         std::cout << "(no attachments)\n";
+    // attach --match-ifname: each pattern and what it covers now.
+    for (const auto &p : s.value("patterns", json::array())) {
+        std::vector<std::string> names;
+        for (const auto &n : p["interfaces"])
+            names.push_back(n.get<std::string>());
+        std::cout << fmt::format("pattern     '{}' {} {}: {}\n",
+                                 p["match_ifname"].get<std::string>(), p["hook"].get<std::string>(),
+                                 p["direction"].get<std::string>(),
+                                 names.empty() ? std::string("no interface yet")
+                                               : fmt::format("{}", fmt::join(names, " ")));
+    }
     std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),
                              s["policies"]["capacity"].get<uint64_t>());
     std::cout << fmt::format("flows       {} of {} (as of the last pass), {} idle flows "
@@ -59,10 +73,13 @@ int run_status(Context &ctx) {
     std::cout << fmt::format("metrics     {}\n", s.value("metrics", std::string("none")));
     std::cout << fmt::format("pin dir     {}\n", s["pin_dir"].get<std::string>());
     std::cout << fmt::format("config      {}\n", s["config"].get<std::string>());
-    if (s.contains("state"))
-        std::cout << fmt::format("state       {} (started from the {})\n",
-                                 s["state"].get<std::string>(),
-                                 s.value("started_from", std::string("?")));
+    if (s.contains("state")) {
+        // "config" or "state"; "nothing" when the daemon found neither file.
+        std::string from = s.value("started_from", std::string("?"));
+        std::cout << fmt::format("state       {} ({})\n", s["state"].get<std::string>(),
+                                 from == "nothing" ? "started with neither file"
+                                                   : "started from the " + from);
+    }
     if (auto f = s.value("fleet", json()); f.is_object()) {
         std::cout << fmt::format(
             "fleet {} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "

@@ -4,10 +4,12 @@
 #include "daemon_internal.hpp"
 
 #include "tricolor/shape.hpp"
+#include "tricolor/text.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fnmatch.h>
 #include <net/if.h>
 
 namespace tricolor {
@@ -17,12 +19,14 @@ using namespace daemon_internal;
 namespace daemon_internal {
 
 bool same_hook(const AttachmentSpec &a, const AttachmentSpec &b) {
-    return a.iface == b.iface && a.hook == b.hook && a.direction == b.direction;
+    return a.iface == b.iface && a.match_ifname == b.match_ifname && a.hook == b.hook &&
+           a.direction == b.direction;
 }
 
 std::string hook_text(const AttachmentSpec &a) {
-    return a.hook == Hook::xdp ? fmt::format("{} xdp", a.iface)
-                               : fmt::format("{} tc {}", a.iface, to_string(a.direction));
+    std::string name = a.match_ifname.empty() ? a.iface : "'" + a.match_ifname + "'";
+    return a.hook == Hook::xdp ? fmt::format("{} xdp", name)
+                               : fmt::format("{} tc {}", name, to_string(a.direction));
 }
 
 HookState query_hook(const AttachmentSpec &a, int ifindex) {
@@ -195,6 +199,111 @@ json Daemon::unlisted_attachments() const {
     }
     if_freenameindex(all);
     return out;
+}
+
+// attach --match-ifname. A rescan of the namespace's interfaces (one netlink dump) at most four
+// times a second while a pattern exists: an interface made is attached within a second, and a
+// rescan cannot miss what a burst of netlink events might overrun.
+bool Daemon::expand_patterns(const std::vector<AttachmentSpec> &patterns,
+                             std::vector<AttachmentSpec> &have, std::vector<std::string> &failed) {
+    bool changed = false;
+    // Made by a pattern that is gone, or on an interface that is gone or no longer matches
+    // (renamed): let go. A renamed one is detached (detach_one finds it by its ifindex).
+    std::erase_if(have, [&](const AttachmentSpec &a) {
+        if (a.by.empty())
+            return false;
+        bool wanted = std::ranges::any_of(patterns, [&](const AttachmentSpec &p) {
+            return p.match_ifname == a.by && p.hook == a.hook && p.direction == a.direction;
+        });
+        auto idx = interface_index(a.iface);
+        if (wanted && idx && *idx == a.ifindex)
+            return false;
+        (void)detach_one(a);
+        changed = true;
+        return true;
+    });
+    struct if_nameindex *all = if_nameindex();
+    if (!all)
+        return changed;
+    for (const auto &p : patterns)
+        for (auto *i = all; i->if_index != 0; ++i) {
+            std::string name = i->if_name;
+            if (fnmatch(p.match_ifname.c_str(), name.c_str(), 0) != 0)
+                continue;
+            AttachmentSpec a = p;
+            a.match_ifname.clear();
+            a.iface = name;
+            a.by = p.match_ifname;
+            // An interface attached by name, or by an earlier pattern, keeps that attachment.
+            if (std::ranges::any_of(have, [&](const AttachmentSpec &x) { return same_hook(x, a); }))
+                continue;
+            auto r = do_attach(a);
+            if (!r) {
+                failed.push_back(fmt::format("{}: {}", hook_text(a), r.error()));
+                continue;
+            }
+            a.mode = r->mode;
+            have.push_back(a);
+            changed = true;
+        }
+    if_freenameindex(all);
+    return changed;
+}
+
+std::vector<std::string> Daemon::follow_interfaces() {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> said;
+    auto now = std::chrono::steady_clock::now();
+    if (patterns_.empty() &&
+        std::ranges::none_of(attachments_, [](auto &a) { return !a.by.empty(); }))
+        return said;
+    if (now - interfaces_scanned_ < std::chrono::milliseconds(250))
+        return said;
+    interfaces_scanned_ = now;
+    std::vector<std::string> failed;
+    auto next = attachments_;
+    if (expand_patterns(patterns_, next, failed)) {
+        attachments_ = std::move(next);
+        dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+        for (const auto &a : attachments_)
+            if (!a.by.empty())
+                interface_failures_.erase(fmt::format("{}", hook_text(a)));
+    }
+    // A failure is said once, until it stops.
+    std::set<std::string> now_failing;
+    for (const auto &f : failed) {
+        now_failing.insert(f);
+        if (!interface_failures_.contains(f))
+            said.push_back(fmt::format("cannot attach {}", f));
+    }
+    interface_failures_ = std::move(now_failing);
+    return said;
+}
+
+// attach|detach --match-ifname: the pattern kept (or dropped) and applied at once.
+json Daemon::cmd_attach_pattern(AttachmentSpec a, bool attach) {
+    auto next_patterns = patterns_;
+    std::erase_if(next_patterns, [&](const AttachmentSpec &p) { return same_hook(p, a); });
+    bool known = next_patterns.size() != patterns_.size();
+    if (!attach && !known)
+        return error(
+            fmt::format("no pattern {} to detach: status lists the patterns", hook_text(a)));
+    if (attach)
+        next_patterns.push_back(a);
+    if (auto s = stage(state_json(specs(), attachments_, &next_patterns)); !s)
+        return error(s.error());
+    auto next = attachments_;
+    std::vector<std::string> failed;
+    expand_patterns(next_patterns, next, failed);
+    patterns_ = std::move(next_patterns);
+    json covered = json::array();
+    for (const auto &x : next)
+        if (x.by == a.match_ifname && x.hook == a.hook && x.direction == a.direction)
+            covered.push_back(x.iface);
+    json out = {{"interfaces", covered}};
+    if (!failed.empty())
+        out["warning"] = join_lines(failed);
+    return commit_attachments(std::move(next), out);
 }
 
 } // namespace tricolor

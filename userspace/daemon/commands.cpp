@@ -26,7 +26,9 @@ struct Daemon::Command {
 
 std::span<const Daemon::Command> Daemon::commands() {
     using enum Command::Access;
-    static const std::vector<Field> kAttach = {{"iface", Kind::string, true},
+    // iface or match_ifname: attachment_from says which it needs.
+    static const std::vector<Field> kAttach = {{"iface", Kind::string},
+                                               {"match_ifname", Kind::string},
                                                {"hook", Kind::string},
                                                {"direction", Kind::string},
                                                {"xdp_mode", Kind::string}};
@@ -102,6 +104,8 @@ json Daemon::cmd_attach(const json &r) {
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
+    if (!a->match_ifname.empty())
+        return cmd_attach_pattern(*a, true);
     a->ifindex = 0;
     auto idx = interface_index(a->iface);
     if (!idx)
@@ -128,6 +132,8 @@ json Daemon::cmd_detach(const json &r) {
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
+    if (!a->match_ifname.empty())
+        return cmd_attach_pattern(*a, false);
     auto known = std::ranges::find_if(attachments_,
                                       [&](const AttachmentSpec &x) { return same_hook(x, *a); });
     if (known == attachments_.end()) {
@@ -140,6 +146,11 @@ json Daemon::cmd_detach(const json &r) {
             return error(res.error());
         return ok();
     }
+    if (!known->by.empty())
+        return error(
+            fmt::format("{} was attached by the pattern '{}', which would attach it again: "
+                        "detach --match-ifname '{}' removes the pattern",
+                        hook_text(*known), known->by, known->by));
     auto next = attachments_without(*a);
     if (auto s = stage(state_json(specs(), next)); !s)
         return error(s.error());
@@ -284,6 +295,19 @@ json Daemon::cmd_stats(const json &r) {
         // docs/spec.md §9: each policy names its parent (null at the top); counters are per level.
         auto parent = e.spec.find("parent");
         p["parent"] = parent != e.spec.end() && parent->is_string() ? *parent : json(nullptr);
+        // --match cgroup: the cgroups the pattern names now, by path; per cgroup, each bucket's
+        // counters.
+        if (e.spec.contains("match") && e.spec["match"].is_object() &&
+            e.spec["match"].contains("cgroup")) {
+            bool per = e.spec.value("per", "") == "cgroup";
+            json cg = json::array();
+            for (const auto &b : dp_->cgroup_buckets(e.id)) {
+                json j = per ? counters_json(b.counters) : json::object();
+                j["path"] = b.path;
+                cg.push_back(j);
+            }
+            p["cgroups"] = cg;
+        }
         list.push_back(p);
     }
     if (!found)
@@ -342,7 +366,17 @@ json Daemon::cmd_status(const json &) {
     json top = {{"tracking", t.valid},
                 {"threshold", t.threshold == ~0ull ? json(nullptr) : json(t.threshold)},
                 {"candidates", t.candidates}};
+    json patterns = json::array();
+    for (const auto &p : patterns_) {
+        json j = attachment_json(p);
+        j["interfaces"] = json::array();
+        for (const auto &a : attachments_)
+            if (a.by == p.match_ifname && a.hook == p.hook && a.direction == p.direction)
+                j["interfaces"].push_back(a.iface);
+        patterns.push_back(j);
+    }
     return ok({{"attachments", att},
+               {"patterns", patterns},
                {"fleet", fleet_status()},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
                {"pin_dir", options_.pin_dir},

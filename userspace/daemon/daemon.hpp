@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ struct Peer {
 
 struct AttachmentSpec {
     std::string iface;
+    // attach --match-ifname GLOB: this spec is the pattern (iface empty), kept apart from the
+    // attachments; on one made by a pattern, the pattern's glob (status lists it as "by").
+    std::string match_ifname;
+    std::string by;
     Hook hook = Hook::xdp;
     Direction direction = Direction::ingress;
     XdpMode xdp_mode = XdpMode::auto_mode;
@@ -99,6 +104,10 @@ class Daemon {
     // --match cgroup: a scan of the cgroup tree, the rules rewritten if it changed under them
     // (at most every 250 ms). Called by the main loop. Returns a failure to log, once each.
     std::string follow_cgroups();
+    // attach --match-ifname: every interface of the namespace a pattern names and no attachment
+    // covers is attached, and what a pattern attached to an interface gone or renamed is let go
+    // (at most every 250 ms). Called by the main loop. Returns what to log.
+    std::vector<std::string> follow_interfaces();
     // Where the metrics are served, once known (for status).
     void set_metrics_address(std::string address);
     const DaemonOptions &options() const { return options_; }
@@ -163,8 +172,11 @@ class Daemon {
     Result<bool> journal_append(const nlohmann::json &record);
     void journal_undo(); // the last record, whose change the data path refused
     std::string journal_path() const;
+    // The state file's content; @patterns: attach --match-ifname's (NULL: the daemon's). What a
+    // pattern attached is not written: the pattern makes it again at the next start.
     nlohmann::json state_json(const std::vector<nlohmann::json> &specs,
-                              const std::vector<AttachmentSpec> &attachments) const;
+                              const std::vector<AttachmentSpec> &attachments,
+                              const std::vector<AttachmentSpec> *patterns = nullptr) const;
     std::vector<nlohmann::json> specs() const;
 
     // attachments.cpp
@@ -214,6 +226,16 @@ class Daemon {
     std::unique_ptr<Datapath> dp_;
     std::vector<Entry> policies_;
     std::vector<AttachmentSpec> attachments_;
+    std::vector<AttachmentSpec> patterns_; // attach --match-ifname (attachments.cpp)
+    std::chrono::steady_clock::time_point interfaces_scanned_;
+    std::set<std::string> interface_failures_; // "hook iface: error", each logged once
+    // The attachments @patterns want on this namespace's interfaces now, made from @have: what a
+    // pattern attached to an interface that is gone or renamed is dropped (its hook released), a
+    // matching interface without its hook is attached. Returns whether anything changed, and
+    // failures in @failed.
+    bool expand_patterns(const std::vector<AttachmentSpec> &patterns,
+                         std::vector<AttachmentSpec> &have, std::vector<std::string> &failed);
+    nlohmann::json cmd_attach_pattern(AttachmentSpec a, bool attach);
     std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
     std::string metrics_address_;
     std::string started_from_; // "config", "state" or "nothing"

@@ -42,6 +42,7 @@ Result<void> check_fields(std::string_view cmd, const json &r, std::span<const F
 // An attachment as a request (and the state file) gives it, and as replies show it.
 Result<AttachmentSpec> attachment_from(const json &r);
 json attachment_json(const AttachmentSpec &a);
+std::string check_ifname_pattern(const std::string &glob);
 
 json counters_json(const tcm_counters &c);
 json tcp_counters_json(const ShapeCounters &c);
@@ -61,7 +62,8 @@ json buckets_json(const Policy &p, const tcm_flow &f, uint64_t now_ns);
 struct Doc {
     std::vector<json> specs;
     std::vector<AttachmentSpec> attachments;
-    uint64_t text_hash = 0; // of the file as read: names the state a journal extends
+    std::vector<AttachmentSpec> patterns; // attach --match-ifname
+    uint64_t text_hash = 0;               // of the file as read: names the state a journal extends
 };
 // Empty optional: there is no such file.
 Result<std::optional<Doc>> read_doc(const std::string &path);

@@ -413,6 +413,8 @@ void main_loop(const DaemonOptions &o, int listen_fd, int sig_fd, Daemon &daemon
         daemon.compact_state();
         if (auto failed = daemon.follow_cgroups(); !failed.empty())
             log("cgroup rules not updated: " + failed);
+        for (const auto &said : daemon.follow_interfaces())
+            log(said);
         if (ready == 0)
             continue;
         if (ready < 0) {

@@ -69,6 +69,31 @@ std::vector<MetricFamily> Daemon::metrics() const {
             tcp_packets.metric.push_back(c);
         }
     }
+    // --per cgroup: each cgroup's bucket, named by its path.
+    MetricFamily cg_packets{"tricolor_cgroup_packets_total",
+                            "Packets metered in a --per cgroup policy's bucket of one cgroup, by "
+                            "policy, cgroup path and colour (the bucket's: it restarts from 0 "
+                            "after the idle reclaim let it go)",
+                            MetricType::Counter,
+                            {}};
+    MetricFamily cg_bytes{"tricolor_cgroup_bytes_total",
+                          "Bytes metered in a --per cgroup policy's bucket of one cgroup",
+                          MetricType::Counter,
+                          {}};
+    for (const auto &e : policies_) {
+        if (e.spec.value("per", "") != "cgroup")
+            continue;
+        std::string name = e.spec.value("name", "");
+        for (const auto &b : dp_->cgroup_buckets(e.id))
+            for (int i = 0; i < TCM_NR_COLORS; ++i) {
+                ClientMetric m;
+                m.label = {{"cgroup", b.path}, {"color", colors[i]}, {"policy", name}};
+                m.counter.value = static_cast<double>(b.counters.packets[i]);
+                cg_packets.metric.push_back(m);
+                m.counter.value = static_cast<double>(b.counters.bytes[i]);
+                cg_bytes.metric.push_back(m);
+            }
+    }
     for (const auto &e : policies_) {
         const auto &c = counters[e.id];
         std::string name = e.spec.value("name", "");
@@ -85,6 +110,8 @@ std::vector<MetricFamily> Daemon::metrics() const {
     }
     return {packets,
             bytes,
+            cg_packets,
+            cg_bytes,
             sockets,
             tcp_packets,
             single("tricolor_unclassified_packets_total", "IP packets no policy matched",

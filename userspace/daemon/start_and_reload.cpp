@@ -144,6 +144,15 @@ Result<void> Daemon::load_at_start() {
     if (auto r = apply_at_start(start->doc.specs, use_state ? options_.state : options_.config); !r)
         return r;
     attach_at_start(start->doc.attachments);
+    // attach --match-ifname: what the patterns name now (what they attached before this start is
+    // not in the state: the pattern attaches it again, over the pinned link that kept it running).
+    patterns_ = start->doc.patterns;
+    {
+        std::vector<std::string> failed;
+        expand_patterns(patterns_, attachments_, failed);
+        for (const auto &f : failed)
+            startup_warnings.push_back("cannot attach " + f);
+    }
     if (use_state)
         state_hash_ = (*st)->text_hash;
     if (!use_state || !journal.empty() ||
@@ -214,7 +223,7 @@ Result<void> Daemon::reload() {
     auto prep = check_reload(doc.specs, doc.attachments, &warnings);
     if (!prep)
         return std::unexpected(fmt::format("{}: {}", options_.config, prep.error()));
-    if (auto s = stage(state_json(doc.specs, doc.attachments)); !s)
+    if (auto s = stage(state_json(doc.specs, doc.attachments, &doc.patterns)); !s)
         return s;
     // Attach first, then switch the policies: anything that fails undoes what this reload added.
     std::vector<AttachmentSpec> added;
@@ -239,6 +248,19 @@ Result<void> Daemon::reload() {
         undo();
         return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
     }
+    // What a pattern the config keeps attached stays: expand_patterns lets go of the rest.
+    for (const auto &a : attachments_)
+        if (!a.by.empty() && !std::ranges::any_of(*attached, [&](const AttachmentSpec &d) {
+                return same_hook(d, a);
+            }))
+            attached->push_back(a);
+    {
+        std::vector<std::string> failed;
+        expand_patterns(doc.patterns, *attached, failed);
+        for (const auto &f : failed)
+            warnings.push_back("cannot attach " + f);
+    }
+    patterns_ = doc.patterns;
     detach_unlisted(*attached, warnings);
     attachments_ = std::move(*attached);
     if (!std::ranges::any_of(prep->policies,

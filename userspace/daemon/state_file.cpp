@@ -118,11 +118,12 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
             if (!spec)
                 return std::unexpected(
                     fmt::format("{}: attachment {}: {}", path, a.dump(), spec.error()));
-            for (const auto &b : doc.attachments)
+            auto &list = spec->match_ifname.empty() ? doc.attachments : doc.patterns;
+            for (const auto &b : list)
                 if (same_hook(b, *spec))
                     return std::unexpected(
                         fmt::format("{}: attachment {} is listed twice", path, a.dump()));
-            doc.attachments.push_back(*spec);
+            list.push_back(*spec);
         }
     }
     return std::optional<Doc>{std::move(doc)};
@@ -177,11 +178,16 @@ std::vector<json> Daemon::specs() const {
 }
 
 json Daemon::state_json(const std::vector<json> &specs,
-                        const std::vector<AttachmentSpec> &attachments) const {
+                        const std::vector<AttachmentSpec> &attachments,
+                        const std::vector<AttachmentSpec> *patterns) const {
     json cfg = {{"policies", json::array()}, {"attachments", json::array()}};
     for (const auto &s : specs)
         cfg["policies"].push_back(s);
+    for (const auto &p : patterns ? *patterns : patterns_)
+        cfg["attachments"].push_back(attachment_json(p));
     for (const auto &a : attachments) {
+        if (!a.by.empty())
+            continue;
         json j = attachment_json(a);
         if (a.ifindex)
             j["ifindex"] = a.ifindex;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <arpa/inet.h>
 
 namespace tricolor::daemon_internal {
@@ -114,10 +115,22 @@ Result<void> check_fields(std::string_view cmd, const json &r, std::span<const F
 
 Result<AttachmentSpec> attachment_from(const json &r) {
     AttachmentSpec a;
-    auto iface = need_string(r, "iface");
-    if (!iface)
-        return std::unexpected(iface.error());
-    a.iface = *iface;
+    if (r.contains("match_ifname")) {
+        auto glob = need_string(r, "match_ifname");
+        if (!glob)
+            return std::unexpected(glob.error());
+        if (r.contains("iface"))
+            return std::unexpected("an attachment names an interface (iface) or a pattern "
+                                   "(match_ifname), not both");
+        if (auto bad = check_ifname_pattern(*glob); !bad.empty())
+            return std::unexpected(fmt::format("match_ifname '{}': {}", *glob, bad));
+        a.match_ifname = *glob;
+    } else {
+        auto iface = need_string(r, "iface");
+        if (!iface)
+            return std::unexpected(iface.error());
+        a.iface = *iface;
+    }
     std::string hook = r.value("hook", "xdp"), dir = r.value("direction", "ingress"),
                 mode = r.value("xdp_mode", "auto");
     if (hook == "xdp")
@@ -148,11 +161,36 @@ Result<AttachmentSpec> attachment_from(const json &r) {
 }
 
 json attachment_json(const AttachmentSpec &a) {
-    json j = {
-        {"iface", a.iface}, {"hook", to_string(a.hook)}, {"direction", to_string(a.direction)}};
+    json j = {{"hook", to_string(a.hook)}, {"direction", to_string(a.direction)}};
+    if (a.match_ifname.empty())
+        j["iface"] = a.iface;
+    else
+        j["match_ifname"] = a.match_ifname;
     if (a.hook == Hook::xdp)
         j["xdp_mode"] = to_string(a.xdp_mode);
+    if (!a.by.empty())
+        j["by"] = a.by;
     return j;
+}
+
+// Why @glob cannot name an interface ("" if it can): a name is 1 to 15 bytes of anything but
+// '/', ':' and white space (dev_valid_name); a glob is no longer than a name's worth of
+// characters and brackets.
+std::string check_ifname_pattern(const std::string &glob) {
+    if (glob.empty())
+        return "empty";
+    if (glob.size() > 64)
+        return "longer than any pattern of a 15-byte name needs";
+    for (unsigned char c : glob)
+        if (c == '/' || c == ':' || std::isspace(c) || !std::isprint(c))
+            return "an interface name has no '/', ':', white space or control characters";
+    if (glob == "." || glob == "..")
+        return "not an interface name";
+    if (glob.find_first_of("*?[") == std::string::npos)
+        return "no wildcard (*, ? or [...]): attach the interface by name";
+    if (std::ranges::count(glob, '[') != std::ranges::count(glob, ']'))
+        return "a '[' without its ']'";
+    return "";
 }
 
 json counters_json(const tcm_counters &c) {

@@ -191,14 +191,30 @@ std::string Datapath::cgroup_path(uint64_t id) const {
     return it == impl_->cgroup_paths.end() ? std::string() : it->second;
 }
 
-size_t Datapath::cgroups_matched(uint32_t policy_id) const {
+std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id) const {
+    std::vector<CgroupBucket> out;
     auto it = impl_->active.find(policy_id);
     if (it == impl_->active.end() || !it->second.match.cgroup)
-        return 0;
-    std::set<uint64_t> buckets;
+        return out;
+    std::set<uint64_t> named;
     for (const auto &hit : match_cgroups(*it->second.match.cgroup, impl_->cgroup_tree))
-        buckets.insert(hit.bucket);
-    return buckets.size();
+        named.insert(hit.bucket);
+    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+    for (uint64_t id : named) {
+        CgroupBucket b{cgroup_path(id), id, {}};
+        if (it->second.per == TCM_PER_CGROUP) {
+            // The key flow_key_fill makes (bpf/lib/flow.h): the bucket id in src[0..1].
+            tcm_flow_key k{};
+            k.policy_id = policy_id;
+            k.src[0] = static_cast<uint32_t>(id);
+            k.src[1] = static_cast<uint32_t>(id >> 32);
+            tcm_flow f{};
+            if (bpf_map_lookup_elem(fd, &k, &f) == 0)
+                b.counters = f.counters;
+        }
+        out.push_back(std::move(b));
+    }
+    return out;
 }
 
 } // namespace tricolor

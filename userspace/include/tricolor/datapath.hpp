@@ -196,8 +196,15 @@ class Datapath {
     // Ingress to a cgroup's sockets: the cgroup_skb program (bpf/cgroup_in.bpf.c), loaded on
     // first use with this data path's maps (throws if it cannot be).
     int cgroup_in_prog_fd();
-    // The cgroups a policy's pattern covers now (the tree as last scanned): each with its bucket.
-    size_t cgroups_matched(uint32_t policy_id) const;
+    // The cgroups a cgroup policy's pattern names now (the tree as last scanned), by path; for a
+    // --per cgroup policy each with its bucket's counters (zero before its first packet, and
+    // again once the idle reclaim has let the bucket go).
+    struct CgroupBucket {
+        std::string path;
+        uint64_t id = 0;
+        tcm_counters counters{};
+    };
+    std::vector<CgroupBucket> cgroup_buckets(uint32_t policy_id) const;
 
     void set_drop_malformed(bool drop);
     // The version of the policies (tcm_runtime.active_set): bit 0 is the active set, and every
