@@ -268,6 +268,17 @@ std::string cgroup_pattern_problem(std::string_view t) {
             return fmt::format("'{}': '{}' is not allowed in a cgroup path", t, part);
         if (part.find_first_of("\n\t") != std::string_view::npos)
             return fmt::format("'{}' has a control character", t);
+        // Globs that can never match a cgroup: fnmatch would read an unclosed '[' as a literal
+        // one, and a name is at most NAME_MAX bytes.
+        if (auto open = part.find('['); open != std::string_view::npos &&
+                                        part.find(']', open + 2) == std::string_view::npos)
+            return fmt::format("'{}': '{}' has a '[' without its ']' (a glob that can never "
+                               "match)",
+                               t, part);
+        if (part.size() > 255 && part.find_first_of("*?[") == std::string_view::npos)
+            return fmt::format("'{}': a component of {} bytes, longer than any cgroup name "
+                               "(255)",
+                               t, part.size());
         at = end + 1;
     }
     return "";
