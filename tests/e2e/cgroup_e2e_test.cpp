@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <thread>
 
 using namespace tricolor;
@@ -160,9 +161,12 @@ TEST_F(Cgroups, TcpFromACgroupIsPacedToItsRateWithShapeSockets) {
                              shaped / 1e6, other / 1e6);
     EXPECT_GT(shaped, 0.5 * 20e6);
     EXPECT_LE(shaped, 20e6 * 1.05);
-    // Paced, not policed: a hard policer at this bucket loses a segment every few (115 red in a
-    // run of the Shape suite); a late pacing timer on a busy machine may cost a few.
-    EXPECT_LE(p["red"]["packets"].get<uint64_t>(), 16u) << p.dump();
+    // Paced, not policed: a hard policer at this bucket loses a segment every few (75 red in 3 s
+    // with the cgroup left out of the socket's classification, planted); a late pacing timer
+    // costs a few (none here on an idle machine, 17 in Debian's 6.1 under TCG, where timers
+    // fire late throughout: 4x the native allowance there).
+    const uint64_t allowed = time_scale() > 1 ? 64 : 16;
+    EXPECT_LE(p["red"]["packets"].get<uint64_t>(), allowed) << p.dump();
     EXPECT_GT(p["green"]["packets"].get<uint64_t>(), 0u);
     EXPECT_GT(other, 2 * 20e6) << "the other cgroup is not limited";
 }
@@ -318,6 +322,47 @@ TEST_F(Cgroups, PerCgroupGlobGivesEachChildABucketAndFollowsNewOnes) {
             limited = f["red"]["packets"].get<uint64_t>() > 0;
     EXPECT_TRUE(limited) << "a cgroup made a second before is metered in a bucket of its own: "
                          << after.dump();
+}
+
+// A cgroup removed (a container gone): its bucket goes with the idle reclaim, as any idle flow's
+// does, and stats stops listing it once the tree is rescanned; a busy sibling keeps its bucket.
+TEST_F(Cgroups, ARemovedCgroupsBucketGoesWithTheIdleReclaim) {
+    daemon.reset();
+    daemon = std::make_unique<Daemon>(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        std::vector<std::string>{"--reclaim-interval", "0.5", "--flow-idle-timeout", "1"});
+    ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
+    TestCgroup kept(base + "/pod-kept");
+    auto gone = std::make_unique<TestCgroup>(base + "/pod-gone");
+    ok({"policy", "add", "pods", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "10k", "--ebs", "0",
+        "--match", "cgroup", base + "/pod-*", "--per", "cgroup"});
+    auto keys = [&] {
+        std::set<std::string> out;
+        auto f = parse_json(daemon->ctl({"-j", "flows"}))["flows"];
+        for (const auto &x : f)
+            out.insert(x["key"].get<std::string>());
+        return out;
+    };
+    const std::string kept_key = "cgroup " + kept.path, gone_key = "cgroup " + gone->path;
+    EXPECT_EQ(send_from(kept, 5, 100, 1000).exit_code, 0);
+    EXPECT_EQ(send_from(*gone, 5, 100, 1000).exit_code, 0);
+    auto before = keys();
+    EXPECT_TRUE(before.contains(kept_key) && before.contains(gone_key));
+    gone.reset(); // rmdir: its sender has exited
+    // The kept one sends every 200 ms: never idle for the timeout.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(int(4000 * time_scale()));
+    bool went = false;
+    while (!went && std::chrono::steady_clock::now() < deadline) {
+        EXPECT_EQ(send_from(kept, 1, 100, 1000).exit_code, 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        went = !keys().contains(gone_key);
+    }
+    EXPECT_TRUE(went) << "the removed cgroup's bucket is reclaimed";
+    EXPECT_TRUE(keys().contains(kept_key)) << "the busy one's is not";
+    auto cgroups = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0]["cgroups"];
+    ASSERT_EQ(cgroups.size(), 1u) << cgroups.dump();
+    EXPECT_EQ(cgroups[0]["path"], kept.path);
 }
 
 TEST_F(Cgroups, BadCgroupPoliciesAreRefusedAndChangeNothing) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // shape.cpp: see shape.hpp.
 #include "tricolor/shape.hpp"
+#include "tricolor/cgroups.hpp"
 #include "tricolor/text.hpp"
 
 #include <bpf/bpf.h>
@@ -43,10 +44,14 @@ bool is_cgroup2(const char *path) {
     return statfs(path, &st) == 0 && st.f_type == CGROUP2_SUPER_MAGIC;
 }
 
-// An open fd of the root of cgroup v2, or a negative errno.
+// An open fd of the root of cgroup v2, or a negative errno. Where --match cgroup finds it
+// (cgroups.cpp: this mount namespace's cgroup2 mount, wherever it is: /sys/fs/cgroup, or
+// /sys/fs/cgroup/unified beside v1); then where `ip netns exec`, which remounts /sys, still
+// shows it; else mounted for the moment.
 int open_cgroup_root(std::string &where) {
-    for (const char *path : {"/sys/fs/cgroup", "/proc/1/root/sys/fs/cgroup"})
-        if (is_cgroup2(path)) {
+    std::string mounted = cgroup2_mount().value_or("");
+    for (const char *path : {mounted.c_str(), "/sys/fs/cgroup", "/proc/1/root/sys/fs/cgroup"})
+        if (*path && is_cgroup2(path)) {
             where = path;
             int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             return fd >= 0 ? fd : -errno;
