@@ -5,6 +5,7 @@
 //   RESULT name=<figure> ns=<median> ratio=<to empty XDP>
 // TRICOLOR_BENCH_SCALE=1: only the figures at 2^20 flows and of classification;
 // TRICOLOR_BENCH_ONLY=flows_top: only flows --top at 2^20.
+#include "bench_meters.h"
 #include "packet.hpp"
 #include "test_util.hpp"
 #include "tricolor/datapath.hpp"
@@ -306,12 +307,15 @@ void million_flows(bench *b) {
         run_repeat(dps.back()->xdp_prog_fd(), c.v6 ? v6 : v4, 1 << 20);
     }
     run_repeat(bare_fd, v4, 1 << 20);
+    int plain_fd = bpf_program__fd(b->progs.bench_plain_meter_2e20);
+    run_repeat(plain_fd, v4, 1 << 20); // every source once: the table full, as the flows are
     for (const auto &[name, prog] : steps)
         run_repeat(bpf_program__fd(prog), v4, 1 << 20);
     std::map<std::string, std::vector<double>> ns;
     for (int round = 0; round < kRounds; ++round) {
         ns["empty_xdp"].push_back(run_repeat(empty_fd, v4));
         ns["bare_hash"].push_back(run_repeat(bare_fd, v4));
+        ns["plain_meter_2e20"].push_back(run_repeat(plain_fd, v4));
         for (const auto &[name, prog] : steps)
             ns[name].push_back(run_repeat(bpf_program__fd(prog), v4));
         for (size_t i = 0; i < std::size(cases); ++i)
@@ -336,6 +340,15 @@ void million_flows(bench *b) {
                     fmt::format("green per {} at 2^20", cases[i].name).c_str(), m, m / bare, flows);
         std::printf("RESULT name=per_%s_2e20 ns=%.1f ratio_to_bare=%.2f flows=%zu target=1.5\n",
                     cases[i].name, m, m / bare, flows);
+    }
+    // The hot path's goal (docs/datapath.md, "Against a plain meter"): each per-key figure at
+    // most the plain eBPF meter over 2^20 sources in the same order.
+    double plain = median(ns["plain_meter_2e20"]);
+    std::printf("%-30s %10.1f %10.2f\n", "plain eBPF meter at 2^20", plain, plain / bare);
+    for (const auto &c : cases) {
+        double m = median(ns[c.name]);
+        std::printf("RESULT name=per_%s_2e20_vs_plain_meter ratio=%.2f plain_ns=%.1f target=1.0\n",
+                    c.name, m / plain, plain);
     }
     std::printf("\n");
 }
@@ -481,6 +494,16 @@ int main() {
     }
     int empty_fd = bpf_program__fd(baseline->progs.bench_empty);
     int clock_fd = bpf_program__fd(baseline->progs.bench_clock);
+    int plain_fd = bpf_program__fd(baseline->progs.bench_plain_meter);
+    int floor_fd = bpf_program__fd(baseline->progs.bench_floor_meter);
+    {
+        // The floor meter's one bucket: 1 byte per ns, 1 MB, full (bench.bpf.c's units).
+        floor_meter f{};
+        f.rate = 1ull << 32;
+        f.size = f.tokens = 1000000ull << 32;
+        uint32_t zero = 0;
+        bpf_map_update_elem(bpf_map__fd(baseline->maps.floor_meters), &zero, &f, BPF_ANY);
+    }
     auto small = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
     auto big = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(1500).build();
     if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
@@ -549,6 +572,8 @@ int main() {
     for (int round = 0; round < kRounds; ++round) {
         ns["empty_xdp"].push_back(run_repeat(empty_fd, frame));
         ns["clock_only"].push_back(run_repeat(clock_fd, frame));
+        ns["plain_meter_aggregate"].push_back(run_repeat(plain_fd, frame));
+        ns["floor_meter"].push_back(run_repeat(floor_fd, frame));
         ns["parse_only"].push_back(run_repeat(none.xdp_prog_fd(), frame));
         ns["green_aggregate_xdp"].push_back(run_repeat(agg.xdp_prog_fd(), frame));
         ns["green_aggregate_tc"].push_back(run_repeat(agg.tc_prog_fd(), frame));
@@ -564,10 +589,10 @@ int main() {
     double base = median(ns["empty_xdp"]);
     std::printf("%-30s %10s %10s\n", "figure (median of 7)", "ns/packet", "x empty");
     for (const char *name :
-         {"empty_xdp", "clock_only", "parse_only", "green_aggregate_xdp",
-          "green_aggregate_xdp_aqm_ecn", "green_aggregate_tc", "green_per_src_1_flow",
-          "green_per_src_1M_flows", "green_chain_2_levels", "green_chain_3_levels",
-          "green_chain_4_levels"}) {
+         {"empty_xdp", "clock_only", "plain_meter_aggregate", "floor_meter", "parse_only",
+          "green_aggregate_xdp", "green_aggregate_xdp_aqm_ecn", "green_aggregate_tc",
+          "green_per_src_1_flow", "green_per_src_1M_flows", "green_chain_2_levels",
+          "green_chain_3_levels", "green_chain_4_levels"}) {
         double m = median(ns[name]);
         std::printf("%-30s %10.1f %10.2f\n", name, m, m / base);
     }
@@ -580,6 +605,14 @@ int main() {
         double m = median(v);
         std::printf("RESULT name=%s ns=%.1f ratio=%.2f\n", name.c_str(), m, m / base);
     }
+    // The hot path's goals (docs/datapath.md, "Against a plain meter"), ratios in this run.
+    double agg_xdp = median(ns["green_aggregate_xdp"]);
+    std::printf("RESULT name=aggregate_xdp_vs_plain_meter ratio=%.2f target=1.0\n",
+                agg_xdp / median(ns["plain_meter_aggregate"]));
+    std::printf("RESULT name=aggregate_xdp_vs_floor_meter ratio=%.2f target=1.5\n",
+                agg_xdp / median(ns["floor_meter"]));
+    std::printf("RESULT name=one_flow_per_src_vs_aggregate ratio=%.2f target=1.2\n",
+                median(ns["green_per_src_1_flow"]) / agg_xdp);
     // Target: at most 10% over the same policy without --aqm.
     std::printf("RESULT name=aqm_cost_on_green ratio=%.3f target=1.10\n",
                 median(ns["green_aggregate_xdp_aqm_ecn"]) / median(ns["green_aggregate_xdp"]));
