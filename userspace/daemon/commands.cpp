@@ -100,7 +100,20 @@ json Daemon::handle(const json &r, const Peer &peer) {
 // The handlers read their fields as the table has already checked them: present where
 // required, of the kind it names.
 
+namespace {
+
+// attach and detach name an interface or a pattern: the table cannot say "one of two".
+json need_iface_or_pattern(const char *cmd) {
+    return error(fmt::format("{}: the request needs \"iface\" (a non-empty string) or "
+                             "\"match_ifname\" (a glob)",
+                             cmd));
+}
+
+} // namespace
+
 json Daemon::cmd_attach(const json &r) {
+    if (!r.contains("iface") && !r.contains("match_ifname"))
+        return need_iface_or_pattern("attach");
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
@@ -129,6 +142,8 @@ json Daemon::cmd_attach(const json &r) {
 }
 
 json Daemon::cmd_detach(const json &r) {
+    if (!r.contains("iface") && !r.contains("match_ifname"))
+        return need_iface_or_pattern("detach");
     auto a = attachment_from(r);
     if (!a)
         return error(a.error());
