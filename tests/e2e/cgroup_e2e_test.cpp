@@ -198,6 +198,45 @@ TEST_F(Cgroups, WhatOneCgroupReceivesIsHeldToItsBound) {
     EXPECT_EQ(std::stoull(m[1]), gp) << "the server got exactly the green";
 }
 
+// --aqm ecn on ingress to a cgroup's sockets: TCP from the namespace (it asks for ECN) to a
+// server in the cgroup. The cgroup_skb program marks CE (bpf_skb_ecn_set_ce) where the law
+// signals, rather than dropping an ECN-capable packet. What it buys (the retransmits a hard policer
+// causes) is tests/bench/cgroup_tcp_bench.sh's to measure, at a round trip where it shows.
+TEST_F(Cgroups, TcpIntoACgroupWithAqmEcnIsSignalledByMarks) {
+    if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
+        GTEST_SKIP() << "iperf3 is not installed";
+    TestCgroup srv(base + "/server");
+    const std::string pid_file = fmt::format("/tmp/tricolor-e2e-cgecn-{}.pid", getpid());
+    ASSERT_EQ(run_command({"/bin/sh", "-c",
+                           fmt::format("echo $$ > {}/cgroup.procs && exec /usr/bin/iperf3 -s -B {} "
+                                       "-p 5302 -D --pidfile {}",
+                                       srv.dir, lab->host_v4, pid_file)})
+                  .exit_code,
+              0);
+    lab->in_ns({"/sbin/sysctl", "-qw", "net.ipv4.tcp_ecn=1"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(300 * time_scale())));
+    ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "64k", "--ebs", "0",
+        "--match", "cgroup", base + "/server", "--direction", "ingress", "--aqm", "ecn"});
+    auto r = lab->in_ns(
+        {"/usr/bin/iperf3", "-C", "cubic", "-c", lab->host_v4, "-p", "5302", "-t", "2", "-J"});
+    run_command({"/bin/sh", "-c", "kill $(cat " + pid_file + ")"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    double got = parse_json(r)["end"]["sum_received"]["bits_per_second"].get<double>();
+    auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
+    std::cout << fmt::format("[ cgroups ] TCP into a cgroup, --aqm ecn: {:.2f} Mbit/s, {} marked, "
+                             "{} red\n",
+                             got / 1e6, p["aqm"]["marked"]["packets"].get<uint64_t>(),
+                             p["red"]["packets"].get<uint64_t>());
+    EXPECT_GT(p["green"]["packets"].get<uint64_t>(), 0u);
+    EXPECT_GT(p["aqm"]["marked"]["packets"].get<uint64_t>(), 0u) << p.dump();
+    // Linux sends a retransmission without ECT (RFC 3168): a signal that falls on one is an early
+    // drop. Most signals fall on new data, which is ECN-capable.
+    EXPECT_GT(p["aqm"]["marked"]["packets"].get<uint64_t>(),
+              p["aqm"]["dropped"]["packets"].get<uint64_t>())
+        << p.dump();
+    EXPECT_GT(got, 0.0);
+}
+
 // The ingress program is attached through a pinned link, as the tc links are: it polices on
 // while the daemon is down, and a new daemon swaps its own program in.
 TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
