@@ -270,8 +270,8 @@ std::string cgroup_pattern_problem(std::string_view t) {
             return fmt::format("'{}' has a control character", t);
         // Globs that can never match a cgroup: fnmatch would read an unclosed '[' as a literal
         // one, and a name is at most NAME_MAX bytes.
-        if (auto open = part.find('['); open != std::string_view::npos &&
-                                        part.find(']', open + 2) == std::string_view::npos)
+        if (auto open = part.find('[');
+            open != std::string_view::npos && part.find(']', open + 2) == std::string_view::npos)
             return fmt::format("'{}': '{}' has a '[' without its ']' (a glob that can never "
                                "match)",
                                t, part);
