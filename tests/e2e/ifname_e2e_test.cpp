@@ -137,6 +137,18 @@ TEST_F(InterfacePatterns, AVethMadeLaterIsPolicedWithinASecondAndLetGoWhenDelete
     EXPECT_GE(seconds_until(c2.host_if, true), 0);
     EXPECT_EQ(metered_from(c2), 100u);
 
+    // A SIGHUP with the pattern in the config (the state, as the user would keep it) keeps what
+    // the pattern attached: nothing detached, still metered.
+    daemon->settle_state();
+    write_file(daemon->config(), read_file(daemon->state()));
+    daemon->hup();
+    for (int i = 0; i < 100 && daemon->log().find("reloaded ") == std::string::npos; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_THAT(daemon->log(), HasSubstr("reloaded "));
+    EXPECT_THAT(daemon->log(), ::testing::Not(HasSubstr("detached " + c2.host_if)));
+    EXPECT_GE(seconds_until(c2.host_if, true), 0);
+    EXPECT_EQ(metered_from(c2), 100u);
+
     // Detach the pattern: its interfaces go with it, and traffic is no longer metered.
     ok({"detach", "--match-ifname", pattern(), "--hook", "tc", "--direction", "ingress"});
     EXPECT_TRUE(status()["patterns"].empty());

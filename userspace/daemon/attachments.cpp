@@ -23,6 +23,11 @@ bool same_hook(const AttachmentSpec &a, const AttachmentSpec &b) {
            a.direction == b.direction;
 }
 
+bool made_by(const AttachmentSpec &a, const AttachmentSpec &pattern) {
+    return !a.by.empty() && a.by == pattern.match_ifname && a.hook == pattern.hook &&
+           a.direction == pattern.direction;
+}
+
 std::string hook_text(const AttachmentSpec &a) {
     std::string name = a.match_ifname.empty() ? a.iface : "'" + a.match_ifname + "'";
     return a.hook == Hook::xdp ? fmt::format("{} xdp", name)
@@ -212,9 +217,8 @@ bool Daemon::expand_patterns(const std::vector<AttachmentSpec> &patterns,
     std::erase_if(have, [&](const AttachmentSpec &a) {
         if (a.by.empty())
             return false;
-        bool wanted = std::ranges::any_of(patterns, [&](const AttachmentSpec &p) {
-            return p.match_ifname == a.by && p.hook == a.hook && p.direction == a.direction;
-        });
+        bool wanted =
+            std::ranges::any_of(patterns, [&](const AttachmentSpec &p) { return made_by(a, p); });
         auto idx = interface_index(a.iface);
         if (wanted && idx && *idx == a.ifindex)
             return false;
@@ -254,8 +258,8 @@ std::vector<std::string> Daemon::follow_interfaces() {
     std::lock_guard lock(mu_);
     std::vector<std::string> said;
     auto now = std::chrono::steady_clock::now();
-    if (patterns_.empty() &&
-        std::ranges::none_of(attachments_, [](auto &a) { return !a.by.empty(); }))
+    // Every attachment a pattern made goes with its pattern (cmd_attach_pattern, reload).
+    if (patterns_.empty())
         return said;
     if (now - interfaces_scanned_ < std::chrono::milliseconds(250))
         return said;
@@ -265,9 +269,6 @@ std::vector<std::string> Daemon::follow_interfaces() {
     if (expand_patterns(patterns_, next, failed)) {
         attachments_ = std::move(next);
         dp_->set_shape_ifaces(egress_ifindexes(attachments_));
-        for (const auto &a : attachments_)
-            if (!a.by.empty())
-                interface_failures_.erase(fmt::format("{}", hook_text(a)));
     }
     // A failure is said once, until it stops.
     std::set<std::string> now_failing;
@@ -298,7 +299,7 @@ json Daemon::cmd_attach_pattern(AttachmentSpec a, bool attach) {
     patterns_ = std::move(next_patterns);
     json covered = json::array();
     for (const auto &x : next)
-        if (x.by == a.match_ifname && x.hook == a.hook && x.direction == a.direction)
+        if (made_by(x, a))
             covered.push_back(x.iface);
     json out = {{"interfaces", covered}};
     if (!failed.empty())

@@ -386,7 +386,7 @@ json Daemon::cmd_status(const json &) {
         json j = attachment_json(p);
         j["interfaces"] = json::array();
         for (const auto &a : attachments_)
-            if (a.by == p.match_ifname && a.hook == p.hook && a.direction == p.direction)
+            if (made_by(a, p))
                 j["interfaces"].push_back(a.iface);
         patterns.push_back(j);
     }

@@ -76,6 +76,8 @@ void replay_journal(Doc &doc, const std::vector<json> &records);
 // ---- attachments.cpp: hooks ----
 
 bool same_hook(const AttachmentSpec &a, const AttachmentSpec &b);
+// Whether attachment @a was made by the attach --match-ifname pattern @pattern.
+bool made_by(const AttachmentSpec &a, const AttachmentSpec &pattern);
 std::string hook_text(const AttachmentSpec &a); // "eth0 xdp", "eth0 tc egress"
 HookState query_hook(const AttachmentSpec &a, int ifindex);
 std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attachments);

@@ -248,12 +248,8 @@ Result<void> Daemon::reload() {
         undo();
         return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
     }
-    // What a pattern the config keeps attached stays: expand_patterns lets go of the rest.
-    for (const auto &a : attachments_)
-        if (!a.by.empty() && !std::ranges::any_of(*attached, [&](const AttachmentSpec &d) {
-                return same_hook(d, a);
-            }))
-            attached->push_back(a);
+    // The config's patterns attach again what they name, as attach_for_reload does for the
+    // interfaces it names (over the same program: no gap), so detach_unlisted keeps them.
     {
         std::vector<std::string> failed;
         expand_patterns(doc.patterns, *attached, failed);
