@@ -28,7 +28,10 @@ DIR=/run/tricolor-cgtbench
 export TRICOLOR_SOCKET="$DIR/tricolor.sock"
 ctl="$BUILD_DIR/tools/tricolorctl"
 A="ip netns exec cgtb-a"
-CG_MOUNT=$(awk '$9 == "cgroup2" && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+# The cgroup2 mount of the whole hierarchy (ROOT /); the filesystem type follows the " - "
+# separator, after a varying number of optional fields.
+CG_MOUNT=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2" && $4 == "/")
+    { print $5; exit } break } }' /proc/self/mountinfo)
 [ -n "$CG_MOUNT" ] || { echo "cgroup_tcp_bench: no cgroup2 mount" >&2; exit 1; }
 CG_BASE="tricolor-cgtbench-$$"
 CG="$CG_MOUNT/$CG_BASE"
