@@ -19,10 +19,17 @@ enum tcm_color {
     TCM_NR_COLORS = 3,
 };
 
+/* The meter algorithms: X(ENUM, name, value). The values are stored in pinned maps and must not
+ * change; user space's table of algorithms (userspace/src/meter.cpp) holds the rest of each. */
+#define TCM_ALGOS(X)                                                                               \
+    X(SRTCM, srtcm, 0)     /* RFC 2697: C at CIR, overflow into E */                               \
+    X(TRTCM, trtcm, 1)     /* RFC 2698: P at PIR, C at CIR */                                      \
+    X(RFC4115, rfc4115, 2) /* RFC 4115: C at CIR, E at EIR, uncoupled */
+
 enum tcm_algo {
-    TCM_ALGO_SRTCM = 0,   /* RFC 2697: C at CIR, overflow into E */
-    TCM_ALGO_TRTCM = 1,   /* RFC 2698: P at PIR, C at CIR */
-    TCM_ALGO_RFC4115 = 2, /* RFC 4115: C at CIR, E at EIR, uncoupled */
+#define TCM_ALGO_ENUM(upper, lower, value) TCM_ALGO_##upper = value,
+    TCM_ALGOS(TCM_ALGO_ENUM)
+#undef TCM_ALGO_ENUM
 };
 
 /* tcm_meter_config.flags */

@@ -53,10 +53,7 @@ class HierDatapathTest : public test::DatapathFixture {
 
 Policy level(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t cbs,
              uint64_t second_rate, uint64_t second_size, tcm_per per, std::string parent = "") {
-    Policy p;
-    p.id = id;
-    p.name = std::move(name);
-    p.meter = test::meter_params(algo, cir, cbs, second_rate, second_size);
+    Policy p = test::policy(id, std::move(name), algo, cir, cbs, second_size, second_rate);
     p.per = per;
     p.parent = std::move(parent);
     return p;
@@ -148,14 +145,15 @@ TEST_F(HierDatapathTest, AParentsRedLeavesTheChildsTokensUntouched) {
 // from below, a colour never improves, and the result is the reference's.
 TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
     uint32_t id = 10;
-    for (Algo child : {Algo::srtcm, Algo::trtcm, Algo::rfc4115})
-        for (Algo parent : {Algo::srtcm, Algo::trtcm, Algo::rfc4115})
+    for (const AlgoInfo &c : algorithms())
+        for (const AlgoInfo &p : algorithms())
             for (bool aware : {false, true}) {
+                const Algo child = c.algo, parent = p.algo;
                 SCOPED_TRACE(fmt::format("{} under {}, {}", to_string(child), to_string(parent),
                                          aware ? "aware" : "blind"));
                 auto mk = [&](uint32_t i, const char *name, Algo a, uint64_t rate, tcm_per per,
                               std::string par) {
-                    uint64_t second = a == Algo::trtcm ? rate * 2 : rate;
+                    uint64_t second = info(a).second == SecondBucket::peak ? rate * 2 : rate;
                     return level(i, name, a, rate, 3000, second, 3000, per, std::move(par));
                 };
                 std::vector<Policy> set = {
@@ -173,10 +171,8 @@ TEST_F(HierDatapathTest, EveryAlgorithmPairBlindAndAware) {
                     l.algo = m.algo;
                     l.cir = m.cir;
                     l.cbs = m.cbs;
-                    l.second_rate = m.algo == Algo::trtcm     ? *m.pir
-                                    : m.algo == Algo::rfc4115 ? m.eir.value_or(0)
-                                                              : 0;
-                    l.second_size = m.algo == Algo::trtcm ? *m.pbs : m.ebs.value_or(0);
+                    l.second_rate = second_rate(m);
+                    l.second_size = second_size(m);
                     l.aware = m.color_aware;
                     l.per = set[i].per;
                     ref_levels.push_back(l);

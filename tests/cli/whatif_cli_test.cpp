@@ -93,7 +93,7 @@ TEST_F(WhatIfCli, PlotAndSuggest) {
     auto t = whatif({"whatif", pcap_, "-f", kBase + ".yaml", "--suggest", "cbs", "--red-at-most",
                      "2%", "--policy", "link"});
     EXPECT_EQ(t.exit_code, 2);
-    EXPECT_THAT(t.err, HasSubstr("is trTCM: its red is set by PIR and PBS"));
+    EXPECT_THAT(t.err, HasSubstr("is trtcm: its red is set by PIR and PBS"));
     std::ofstream(path("one.yaml")) << "policies:\n  - {name: all, algo: srtcm, cir: 3mbit, "
                                        "cbs: 2k, ebs: 0, match: {proto: udp}}\n";
     auto s = whatif(

@@ -202,7 +202,7 @@ inline RandomCase random_case(std::mt19937_64 &rng, size_t packets, int levels =
         Policy p;
         p.id = static_cast<uint32_t>(i);
         p.name = "l" + std::to_string(i);
-        l.algo = static_cast<Algo>(pick(0, 2));
+        l.algo = algorithms()[pick(0, algorithms().size() - 1)].algo;
         // Around 10..400 kB/s and bursts of 1.5..30 kB against ~600-byte packets every
         // ~2 ms from a few flows: every colour turns up at every level.
         l.cir = pick(80000, 3200000);

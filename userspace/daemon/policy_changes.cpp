@@ -123,11 +123,6 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
                         });
         for (const auto &w : validate(p->meter).warnings)
             warnings->push_back(fmt::format("policy '{}': {}", name, w));
-        if (p->meter.algo == Algo::rfc4115 && !spec.contains("eir"))
-            warnings->push_back(
-                fmt::format("policy '{}': rfc4115 without --eir: EIR is 0, so E never refills and "
-                            "yellow only spends the EBS it starts with (give --eir, or use srtcm)",
-                            name));
         for (const auto &a : p->actions)
             if (xdp_only && action_is_tc_only(a.kind))
                 warnings->push_back(
@@ -339,12 +334,11 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
     // message; only a dry run needs check() on its own.
     if (dry_run)
         return dp_->check(prep->policies);
-    if (auto s = stage(state_json(specs, attachments_)); !s)
-        return s;
-    if (auto r = change_policy_set([&] { return dp_->apply(prep->policies); }); !r) {
-        unstage();
+    if (auto r =
+            staged(state_json(specs, attachments_),
+                   [&] { return change_policy_set([&] { return dp_->apply(prep->policies); }); });
+        !r)
         return r;
-    }
     policies_ = std::move(prep->entries);
     adopted_ids_.clear();
     if (auto c = commit(); !c && warnings)

@@ -272,9 +272,10 @@ json buckets_json(const Policy &p, const tcm_flow &f, uint64_t now_ns) {
         double pct = size ? 100.0 * static_cast<double>(tokens) / static_cast<double>(size) : 0;
         return json{{unit, tokens / per}, {"size", size / per}, {"percent", pct}};
     };
-    return {{"c", one(st.c_tokens, cfg.c_size)},
-            {p.meter.algo == Algo::trtcm ? "p" : "e", one(st.e_tokens, cfg.e_size)},
-            {"unit", unit}};
+    return {
+        {"c", one(st.c_tokens, cfg.c_size)},
+        {info(p.meter.algo).second == SecondBucket::peak ? "p" : "e", one(st.e_tokens, cfg.e_size)},
+        {"unit", unit}};
 }
 
 } // namespace tricolor::daemon_internal

@@ -5,6 +5,7 @@
 #include "tricolor/hier_replay.hpp"
 #include "tricolor/hierarchy.hpp"
 #include "tricolor/policy_spec.hpp"
+#include "tricolor/rules.hpp"
 #include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"
 
@@ -222,45 +223,34 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
 
 namespace {
 
-bool prefix_holds(const Prefix &pfx, bool ipv6, const std::array<uint8_t, 16> &addr) {
-    if (pfx.ipv6 != ipv6)
-        return false;
-    unsigned len = pfx.len;
-    for (unsigned b = 0; b < len; ++b) {
-        uint8_t bit = 0x80 >> (b % 8);
-        if ((pfx.addr[b / 8] & bit) != (addr[b / 8] & bit))
-            return false;
+// The packet's classifier key, as bpf/lib/parse.h fills it: a replayed frame is untagged (vlan
+// 0), comes in on no interface, and carries its colour's DSCP (dscp_of_color).
+tcm_class_key class_key_of(const FlowTracePacket &pkt) {
+    tcm_class_key k{};
+    uint32_t unused[4];
+    const uint8_t len = pkt.ipv6 ? 128 : 32;
+    store_prefix(Prefix{.ipv6 = pkt.ipv6, .addr = pkt.src, .len = len}, k.src, unused);
+    store_prefix(Prefix{.ipv6 = pkt.ipv6, .addr = pkt.dst, .len = len}, k.dst, unused);
+    k.flags = (pkt.ipv6 ? TCM_KEY_F_IPV6 : 0) | (pkt.ports ? TCM_KEY_F_PORTS : 0);
+    k.proto = pkt.proto;
+    if (pkt.ports) {
+        k.sport = pkt.sport;
+        k.dport = pkt.dport;
     }
-    return true;
+    k.dscp = dscp_of_color(pkt.color);
+    return k;
 }
 
-bool matches(const Policy &p, const FlowTracePacket &pkt) {
-    const Match &m = p.match;
-    if (p.only_parent)
-        return false;
-    if (m.src && !prefix_holds(*m.src, pkt.ipv6, pkt.src))
-        return false;
-    if (m.dst && !prefix_holds(*m.dst, pkt.ipv6, pkt.dst))
-        return false;
-    if (m.proto && *m.proto != pkt.proto)
-        return false;
-    if ((m.sport || m.dport) && !pkt.ports)
-        return false;
-    if (m.sport && (pkt.sport < m.sport->lo || pkt.sport > m.sport->hi))
-        return false;
-    if (m.dport && (pkt.dport < m.dport->lo || pkt.dport > m.dport->hi))
-        return false;
-    if (m.dscp && *m.dscp != dscp_of_color(pkt.color))
-        return false;
-    if (m.vlan && *m.vlan != 0) // replayed frames are untagged: vlan 0
-        return false;
-    if (m.ifindex)
-        return false;
+// Whether a rule takes the key: the data path's masked lookup, word by word.
+bool covers(const RuleEntry &rule, const tcm_class_key &key) {
+    uint32_t k[TCM_CLASS_KEY_WORDS], m[TCM_CLASS_KEY_WORDS], r[TCM_CLASS_KEY_WORDS];
+    std::memcpy(k, &key, sizeof(k));
+    std::memcpy(m, &rule.mask, sizeof(m));
+    std::memcpy(r, &rule.key, sizeof(r));
+    for (int i = 0; i < TCM_CLASS_KEY_WORDS; ++i)
+        if ((k[i] & m[i]) != r[i])
+            return false;
     return true;
-}
-
-unsigned specificity(const Match &m) {
-    return (m.src ? m.src->len : 0) + (m.dst ? m.dst->len : 0);
 }
 
 void mask_bits(uint8_t *addr, size_t n, unsigned bits) {
@@ -291,8 +281,12 @@ uint8_t dscp_of_color(Color color) {
 HierModelEngine::HierModelEngine(std::vector<Policy> policies) : policies_(std::move(policies)) {
     for (const auto &p : policies_)
         configs_.push_back(make_meter_config(p.meter));
-    for (const auto &p : policies_)
+    for (const auto &p : policies_) {
         ranked_.push_back(&p);
+        // Matched by the rules the data path would hold (a cgroup policy has none here: a
+        // replayed packet has no socket), so a new match field needs nothing of the model.
+        rules_.push_back(rule_entries(p, 0, 0));
+    }
     // The data path's rank (Datapath::apply): priority, then the longer prefix, then the name.
     std::ranges::sort(ranked_, [](const Policy *a, const Policy *b) {
         return std::tuple(a->priority, -static_cast<int>(specificity(a->match)), a->name) <
@@ -344,8 +338,10 @@ const tcm_meter_state *HierModelEngine::state(uint32_t policy_id,
 HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
     HierVerdict v;
     const Policy *matched = nullptr;
+    const tcm_class_key key = class_key_of(pkt);
     for (const Policy *p : ranked_)
-        if (matches(*p, pkt)) {
+        if (std::ranges::any_of(rules_[p - policies_.data()],
+                                [&](const RuleEntry &r) { return covers(r, key); })) {
             matched = p;
             break;
         }

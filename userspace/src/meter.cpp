@@ -7,18 +7,100 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <stdexcept>
+
 namespace tricolor {
 
-std::string_view to_string(Algo algo) {
-    switch (algo) {
-    case Algo::srtcm:
-        return "srtcm";
-    case Algo::trtcm:
-        return "trtcm";
-    case Algo::rfc4115:
-        return "rfc4115";
+namespace {
+
+std::string lower(std::string_view name) {
+    std::string s(name);
+    for (char &c : s)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+// "trtcm", "srtcm and rfc4115": the algorithms of which `pred` holds.
+template <class Pred>
+std::string takers(Pred pred) {
+    std::string who;
+    for (const AlgoInfo &a : algorithms())
+        if (pred(a))
+            who += fmt::format("{}{}", who.empty() ? "" : " and ", a.name);
+    return who;
+}
+
+} // namespace
+
+// The table of algorithms. A new one is a row here, its marking in bpf/lib/meter.h and its
+// number in tricolor_abi.h (docs/hacking.md).
+const std::vector<AlgoInfo> &algorithms() {
+    static const std::vector<AlgoInfo> table = {
+        {Algo::srtcm, "srtcm", "RFC 2697", SecondBucket::overflow, false},
+        {Algo::trtcm, "trtcm", "RFC 2698", SecondBucket::peak, false},
+        {Algo::rfc4115, "rfc4115", "RFC 4115", SecondBucket::excess, true},
+    };
+    return table;
+}
+
+const AlgoInfo &info(Algo algo) {
+    for (const AlgoInfo &a : algorithms())
+        if (a.algo == algo)
+            return a;
+    throw std::logic_error(fmt::format("algorithm {} is not in the table", static_cast<int>(algo)));
+}
+
+std::string algo_names(bool with_standard) {
+    std::string out;
+    const auto &t = algorithms();
+    for (size_t i = 0; i < t.size(); ++i) {
+        out += fmt::format("{}{}", i == 0 ? "" : i + 1 == t.size() ? " or " : ", ", t[i].name);
+        if (with_standard)
+            out += fmt::format(" ({})", t[i].standard);
     }
-    return "?";
+    return out;
+}
+
+std::string_view to_string(Algo algo) {
+    return info(algo).name;
+}
+
+std::string_view second_rate_name(Algo algo) {
+    switch (info(algo).second) {
+    case SecondBucket::overflow:
+        return "";
+    case SecondBucket::excess:
+        return "EIR";
+    case SecondBucket::peak:
+        return "PIR";
+    }
+    return "";
+}
+
+std::string_view second_size_name(Algo algo) {
+    return info(algo).second == SecondBucket::peak ? "PBS" : "EBS";
+}
+
+uint64_t second_rate(const MeterParams &p) {
+    switch (info(p.algo).second) {
+    case SecondBucket::overflow:
+        return 0;
+    case SecondBucket::excess:
+        return p.eir.value_or(0);
+    case SecondBucket::peak:
+        return p.pir.value_or(0);
+    }
+    return 0;
+}
+
+uint64_t second_size(const MeterParams &p) {
+    return (info(p.algo).second == SecondBucket::peak ? p.pbs : p.ebs).value_or(0);
+}
+
+bool takes(Algo algo, std::string_view key) {
+    return !key.empty() &&
+           (key == lower(second_rate_name(algo)) || key == lower(second_size_name(algo)));
 }
 
 std::string_view to_string(Color color) {
@@ -34,9 +116,9 @@ std::string_view to_string(Color color) {
 }
 
 std::optional<Algo> parse_algo(std::string_view text) {
-    for (Algo a : {Algo::srtcm, Algo::trtcm, Algo::rfc4115})
-        if (text == to_string(a))
-            return a;
+    for (const AlgoInfo &a : algorithms())
+        if (text == a.name)
+            return a.algo;
     return std::nullopt;
 }
 
@@ -84,10 +166,11 @@ class Checker {
     // Packets larger than every bucket that could pass them are always red (byte mode only).
     void warn_small(std::string_view what, uint64_t largest) {
         if (!p_.packet_mode && largest < 1500)
-            v_.warnings.push_back(fmt::format("{} is {} bytes, below a 1500-byte packet: larger "
-                                              "packets will be {}",
-                                              what, largest,
-                                              p_.algo == Algo::trtcm ? "red" : "red or yellow"));
+            v_.warnings.push_back(
+                fmt::format("{} is {} bytes, below a 1500-byte packet: larger "
+                            "packets will be {}",
+                            what, largest,
+                            info(p_.algo).second == SecondBucket::peak ? "red" : "red or yellow"));
     }
 
   private:
@@ -100,47 +183,56 @@ class Checker {
 Validation validate(const MeterParams &p) {
     Validation v;
     Checker c(p, v);
+    const AlgoInfo &algo = info(p.algo);
     c.rate_in_range("CIR", p.cir, 1);
     c.size_in_range("CBS", p.cbs, 1);
 
-    switch (p.algo) {
-    case Algo::srtcm:
-        c.absent("PIR", p.pir, "trtcm");
-        c.absent("PBS", p.pbs, "trtcm");
-        c.absent("EIR", p.eir, "rfc4115");
-        c.size_in_range("EBS", p.ebs.value_or(0), 0);
-        c.warn_small("the larger of CBS and EBS", std::max(p.cbs, p.ebs.value_or(0)));
-        break;
-    case Algo::trtcm:
-        c.absent("EBS", p.ebs, "srtcm and rfc4115");
-        c.absent("EIR", p.eir, "rfc4115");
-        c.required("PIR", p.pir);
-        c.required("PBS", p.pbs);
+    // A parameter of another algorithm's second bucket is refused, naming those that take it.
+    const std::pair<std::string_view, const std::optional<uint64_t> *> second[] = {
+        {"PIR", &p.pir}, {"PBS", &p.pbs}, {"EBS", &p.ebs}, {"EIR", &p.eir}};
+    for (const auto &[name, value] : second) {
+        const std::string key = lower(name);
+        if (!takes(p.algo, key))
+            c.absent(name, *value, takers([&](const AlgoInfo &a) { return takes(a.algo, key); }));
+    }
+
+    const std::string_view rate = second_rate_name(p.algo), size = second_size_name(p.algo);
+    switch (algo.second) {
+    case SecondBucket::peak:
+        c.required(rate, p.pir);
+        c.required(size, p.pbs);
         if (p.pir) {
-            c.rate_in_range("PIR", *p.pir, 1);
+            c.rate_in_range(rate, *p.pir, 1);
             if (*p.pir < p.cir)
-                v.errors.push_back(fmt::format("PIR {} is below CIR {}: trtcm needs PIR >= CIR",
-                                               c.rate(*p.pir), c.rate(p.cir)));
+                v.errors.push_back(fmt::format("{} {} is below CIR {}: {} needs {} >= CIR", rate,
+                                               c.rate(*p.pir), c.rate(p.cir), algo.name, rate));
         }
         if (p.pbs) {
-            c.size_in_range("PBS", *p.pbs, 1);
-            c.warn_small("PBS", *p.pbs);
+            c.size_in_range(size, *p.pbs, 1);
+            c.warn_small(size, *p.pbs);
         }
         break;
-    case Algo::rfc4115:
-        c.absent("PIR", p.pir, "trtcm");
-        c.absent("PBS", p.pbs, "trtcm");
-        c.rate_in_range("EIR", p.eir.value_or(0), 0);
-        c.size_in_range("EBS", p.ebs.value_or(0), 0);
-        if (p.eir.value_or(0) > 0 && p.ebs.value_or(0) == 0)
-            v.warnings.push_back("EIR has no effect while EBS is 0");
-        c.warn_small("the larger of CBS and EBS", std::max(p.cbs, p.ebs.value_or(0)));
+    case SecondBucket::excess:
+        c.rate_in_range(rate, p.eir.value_or(0), 0);
+        if (!p.eir)
+            v.warnings.push_back(fmt::format(
+                "{0} without --{1}: {2} is 0, so E never refills and yellow only spends the {3} it "
+                "starts with (give --{1}, or use srtcm)",
+                algo.name, "eir", rate, size));
+        else if (*p.eir > 0 && p.ebs.value_or(0) == 0)
+            v.warnings.push_back(fmt::format("{} has no effect while {} is 0", rate, size));
+        [[fallthrough]];
+    case SecondBucket::overflow:
+        c.size_in_range(size, p.ebs.value_or(0), 0);
+        c.warn_small(fmt::format("the larger of CBS and {}", size),
+                     std::max(p.cbs, p.ebs.value_or(0)));
         break;
     }
-    if (p.coupling && p.algo != Algo::rfc4115)
-        v.errors.push_back(fmt::format("coupling applies to rfc4115 only, not {} (srtcm is always "
-                                       "coupled, trtcm never)",
-                                       to_string(p.algo)));
+    if (p.coupling && !algo.coupling)
+        v.errors.push_back(
+            fmt::format("coupling applies to {} only, not {} ({}'s buckets are {} coupled)",
+                        takers([](const AlgoInfo &a) { return a.coupling; }), algo.name, algo.name,
+                        algo.second == SecondBucket::overflow ? "always" : "never"));
     return v;
 }
 
@@ -151,7 +243,7 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
     if (auto algo = parse_algo(spec.algo))
         p.algo = *algo;
     else
-        errors.push_back(fmt::format("algo '{}' is not srtcm, trtcm or rfc4115", spec.algo));
+        errors.push_back(fmt::format("algo '{}' is not {}", spec.algo, algo_names()));
     p.color_aware = spec.color_aware;
     p.packet_mode = spec.packet_mode;
     p.coupling = spec.coupling;
@@ -195,7 +287,8 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
 }
 
 uint64_t edt_recip(const tcm_meter_config &c) {
-    uint64_t rate = c.algo == TCM_ALGO_TRTCM ? c.e_rate : c.c_rate;
+    uint64_t rate =
+        info(static_cast<Algo>(c.algo)).second == SecondBucket::peak ? c.e_rate : c.c_rate;
     if (rate <= 1)
         return rate == 0 ? 0 : ~0ull;
     return static_cast<uint64_t>((static_cast<unsigned __int128>(1) << 64) / rate);
@@ -206,16 +299,9 @@ tcm_meter_config make_meter_config(const MeterParams &p) {
                      (p.packet_mode ? TCM_METER_F_PACKET_MODE : 0) |
                      (p.coupling ? TCM_METER_F_COUPLED : 0) |
                      (p.start_empty ? TCM_METER_F_START_EMPTY : 0);
-    uint64_t second_rate = 0, second_size = p.ebs.value_or(0);
-    if (p.algo == Algo::trtcm) {
-        second_rate = p.pir.value_or(0);
-        second_size = p.pbs.value_or(0);
-    } else if (p.algo == Algo::rfc4115) {
-        second_rate = p.eir.value_or(0);
-    }
     tcm_meter_config cfg{};
-    meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate,
-                      second_size);
+    meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate(p),
+                      second_size(p));
     return cfg;
 }
 

@@ -4,6 +4,7 @@
 #include "tricolor/text.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <net/if.h>
 
 #include <algorithm>
@@ -22,13 +23,20 @@ const std::vector<PolicyFlag> &policy_flags() {
             words.push_back(w.parse ? fmt::format("{}:", w.word) : std::string(w.word));
         return words;
     }();
+    static const std::string algo_help = algo_names(true);
+    static const std::vector<std::string> algos = [] {
+        std::vector<std::string> names;
+        for (const AlgoInfo &a : algorithms())
+            names.emplace_back(a.name);
+        return names;
+    }();
     static const std::vector<PolicyFlag> flags = {
         {.key = "name", .kind = Name, .help = "Policy name", .required_on_add = true},
         {.key = "algo",
          .kind = Text,
-         .help = "srtcm, trtcm or rfc4115",
+         .help = algo_help,
          .required_on_add = true,
-         .choices = {"srtcm", "trtcm", "rfc4115"},
+         .choices = algos,
          .meter = true},
         {.key = "cir",
          .kind = Text,
@@ -316,7 +324,7 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     MeterSpec m;
     m.algo = r.text(spec, "algo").value_or("");
     if (m.algo.empty())
-        r.error("algo", "missing: srtcm, trtcm or rfc4115");
+        r.error("algo", "missing: " + algo_names());
     m.cir = r.text(spec, "cir").value_or("");
     if (m.cir.empty())
         r.error("cir", "missing");
@@ -343,8 +351,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
 
     if (auto it = spec.find("match"); it != spec.end() && !it->is_null()) {
         if (!it->is_object()) {
-            r.error("match", "expected an object of src, dst, proto, sport, dport, dscp, vlan, "
-                             "iface, cgroup");
+            r.error("match",
+                    fmt::format("expected an object of {}", fmt::join(match_fields(), ", ")));
         } else {
             const json &mt = *it;
             Reader mr(errors, "match.");
@@ -402,9 +410,8 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
                 else
                     p.match.cgroup = normal_cgroup_pattern(*t);
                 // The data path finds a cgroup's policy by the socket alone (bpf/lib/classify.h).
-                for (const char *other :
-                     {"src", "dst", "proto", "sport", "dport", "dscp", "vlan", "iface"})
-                    if (mt.contains(other))
+                for (const std::string &other : match_fields())
+                    if (other != "cgroup" && mt.contains(other))
                         mr.error("cgroup", fmt::format("a cgroup match takes no other field yet "
                                                        "(this one has {}): make a policy per "
                                                        "cgroup, or match the addresses instead",
@@ -545,19 +552,11 @@ json merge_policy(json spec, const json &patch) {
     // so a policy can change algorithm in place, keeping its id and so its counters.
     if (auto it = patch.find("algo");
         it != patch.end() && it->is_string() && spec.value("algo", json()) != *it) {
-        std::string algo = *it;
-        auto belongs = [&](const std::string &key) {
-            if (key == "pir" || key == "pbs")
-                return algo == "trtcm";
-            if (key == "ebs")
-                return algo == "srtcm" || algo == "rfc4115";
-            if (key == "eir")
-                return algo == "rfc4115";
-            return true;
-        };
-        for (const char *key : {"pir", "pbs", "ebs", "eir"})
-            if (!belongs(key) && !patch.contains(key))
-                spec.erase(key);
+        // An unknown name keeps them all: to_policy refuses it, naming it.
+        if (auto algo = parse_algo(it->get<std::string>()))
+            for (const char *key : {"pir", "pbs", "ebs", "eir"})
+                if (!takes(*algo, key) && !patch.contains(key))
+                    spec.erase(key);
     }
     for (const auto &[key, value] : patch.items()) {
         if (value.is_null())

@@ -383,11 +383,13 @@ Result<WhatIfSuggestion> suggest_whatif(const std::vector<Policy> &policies,
     const bool peak = what == "pbs" || what == "pir";
     if (what != "cbs" && what != "cir" && !peak)
         return std::unexpected(fmt::format("--suggest takes cbs, cir, pbs or pir, not '{}'", what));
-    // trTCM colours red by the peak bucket alone: its CBS and CIR only split green from yellow.
-    if (it->meter.algo == Algo::trtcm && !peak)
-        return std::unexpected(fmt::format(
-            "policy '{}' is trTCM: its red is set by PIR and PBS (--suggest pir or pbs)", name));
-    if (it->meter.algo != Algo::trtcm && peak)
+    // A peak bucket alone colours red: CBS and CIR then only split green from yellow.
+    const bool has_peak = info(it->meter.algo).second == SecondBucket::peak;
+    if (has_peak && !peak)
+        return std::unexpected(
+            fmt::format("policy '{}' is {}: its red is set by PIR and PBS (--suggest pir or pbs)",
+                        name, to_string(it->meter.algo)));
+    if (!has_peak && peak)
         return std::unexpected(
             fmt::format("policy '{}' is {}: it has no PIR or PBS (--suggest cir or cbs)", name,
                         to_string(it->meter.algo)));

@@ -114,10 +114,14 @@ std::string whatif_svg(const WhatIfResult &r, const std::vector<Policy> &policie
         std::vector<std::pair<std::string, double>> lines;
         if (!packets) {
             lines.emplace_back("CIR", static_cast<double>(m.cir));
-            if (m.algo == Algo::trtcm && m.pir)
-                lines.emplace_back("PIR", static_cast<double>(*m.pir));
-            if (m.algo == Algo::rfc4115 && m.eir.value_or(0))
-                lines.emplace_back("CIR+EIR", static_cast<double>(m.cir + *m.eir));
+            // What passes short of red: a peak rate is that whole, an excess rate adds to CIR.
+            const std::string rate(second_rate_name(m.algo));
+            if (const uint64_t r = second_rate(m); r > 0) {
+                if (info(m.algo).second == SecondBucket::peak)
+                    lines.emplace_back(rate, static_cast<double>(r));
+                else
+                    lines.emplace_back("CIR+" + rate, static_cast<double>(m.cir + r));
+            }
         }
         for (auto &[n, v] : lines)
             max_bps = std::max(max_bps, v);
@@ -184,8 +188,8 @@ std::string whatif_svg(const WhatIfResult &r, const std::vector<Policy> &policie
         // Bucket levels: the lowest in each bin, against the bucket sizes.
         const double ly0 = y0 + kGap + kLevelH;
         const uint64_t c_size = m.cbs;
-        const uint64_t e_size = m.algo == Algo::trtcm ? m.pbs.value_or(0) : m.ebs.value_or(0);
-        const char *e_name = m.algo == Algo::trtcm ? "P" : "E";
+        const uint64_t e_size = second_size(m);
+        const char *e_name = info(m.algo).second == SecondBucket::peak ? "P" : "E";
         if (!w.levels) {
             fmt::format_to(std::back_inserter(o),
                            "<text x=\"{}\" y=\"{}\">bucket levels: a pair for each flow, not "

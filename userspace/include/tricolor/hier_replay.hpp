@@ -7,6 +7,7 @@
 
 #include "tricolor/datapath.hpp"
 #include "tricolor/meter.hpp"
+#include "tricolor/rules.hpp"
 #include "tricolor/units.hpp"
 
 #include <array>
@@ -76,6 +77,7 @@ class HierModelEngine final : public HierEngine {
     std::vector<Policy> policies_;
     std::vector<tcm_meter_config> configs_;
     std::vector<const Policy *> ranked_;
+    std::vector<std::vector<RuleEntry>> rules_; // by the policy's index in policies_
     std::map<std::pair<uint32_t, Key>, Bucket> buckets_;
 };
 

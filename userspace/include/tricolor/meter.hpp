@@ -19,15 +19,36 @@ extern "C" {
 namespace tricolor {
 
 enum class Algo : uint32_t {
-    srtcm = TCM_ALGO_SRTCM,
-    trtcm = TCM_ALGO_TRTCM,
-    rfc4115 = TCM_ALGO_RFC4115,
+#define TRICOLOR_ALGO_ENUM(upper, lower, value) lower = TCM_ALGO_##upper,
+    TCM_ALGOS(TRICOLOR_ALGO_ENUM)
+#undef TRICOLOR_ALGO_ENUM
 };
 enum class Color : uint32_t {
     green = TCM_GREEN,
     yellow = TCM_YELLOW,
     red = TCM_RED,
 };
+
+// What an algorithm's second bucket is; the rest of the code asks this, not the algorithm.
+enum class SecondBucket {
+    overflow, // E of EBS, filled by what overflows C (srtcm)
+    excess,   // E of EBS at EIR, a rate beside CIR (rfc4115)
+    peak,     // P of PBS at PIR >= CIR: every packet takes from it, so it alone sets red (trtcm)
+};
+
+// One row of the table of algorithms (meter.cpp): every choice user space makes by algorithm
+// reads it. The marking itself is bpf/lib/meter.h's.
+struct AlgoInfo {
+    Algo algo;
+    std::string_view name;     // as --algo takes it
+    std::string_view standard; // where it is defined, for --help and the man page
+    SecondBucket second;
+    bool coupling; // takes --coupling (MEF 10.3's coupling flag)
+};
+const std::vector<AlgoInfo> &algorithms();
+const AlgoInfo &info(Algo algo);
+// "srtcm, trtcm or rfc4115"; with_standard: "srtcm (RFC 2697), ..."
+std::string algo_names(bool with_standard = false);
 
 std::string_view to_string(Algo algo);
 std::string_view to_string(Color color);
@@ -57,6 +78,15 @@ struct Validation {
     std::vector<std::string> warnings; // legal but probably not meant
     bool ok() const { return errors.empty(); }
 };
+
+// The second bucket's parameters, by their names ("PIR", "PBS"; "EIR", "EBS"; srtcm's E has no
+// rate: ""), and their values (0 when not given).
+std::string_view second_rate_name(Algo algo);
+std::string_view second_size_name(Algo algo);
+uint64_t second_rate(const MeterParams &params);
+uint64_t second_size(const MeterParams &params);
+// Whether an algorithm takes a parameter of a second bucket, by its spec key ("pir", "ebs").
+bool takes(Algo algo, std::string_view key);
 
 // The one validation every entry point (CLI, config file, control socket) goes through.
 Validation validate(const MeterParams &params);
