@@ -46,14 +46,8 @@ double run_repeat(int prog_fd, const std::vector<uint8_t> &frame, int repeat = k
 }
 
 Policy always_green(uint32_t id, tcm_per per) {
-    Policy p;
-    p.id = id;
-    p.name = "bench" + std::to_string(id);
-    p.meter.algo = Algo::trtcm;
-    p.meter.cir = TCM_METER_MAX_RATE;
-    p.meter.cbs = TCM_METER_MAX_SIZE;
-    p.meter.pir = TCM_METER_MAX_RATE;
-    p.meter.pbs = TCM_METER_MAX_SIZE;
+    Policy p = test::policy(id, "bench" + std::to_string(id), Algo::trtcm, TCM_METER_MAX_RATE,
+                            TCM_METER_MAX_SIZE, TCM_METER_MAX_SIZE, TCM_METER_MAX_RATE);
     p.per = per;
     p.match.dst = parse_prefix("198.18.0.0/15").value();
     return p;

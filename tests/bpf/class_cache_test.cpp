@@ -3,6 +3,7 @@
 // with many match shapes a packet's policy comes from the cache, and a policy change never
 // serves the old set: not after one switch, not when the set index comes back, not when the
 // version wraps after 2^32 switches.
+#include "datapath_fixture.hpp"
 #include "packet.hpp"
 #include "test_util.hpp"
 #include "tricolor/datapath.hpp"
@@ -38,37 +39,21 @@ std::vector<Policy> with_shapes(int fillers) {
 }
 
 Policy named(uint32_t id, const char *name, const char *src, uint32_t priority) {
-    Policy p;
-    p.id = id;
-    p.name = name;
-    p.meter = test::meter_params(Algo::srtcm, 8000000, 3000, 8000000, 3000);
+    Policy p = test::policy(id, name);
     p.match.src = parse_prefix(src).value();
     p.priority = priority;
     return p;
 }
 
-class ClassCacheTest : public ::testing::Test {
+class ClassCacheTest : public test::DatapathFixture {
   protected:
-    void SetUp() override {
-        TRICOLOR_REQUIRE_ROOT();
-        quiet_libbpf_logging();
-        DatapathOptions o;
-        o.testing = true;
-        o.flow_capacity = 1024;
-        dp = std::make_unique<Datapath>(o);
-        dp->set_clock(1000000000);
-    }
-    void apply(std::vector<Policy> ps) {
-        auto r = dp->apply(ps);
-        ASSERT_TRUE(r.has_value()) << r.error();
-    }
+    uint32_t flow_capacity() const override { return 1024; }
     // The id of the policy the packet from @src fell under, or -1.
     int64_t policy_of(const char *src) {
         dp->run_xdp(Packet().ipv4(src, "198.19.0.2").udp(1000, 2000).payload(100).build());
         auto v = dp->last_verdict();
         return v.policy_id ? int64_t(*v.policy_id) : -1;
     }
-    std::unique_ptr<Datapath> dp;
 };
 
 // Two policies matching the same packet, in two sets that rank them the other way round.

@@ -22,15 +22,7 @@ constexpr uint64_t kCbs = 3000;                       // bytes
 constexpr uint64_t kCbsTok = kCbs * TCM_TOKENS_PER_BYTE;
 
 Policy fleet_policy(Algo algo = Algo::rfc4115, uint64_t ebs = 0) {
-    Policy p;
-    p.id = 7;
-    p.name = "fleet";
-    p.meter.algo = algo;
-    p.meter.cir = 8000000;
-    p.meter.cbs = kCbs;
-    p.meter.ebs = ebs;
-    if (algo == Algo::rfc4115)
-        p.meter.eir = 0;
+    Policy p = test::policy(7, "fleet", algo, 8000000, kCbs, ebs, 0);
     p.fleet = true;
     return p;
 }

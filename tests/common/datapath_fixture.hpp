@@ -3,8 +3,8 @@
 // BPF_PROG_TEST_RUN (datapath_*, aqm, fleet, hierarchy, flow_top): a real Datapath in testing
 // mode (its own maps, the test clock at 1 s) for each test, root required. The suites differ in
 // the flow table's size and (flow_top) the heavy hitters' sizes, which they override. Beside
-// it, what the datapath_* files share: a policy with the meter they mostly want, prefixes, a
-// UDP packet.
+// it, what the datapath_* files share: prefixes, a UDP packet (their policies are
+// test::policy's).
 #pragma once
 
 #include "packet.hpp"
@@ -55,17 +55,6 @@ class DatapathFixture : public ::testing::Test {
 
 // The datapath_* suites' fixture: the shared one with its default table (8192 flows).
 using DatapathTest = DatapathFixture;
-
-// Policy @id named @name, matching everything: @algo at @cir bit/s with a @cbs-byte committed
-// bucket and a second bucket (test::meter_params) of @second bytes, trtcm's at twice @cir.
-inline Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t cir = 8000000,
-                     uint64_t cbs = 3000, uint64_t second = 3000) {
-    Policy p;
-    p.id = id;
-    p.name = std::move(name);
-    p.meter = meter_params(algo, cir, cbs, algo == Algo::trtcm ? cir * 2 : cir, second);
-    return p;
-}
 
 inline Prefix prefix(const char *text) {
     return parse_prefix(text).value();

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -117,14 +118,23 @@ MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_
     p.algo = algo;
     p.cir = cir;
     p.cbs = cbs;
-    if (algo == Algo::trtcm) {
-        p.pir = second_rate;
-        p.pbs = second_size;
-    } else {
-        p.ebs = second_size;
-        if (algo == Algo::rfc4115)
-            p.eir = second_rate;
-    }
+    // Each of the algorithm's second-bucket parameters, as the table of algorithms has them.
+    for (auto [key, field, value] : {std::tuple{"pir", &MeterParams::pir, second_rate},
+                                     {"pbs", &MeterParams::pbs, second_size},
+                                     {"ebs", &MeterParams::ebs, second_size},
+                                     {"eir", &MeterParams::eir, second_rate}})
+        if (takes(algo, key))
+            p.*field = value;
+    return p;
+}
+
+Policy policy(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t cbs, uint64_t second,
+              std::optional<uint64_t> second_rate) {
+    Policy p;
+    p.id = id;
+    p.name = std::move(name);
+    const bool peak = info(algo).second == SecondBucket::peak;
+    p.meter = meter_params(algo, cir, cbs, second_rate.value_or(peak ? cir * 2 : cir), second);
     return p;
 }
 

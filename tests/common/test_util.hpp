@@ -4,10 +4,12 @@
 #pragma once
 
 #include "tricolor/meter.hpp"
+#include "tricolor/policy.hpp"
 #include "tricolor/replay.hpp"
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include <cstdint>
 #include <string>
@@ -39,6 +41,14 @@ replay_vector(const Vector &v,
 // rfc4115 E (EIR @second_rate, EBS @second_size), srtcm E (EBS @second_size; the rate is CIR's).
 MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_rate,
                          uint64_t second_size);
+
+// The tests' one policy builder: @id named @name, matching everything with one aggregate bucket;
+// @algo at @cir bit/s with a @cbs-byte committed bucket and a second bucket of @second bytes
+// (meter_params) at @second_rate, by default twice CIR for a peak bucket and CIR for another.
+// A test sets what else it needs on the result.
+Policy policy(uint32_t id, std::string name, Algo algo = Algo::srtcm, uint64_t cir = 8000000,
+              uint64_t cbs = 3000, uint64_t second = 3000,
+              std::optional<uint64_t> second_rate = std::nullopt);
 
 struct RunResult {
     int exit_code = -1;

@@ -64,6 +64,7 @@ struct Sample {
     uint64_t green;             // fleet total
 };
 
+// Several hosts against one Redis, each its own lab and daemon: not DaemonLabTest's one of each.
 class Fleet : public ::testing::Test {
   protected:
     void SetUp() override {

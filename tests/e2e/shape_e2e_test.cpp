@@ -141,20 +141,19 @@ json policy_stats(const Daemon &d, const std::string &name) {
     return json::parse(d.ctl({"-j", "stats", name}).out)["policies"][0];
 }
 
-class Shape : public ::testing::Test {
+class Shape : public DaemonLabTest {
   protected:
-    Lab lab;
-    Daemon d{"shape"};
-
     void SetUp() override {
-        ASSERT_EQ(d.ctl({"attach", lab.host_if, "--hook", "tc", "--direction", "egress"}).exit_code,
+        DaemonLabTest::SetUp();
+        ASSERT_EQ(daemon->ctl({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"})
+                      .exit_code,
                   0);
     }
 
     // An iperf3 server in the lab's namespace, killed when the test ends: after a failed
     // assertion too, so that the next case finds its port free.
     void start_iperf_server() {
-        auto server = lab.in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", kIperfPid});
+        auto server = lab->in_ns({"/usr/bin/iperf3", "-s", "-D", "--pidfile", kIperfPid});
         ASSERT_EQ(server.exit_code, 0) << server.err;
         iperf_server_ = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(int(300 * time_scale())));
@@ -162,6 +161,7 @@ class Shape : public ::testing::Test {
     void TearDown() override {
         if (iperf_server_)
             run_command({"/bin/sh", "-c", std::string("kill $(cat ") + kIperfPid + ")"});
+        DaemonLabTest::TearDown();
     }
     static constexpr const char *kIperfPid = "/tmp/tricolor-e2e-shape-iperf3.pid";
     bool iperf_server_ = false;
@@ -169,8 +169,9 @@ class Shape : public ::testing::Test {
     // A srtcm policy on the lab's address with --shape sockets.
     void add_sockets_policy(const std::string &name, const std::string &cir,
                             const std::string &cbs) {
-        ASSERT_EQ(d.ctl({"policy", "add", name, "--algo", "srtcm", "--cir", cir, "--cbs", cbs,
-                         "--match", "dst", lab.ns_v4 + "/32", "--shape", "sockets"})
+        ASSERT_EQ(daemon
+                      ->ctl({"policy", "add", name, "--algo", "srtcm", "--cir", cir, "--cbs", cbs,
+                             "--match", "dst", lab->ns_v4 + "/32", "--shape", "sockets"})
                       .exit_code,
                   0);
     }
@@ -180,9 +181,9 @@ class Shape : public ::testing::Test {
         int lst = -1, a = -1, pa = -1;
     };
     void connect_pair(uint16_t port, Conn *c) {
-        c->lst = listen_in_ns(lab.ns, lab.ns_v4, port);
+        c->lst = listen_in_ns(lab->ns, lab->ns_v4, port);
         ASSERT_GE(c->lst, 0);
-        c->a = connect_to(lab.ns_v4, port);
+        c->a = connect_to(lab->ns_v4, port);
         ASSERT_GE(c->a, 0);
         c->pa = accept(c->lst, nullptr, nullptr);
     }
@@ -220,30 +221,31 @@ void pump(int fd, int peer, size_t bytes, const std::function<void()> &each = {}
 }
 
 TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
-    ASSERT_EQ(
-        d.ctl({"policy", "add",     "tcp",     "--algo", "srtcm",           "--cir",   "20000000",
-               "--cbs",  "64k",     "--match", "dst",    lab.ns_v4 + "/32", "--match", "proto",
-               "tcp",    "--match", "dport",   "5201",   "--shape",         "sockets"})
-            .exit_code,
-        0)
-        << d.log();
-    int lst = listen_in_ns(lab.ns, lab.ns_v4, 5201);
-    int other = listen_in_ns(lab.ns, lab.ns_v4, 5202);
+    ASSERT_EQ(daemon
+                  ->ctl({"policy",   "add",    "tcp", "--algo",  "srtcm", "--cir",
+                         "20000000", "--cbs",  "64k", "--match", "dst",   lab->ns_v4 + "/32",
+                         "--match",  "proto",  "tcp", "--match", "dport", "5201",
+                         "--shape",  "sockets"})
+                  .exit_code,
+              0)
+        << daemon->log();
+    int lst = listen_in_ns(lab->ns, lab->ns_v4, 5201);
+    int other = listen_in_ns(lab->ns, lab->ns_v4, 5202);
     ASSERT_GE(lst, 0);
     ASSERT_GE(other, 0);
     auto sockets = [&] {
-        auto r = d.ctl({"-j", "stats", "tcp"});
+        auto r = daemon->ctl({"-j", "stats", "tcp"});
         return json::parse(r.out)["policies"][0]["shape"]["sockets"].get<uint64_t>();
     };
 
     // One matching socket: the whole rate. Its peer (a socket in the namespace, whose packets
     // go the other way) and a socket to another port are not paced.
-    int a = connect_to(lab.ns_v4, 5201);
+    int a = connect_to(lab->ns_v4, 5201);
     ASSERT_GE(a, 0);
     int pa = accept(lst, nullptr, nullptr);
     EXPECT_THAT(pacing(a), IsStartingAt(share_of("20000000", 1)));
     EXPECT_EQ(pacing(pa), kUnpaced);
-    int o = connect_to(lab.ns_v4, 5202);
+    int o = connect_to(lab->ns_v4, 5202);
     int po = accept(other, nullptr, nullptr);
     EXPECT_EQ(pacing(o), kUnpaced);
     // Active once it has sent 16 KiB.
@@ -253,7 +255,7 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     EXPECT_THAT(pacing(a), IsPacedAt(share_of("20000000", 1)));
 
     // A second: paced at the half it would have; an idle one takes nothing from the first.
-    int b = connect_to(lab.ns_v4, 5201);
+    int b = connect_to(lab->ns_v4, 5201);
     int pb = accept(lst, nullptr, nullptr);
     EXPECT_THAT(pacing(b), IsStartingAt(share_of("20000000", 2)));
     EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 1)),
@@ -271,13 +273,13 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
     EXPECT_THAT(pacing_after_traffic(a, pa, share_of("20000000", 1)),
                 IsPacedAt(share_of("20000000", 1)));
     EXPECT_EQ(sockets(), 1u);
-    EXPECT_THAT(d.ctl({"stats"}).out, HasSubstr("paced sockets 1"));
+    EXPECT_THAT(daemon->ctl({"stats"}).out, HasSubstr("paced sockets 1"));
 
     // A rate change re-paces the live socket; shape off unpaces it.
-    ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--cir", "40000000"}).exit_code, 0);
+    ASSERT_EQ(daemon->ctl({"policy", "set", "tcp", "--cir", "40000000"}).exit_code, 0);
     EXPECT_THAT(pacing_after_traffic(a, pa, share_of("40000000", 1)),
                 IsPacedAt(share_of("40000000", 1)));
-    ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "off"}).exit_code, 0);
+    ASSERT_EQ(daemon->ctl({"policy", "set", "tcp", "--shape", "off"}).exit_code, 0);
     EXPECT_EQ(pacing_after_traffic(a, pa, kUnpacedShare), kUnpaced);
     for (int fd : {a, pa, o, po, lst, other})
         close(fd);
@@ -292,15 +294,16 @@ TEST_F(Shape, PacesOnlyMatchingSocketsAndResharesAmongActiveOnes) {
 // (after the transfer only where it was short throughout: a clamp set or lifted midway leaves
 // the window where it was until it grows again).
 TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
-    ASSERT_EQ(d.ctl({"policy", "add", "small", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k",
-                     "--match", "dst", lab.ns_v4 + "/32", "--match", "dport", "5205", "--shape",
-                     "sockets"})
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "small", "--algo", "srtcm", "--cir", "20mbit", "--cbs",
+                         "16k", "--match", "dst", lab->ns_v4 + "/32", "--match", "dport", "5205",
+                         "--shape", "sockets"})
                   .exit_code,
               0);
-    int ls = listen_in_ns(lab.ns, lab.ns_v4, 5205), lo = listen_in_ns(lab.ns, lab.ns_v4, 5206);
+    int ls = listen_in_ns(lab->ns, lab->ns_v4, 5205), lo = listen_in_ns(lab->ns, lab->ns_v4, 5206);
     ASSERT_GE(ls, 0);
     ASSERT_GE(lo, 0);
-    int a = connect_to(lab.ns_v4, 5205), o = connect_to(lab.ns_v4, 5206);
+    int a = connect_to(lab->ns_v4, 5205), o = connect_to(lab->ns_v4, 5206);
     ASSERT_GE(a, 0);
     ASSERT_GE(o, 0);
     int pa = accept(ls, nullptr, nullptr), po = accept(lo, nullptr, nullptr);
@@ -329,11 +332,11 @@ TEST_F(Shape, ShortRoundTripClampsTheWindowToHalfTheBucket) {
     RecordProperty("max_rtt_us", std::to_string(max_rtt));
     if (short_from_start && is_short(max_rtt)) {
         EXPECT_LE(max_cwnd, 5u) << "srtt up to " << max_rtt << " us";
-        EXPECT_EQ(policy_stats(d, "small")["red"]["packets"].get<uint64_t>(), 0u);
+        EXPECT_EQ(policy_stats(*daemon, "small")["red"]["packets"].get<uint64_t>(), 0u);
         // Its policy gone, the socket is no longer shaped: the clamp goes too. (Which of the
         // socket's reads lifts it depends on whether an ACK falls between the daemon's shape
         // update and its policy-set switch; both orders lift it.)
-        ASSERT_EQ(d.ctl({"policy", "del", "small"}).exit_code, 0);
+        ASSERT_EQ(daemon->ctl({"policy", "del", "small"}).exit_code, 0);
         pump(a, pa, 4 * 1024 * 1024);
         EXPECT_GT(tcp_info_of(a).tcpi_snd_cwnd, 5u);
     }
@@ -354,13 +357,13 @@ TEST_F(Shape, PaceFollowsTheBucketsLevel) {
     const int a = c.a, pa = c.pa;
     const Share share = share_of("512000", 1);
     auto is = [](uint32_t want) { return [want](uint32_t v) { return v == want; }; };
-    auto red = [&] { return policy_stats(d, "pace")["red"]["packets"].get<uint64_t>(); };
+    auto red = [&] { return policy_stats(*daemon, "pace")["red"]["packets"].get<uint64_t>(); };
 
     std::this_thread::sleep_for(std::chrono::milliseconds(1200)); // full
     EXPECT_EQ(pacing_after_traffic(a, pa, is(share.hi), 1024), share.hi);
 
     // 100 datagrams of 1428 IP bytes, 143 KB into a 64 KiB bucket: empty, the rest red.
-    auto r = run_command({udp_tool_path(), "send", lab.ns_v4, "9000", "100", "1400"});
+    auto r = run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "100", "1400"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::this_thread::sleep_for(std::chrono::milliseconds(30)); // tokens for a green 1 KB
     EXPECT_EQ(pacing_after_traffic(a, pa, is(share.lo), 1024), share.lo);
@@ -374,14 +377,15 @@ TEST_F(Shape, PaceFollowsTheBucketsLevel) {
 
 TEST_F(Shape, ARestartedDaemonKeepsPacing) {
     ASSERT_NO_FATAL_FAILURE(add_sockets_policy("tcp", "20000000", "64k"));
-    d.kill9();
-    d.start(); // adopts the pinned maps and swaps its sock_ops program into the pinned link
+    daemon->kill9();
+    daemon->start(); // adopts the pinned maps and swaps its sock_ops program into the pinned link
     Conn c;
     ASSERT_NO_FATAL_FAILURE(connect_pair(5203, &c));
     EXPECT_THAT(pacing(c.a), IsStartingAt(share_of("20000000", 1)));
     pump(c.a, c.pa, 256 * 1024);
     EXPECT_THAT(pacing(c.a), IsPacedAt(share_of("20000000", 1)));
-    EXPECT_EQ(json::parse(d.ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
+    EXPECT_EQ(
+        json::parse(daemon->ctl({"-j", "stats", "tcp"}).out)["policies"][0]["shape"]["sockets"], 1);
     for (int fd : {c.a, c.pa, c.lst})
         close(fd);
 }
@@ -396,17 +400,17 @@ TEST_F(Shape, RefusedWhereItCannotWork) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr("tc egress"));
     // edt without fq names the command that fixes it.
-    r = d.ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--shape",
-               "edt"});
+    r = daemon->ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k",
+                     "--shape", "edt"});
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_THAT(r.err, HasSubstr("tc qdisc replace dev " + lab.host_if + " root fq"));
+    EXPECT_THAT(r.err, HasSubstr("tc qdisc replace dev " + lab->host_if + " root fq"));
     // Bad values and impossible combinations.
-    r = d.ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--shape",
-               "fast"});
+    r = daemon->ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k",
+                     "--shape", "fast"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr("not off, sockets or edt"));
-    r = d.ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match",
-               "proto", "udp", "--shape", "sockets"});
+    r = daemon->ctl({"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k",
+                     "--match", "proto", "udp", "--shape", "sockets"});
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr("paces TCP"));
 }
@@ -415,34 +419,36 @@ TEST_F(Shape, RefusedWhereItCannotWork) {
 // 8000-byte bucket that does not refill; the one early drop (at 6/8) is in stats -j, the table
 // and the metrics, and the colours are what they would be without it.
 TEST_F(Shape, AqmCountersInStatsTableAndMetrics) {
-    ASSERT_EQ(d.ctl({"attach", lab.host_if}).exit_code, 0);
-    ASSERT_EQ(d.ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "8bit", "--cbs", "8000",
-                     "--match", "proto", "udp", "--aqm", "drop"})
+    ASSERT_EQ(daemon->ctl({"attach", lab->host_if}).exit_code, 0);
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "8bit", "--cbs",
+                         "8000", "--match", "proto", "udp", "--aqm", "drop"})
                   .exit_code,
               0);
-    auto r = lab.in_ns({udp_tool_path(), "send", lab.host_v4, "9000", "100", "72"});
+    auto r = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "72"});
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-    auto s = json::parse(d.ctl({"-j", "stats", "udp"}).out)["policies"][0];
+    auto s = json::parse(daemon->ctl({"-j", "stats", "udp"}).out)["policies"][0];
     EXPECT_EQ(s["green"]["packets"], 80);
     EXPECT_EQ(s["red"]["packets"], 20);
     EXPECT_EQ(s["aqm"]["dropped"]["packets"], 1);
     EXPECT_EQ(s["aqm"]["dropped"]["bytes"], 100);
     EXPECT_EQ(s["aqm"]["marked"]["packets"], 0);
     EXPECT_EQ(s["shape"]["sockets"], 0);
-    EXPECT_THAT(d.ctl({"stats"}).out, HasSubstr("aqm marked 0 dropped 1 pkts"));
-    auto status = json::parse(d.ctl({"-j", "status"}).out);
+    EXPECT_THAT(daemon->ctl({"stats"}).out, HasSubstr("aqm marked 0 dropped 1 pkts"));
+    auto status = json::parse(daemon->ctl({"-j", "status"}).out);
     std::string body = scrape_metrics(status["metrics"]);
     EXPECT_THAT(body, HasSubstr("tricolor_tcp_signal_packets_total{action=\"aqm_dropped\",parent="
                                 "\"\",policy=\"udp\"} 1"));
     EXPECT_THAT(body, HasSubstr("tricolor_shape_sockets{parent=\"\",policy=\"udp\"} 0"));
 
     // A new policy on the id this one leaves starts from zero, these counters too.
-    ASSERT_EQ(d.ctl({"policy", "del", "udp"}).exit_code, 0);
-    ASSERT_EQ(d.ctl({"policy", "add", "udp2", "--algo", "srtcm", "--cir", "8bit", "--cbs", "8000",
-                     "--match", "proto", "udp", "--aqm", "drop"})
+    ASSERT_EQ(daemon->ctl({"policy", "del", "udp"}).exit_code, 0);
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "udp2", "--algo", "srtcm", "--cir", "8bit", "--cbs",
+                         "8000", "--match", "proto", "udp", "--aqm", "drop"})
                   .exit_code,
               0);
-    s = json::parse(d.ctl({"-j", "stats", "udp2"}).out)["policies"][0];
+    s = json::parse(daemon->ctl({"-j", "stats", "udp2"}).out)["policies"][0];
     EXPECT_EQ(s["green"]["packets"], 0);
     EXPECT_EQ(s["aqm"]["dropped"]["packets"], 0);
 }
@@ -460,15 +466,16 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
         GTEST_SKIP() << "iperf3 is not installed";
     ASSERT_NO_FATAL_FAILURE(start_iperf_server());
-    ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k",
-                     "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "20mbit", "--cbs",
+                         "16k", "--match", "dst", lab->ns_v4 + "/32", "--match", "proto", "tcp"})
                   .exit_code,
               0);
-    auto red = [&] { return policy_stats(d, "tcp")["red"]["packets"].get<uint64_t>(); };
-    double hard = iperf_goodput(lab, 3);
+    auto red = [&] { return policy_stats(*daemon, "tcp")["red"]["packets"].get<uint64_t>(); };
+    double hard = iperf_goodput(*lab, 3);
     uint64_t red_hard = red();
-    ASSERT_EQ(d.ctl({"policy", "set", "tcp", "--shape", "sockets"}).exit_code, 0);
-    double shaped = iperf_goodput(lab, 3);
+    ASSERT_EQ(daemon->ctl({"policy", "set", "tcp", "--shape", "sockets"}).exit_code, 0);
+    double shaped = iperf_goodput(*lab, 3);
     uint64_t red_shaped = red() - red_hard;
     RecordProperty("hard_mbit", std::to_string(hard / 1e6));
     RecordProperty("shaped_mbit", std::to_string(shaped / 1e6));
@@ -500,11 +507,11 @@ TEST_F(Shape, StartsThatMeetRedAreLostNotRefused) {
     ASSERT_NO_FATAL_FAILURE(start_iperf_server());
     ASSERT_NO_FATAL_FAILURE(add_sockets_policy("starts", "20mbit", "16k"));
     auto r = run_command(
-        {"/usr/bin/iperf3", "-C", "cubic", "-c", lab.ns_v4, "-P", "4", "-t", "2", "-J"});
+        {"/usr/bin/iperf3", "-C", "cubic", "-c", lab->ns_v4, "-P", "4", "-t", "2", "-J"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     auto end = json::parse(r.out)["end"];
     uint64_t retransmits = end["sum_sent"]["retransmits"].get<uint64_t>();
-    uint64_t red = policy_stats(d, "starts")["red"]["packets"].get<uint64_t>();
+    uint64_t red = policy_stats(*daemon, "starts")["red"]["packets"].get<uint64_t>();
     RecordProperty("red", std::to_string(red));
     RecordProperty("retransmits", std::to_string(retransmits));
     ASSERT_GT(red, 0u) << "no red segment: the case tests nothing";
@@ -571,23 +578,24 @@ uint64_t passed_bytes(const json &s) {
 TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
     if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
         GTEST_SKIP() << "iperf3 is not installed";
-    REQUIRE_FQ(lab);
+    REQUIRE_FQ(*lab);
     ASSERT_NO_FATAL_FAILURE(start_iperf_server());
     constexpr double kCir = 10e6, kCbs = 16384;
-    ASSERT_EQ(d.ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "10mbit", "--cbs", "16k",
-                     "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "tcp"})
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "tcp", "--algo", "srtcm", "--cir", "10mbit", "--cbs",
+                         "16k", "--match", "dst", lab->ns_v4 + "/32", "--match", "proto", "tcp"})
                   .exit_code,
               0)
-        << d.log();
-    double hard = iperf_goodput(lab, 3);
-    auto r = d.ctl({"policy", "set", "tcp", "--shape", "edt"});
-    ASSERT_EQ(r.exit_code, 0) << r.err << d.log();
+        << daemon->log();
+    double hard = iperf_goodput(*lab, 3);
+    auto r = daemon->ctl({"policy", "set", "tcp", "--shape", "edt"});
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon->log();
     std::this_thread::sleep_for(std::chrono::seconds(1)); // the bucket refills: CBS at most
-    auto before = policy_stats(d, "tcp");
+    auto before = policy_stats(*daemon, "tcp");
     auto t0 = std::chrono::steady_clock::now();
-    double edt = iperf_goodput(lab, 3);
+    double edt = iperf_goodput(*lab, 3);
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto after = policy_stats(d, "tcp");
+    auto after = policy_stats(*daemon, "tcp");
     RecordProperty("hard_mbit", std::to_string(hard / 1e6));
     RecordProperty("edt_mbit", std::to_string(edt / 1e6));
     RecordProperty("edt_delayed", after["shape"]["delayed"]["packets"].dump());
@@ -609,16 +617,17 @@ TEST_F(Shape, EdtUnderFqDelaysTcpInsteadOfDroppingIt) {
 // datagram). After CBS, each waits in fq for its tokens, up to the 100 ms horizon (about 16);
 // the rest are dropped, red, and counted shape dropped: in stats -j, the table and the metrics.
 TEST_F(Shape, EdtUnderFqDropsWhatWouldLeaveBeyondTheHorizon) {
-    REQUIRE_FQ(lab);
-    ASSERT_EQ(
-        d.ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "2mbit", "--cbs", "16k",
-               "--match", "dst", lab.ns_v4 + "/32", "--match", "proto", "udp", "--shape", "edt"})
-            .exit_code,
-        0)
-        << d.log();
-    auto r = run_command({udp_tool_path(), "send", lab.ns_v4, "9000", "200", "1472"});
+    REQUIRE_FQ(*lab);
+    ASSERT_EQ(daemon
+                  ->ctl({"policy", "add", "udp", "--algo", "srtcm", "--cir", "2mbit", "--cbs",
+                         "16k", "--match", "dst", lab->ns_v4 + "/32", "--match", "proto", "udp",
+                         "--shape", "edt"})
+                  .exit_code,
+              0)
+        << daemon->log();
+    auto r = run_command({udp_tool_path(), "send", lab->ns_v4, "9000", "200", "1472"});
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-    auto s = policy_stats(d, "udp");
+    auto s = policy_stats(*daemon, "udp");
     uint64_t delayed = s["shape"]["delayed"]["packets"].get<uint64_t>(),
              dropped = s["shape"]["dropped"]["packets"].get<uint64_t>();
     RecordProperty("delayed", std::to_string(delayed));
@@ -630,9 +639,9 @@ TEST_F(Shape, EdtUnderFqDropsWhatWouldLeaveBeyondTheHorizon) {
                   dropped,
               200u);
     EXPECT_EQ(s["shape"]["dropped"]["bytes"].get<uint64_t>(), 1500 * dropped);
-    EXPECT_THAT(d.ctl({"stats"}).out,
+    EXPECT_THAT(daemon->ctl({"stats"}).out,
                 HasSubstr(fmt::format("edt delayed {} dropped {} pkts", delayed, dropped)));
-    auto status = json::parse(d.ctl({"-j", "status"}).out);
+    auto status = json::parse(daemon->ctl({"-j", "status"}).out);
     EXPECT_THAT(scrape_metrics(status["metrics"]),
                 HasSubstr(fmt::format("tricolor_tcp_signal_packets_total{{action=\"shape_delayed\","
                                       "parent=\"\",policy=\"udp\"}} {}",

@@ -28,14 +28,9 @@ constexpr uint64_t kByte = TCM_TOKENS_PER_BYTE;
 
 Policy named(const std::string &name, const std::string &parent = "", bool only_parent = false) {
     static uint32_t next_id = 0;
-    Policy p;
-    p.id = next_id++ % TCM_MAX_POLICIES;
-    p.name = name;
+    Policy p = test::policy(next_id++ % TCM_MAX_POLICIES, name, Algo::srtcm, 8000, 1500, 0);
     p.parent = parent;
     p.only_parent = only_parent;
-    p.meter.algo = Algo::srtcm;
-    p.meter.cir = 8000;
-    p.meter.cbs = 1500;
     return p;
 }
 
