@@ -80,9 +80,7 @@ int run_apply(Context &ctx) {
         ctx.call({{"cmd", "apply"}, {"policies", doc["policies"]}, {"dry_run", flags.dry_run}}, rc);
     if (!r)
         return rc;
-    if (ctx.json_out())
-        std::cout << r->dump() << "\n";
-    else {
+    if (!ctx.json_reply(*r)) {
         std::cout << fmt::format("{} {} policies\n", flags.dry_run ? "checked" : "applied",
                                  (*r)["policies"].get<uint64_t>());
         for (const char *what : {"added", "changed", "deleted"}) {

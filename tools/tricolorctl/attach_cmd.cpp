@@ -56,9 +56,9 @@ int run(Context &ctx, bool attach) {
     auto r = ctx.call(req, rc);
     if (!r)
         return rc;
-    if (ctx.json_out())
-        std::cout << r->dump() << "\n";
-    else if (!flags.match_ifname.empty()) {
+    if (ctx.json_reply(*r))
+        return rc;
+    if (!flags.match_ifname.empty()) {
         std::vector<std::string> names;
         for (const auto &n : r->value("interfaces", json::array()))
             names.push_back(n.get<std::string>());

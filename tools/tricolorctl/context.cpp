@@ -42,6 +42,12 @@ std::optional<json> Context::call(json req, int &exit_code) const {
     return *res;
 }
 
+bool Context::json_reply(const nlohmann::json &reply) const {
+    if (as_json)
+        std::cout << reply.dump() << std::endl; // flushed: --watch prints one a second
+    return as_json;
+}
+
 void Context::fail(const std::string &message) const {
     if (as_json)
         std::cerr << json{{"error", message}}.dump() << "\n";

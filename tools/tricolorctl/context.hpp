@@ -28,6 +28,8 @@ class Context {
     // Prints @message as an error: "tricolorctl: message", or {"error": message} under -j.
     void fail(const std::string &message) const;
     bool json_out() const { return as_json; }
+    // Under -j prints @reply whole, one line, and returns true: the caller's table is not wanted.
+    bool json_reply(const nlohmann::json &reply) const;
 };
 
 } // namespace tricolor::cli

@@ -43,10 +43,8 @@ int run_flows(Context &ctx) {
     auto r = ctx.call(req, rc);
     if (!r)
         return rc;
-    if (ctx.json_out()) {
-        std::cout << r->dump() << "\n";
+    if (ctx.json_reply(*r))
         return rc;
-    }
     // A child's flows name their chain, "link>user": every packet there passed both.
     auto chain = [](const json &f) {
         return (f.contains("parent") && f["parent"].is_string()

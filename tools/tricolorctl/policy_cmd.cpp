@@ -14,6 +14,7 @@
 
 #include <iostream>
 #include <string>
+#include <tuple>
 
 namespace tricolor::cli {
 
@@ -63,14 +64,13 @@ void print_policy(const json &spec) {
     };
     both("cir", m.cir, rate);
     both("cbs", m.cbs, size);
-    if (m.algo == Algo::trtcm) {
-        both("pir", m.pir.value_or(0), rate);
-        both("pbs", m.pbs.value_or(0), size);
-    } else {
-        both("ebs", m.ebs.value_or(0), size);
-        if (m.algo == Algo::rfc4115)
-            both("eir", m.eir.value_or(0), rate);
-    }
+    // The second bucket's parameters, as the table of algorithms names them.
+    for (auto [key, value, unit] : {std::tuple{"pir", second_rate(m), rate},
+                                    {"pbs", second_size(m), size},
+                                    {"ebs", second_size(m), size},
+                                    {"eir", second_rate(m), rate}})
+        if (takes(m.algo, key))
+            both(key, value, unit);
     line("match", match_text(spec.value("match", json::object())));
     line("priority", given("priority", "0"));
     line("per", given("per", "aggregate"));
@@ -119,8 +119,8 @@ int run_policy_add(Context &ctx) {
         return kExitUsage;
     }
     auto r = ctx.call({{"cmd", "policy_add"}, {"policy", spec}}, rc);
-    if (r && ctx.json_out())
-        std::cout << r->dump() << "\n";
+    if (r)
+        ctx.json_reply(*r);
     return rc;
 }
 
@@ -138,8 +138,8 @@ int run_policy_set(Context &ctx) {
     // One round trip: the daemon merges the patch over the policy as it is, and answers bad
     // values of the result as bad usage (exit 2), changing nothing.
     auto r = ctx.call({{"cmd", "policy_set"}, {"name", set_flags.name}, {"patch", patch}}, rc);
-    if (r && ctx.json_out())
-        std::cout << r->dump() << "\n";
+    if (r)
+        ctx.json_reply(*r);
     return rc;
 }
 
@@ -150,8 +150,8 @@ void add_policy_del(CLI::App &cmd) {
 int run_policy_del(Context &ctx) {
     int rc = 0;
     auto r = ctx.call({{"cmd", "policy_del"}, {"name", name}}, rc);
-    if (r && ctx.json_out())
-        std::cout << r->dump() << "\n";
+    if (r)
+        ctx.json_reply(*r);
     return rc;
 }
 
@@ -162,10 +162,8 @@ int run_policy_list(Context &ctx) {
     auto r = ctx.call({{"cmd", "policy_list"}}, rc);
     if (!r)
         return rc;
-    if (ctx.json_out()) {
-        std::cout << r->dump() << "\n";
+    if (ctx.json_reply(*r))
         return rc;
-    }
     std::cout << fmt::format("{:<20} {:<8} {:>10} {:>8} {:>10} {:>8} {:<10} {:>5}  {}\n", "NAME",
                              "ALGO", "CIR", "CBS", "PIR/EIR", "PBS/EBS", "PER", "PRIO", "MATCH");
     for (const auto &p : (*r)["policies"]) {
@@ -189,10 +187,8 @@ int run_policy_show(Context &ctx) {
     auto r = ctx.call({{"cmd", "policy_show"}, {"name", name}}, rc);
     if (!r)
         return rc;
-    if (ctx.json_out()) {
-        std::cout << r->dump() << "\n";
+    if (ctx.json_reply(*r))
         return rc;
-    }
     print_policy((*r)["policy"]);
     if (r->contains("buckets"))
         print_buckets((*r)["buckets"]);

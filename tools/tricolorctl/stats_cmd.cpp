@@ -141,9 +141,7 @@ int run_stats(Context &ctx) {
             return rc;
         auto now = std::chrono::steady_clock::now();
         double secs = std::chrono::duration<double>(now - last).count();
-        if (ctx.json_out()) {
-            std::cout << r->dump() << std::endl;
-        } else {
+        if (!ctx.json_reply(*r)) {
             if (flags.watch && tty)
                 std::cout << "\033[H\033[2J"; // home and clear: refresh in place
             else if (flags.watch && i > 0)

@@ -23,10 +23,8 @@ int run_status(Context &ctx) {
     auto r = ctx.call({{"cmd", "status"}}, rc);
     if (!r)
         return rc;
-    if (ctx.json_out()) {
-        std::cout << r->dump() << "\n";
+    if (ctx.json_reply(*r))
         return rc;
-    }
     const auto &s = *r;
     std::cout << fmt::format("{:<16} {:<4} {:<9} {:<8} {:>8}  {}\n", "INTERFACE", "HOOK",
                              "DIRECTION", "MODE", "PROG", "STATE");

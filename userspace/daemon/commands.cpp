@@ -126,13 +126,9 @@ json Daemon::cmd_attach(const json &r) {
     a->ifindex = *idx;
     auto next = attachments_without(*a);
     next.push_back(*a);
-    if (auto s = stage(state_json(specs(), next)); !s)
-        return error(s.error());
-    auto res = do_attach(*a);
-    if (!res) {
-        unstage();
+    auto res = staged(state_json(specs(), next), [&] { return do_attach(*a); });
+    if (!res)
         return error(res.error());
-    }
     a->mode = res->mode;
     next.back() = *a;
     json out = {{"mode", res->mode}};
@@ -167,13 +163,9 @@ json Daemon::cmd_detach(const json &r) {
                         "detach --match-ifname '{}' removes the pattern",
                         hook_text(*known), known->by, known->by));
     auto next = attachments_without(*a);
-    if (auto s = stage(state_json(specs(), next)); !s)
-        return error(s.error());
-    auto note = detach_one(*known);
-    if (!note) {
-        unstage();
+    auto note = staged(state_json(specs(), next), [&] { return detach_one(*known); });
+    if (!note)
         return error(note.error());
-    }
     json out = json::object();
     if (!note->empty())
         out["note"] = *note;

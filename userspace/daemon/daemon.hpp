@@ -163,6 +163,18 @@ class Daemon {
     Result<void> stage(const nlohmann::json &state) const;
     Result<void> commit() const;
     void unstage() const;
+    // A change's middle: @state staged, then @kernel (returning a Result) run, and unstaged if
+    // the kernel refused, so that the state file never says what the kernel did not take. The
+    // caller commits once its model follows.
+    template <class Kernel>
+    auto staged(const nlohmann::json &state, Kernel &&kernel) const -> decltype(kernel()) {
+        if (auto s = stage(state); !s)
+            return std::unexpected(s.error());
+        auto r = kernel();
+        if (!r)
+            unstage();
+        return r;
+    }
     Result<void> write_state_whole(); // the running state, staged and committed
     // The state journal, <state>.journal: one JSON record a line ({"put": spec} or
     // {"del": name}) after a header naming the text of the state file it extends, each fsynced
