@@ -402,6 +402,9 @@ cmd=${1:-}
 run_benches() {
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
+    echo "== packets per second through native XDP on a veth, one receive CPU: tricolor against"
+    echo "   an empty program and the plain eBPF meter"
+    tests/bench/xdp_rate_bench.sh "$BUILD_DIR"
     echo "== control plane at 16k policies, end to end through tricolorctl"
     tests/bench/policy_bench.sh "$BUILD_DIR"
     echo "== flows --top 10 at 2^20 flows end to end: tricolorctl, the socket, the daemon"

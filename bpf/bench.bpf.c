@@ -5,6 +5,10 @@
  * (the floor of any per-flow state: what a flow table costs before it meters anything); and two
  * meters to hold the hot path against, a plain eBPF meter and the least an exact one does. */
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "bench_meters.h"
@@ -14,6 +18,11 @@ __u64 bench_sink = 0;
 SEC("xdp")
 int bench_empty(struct xdp_md *ctx) {
     return XDP_PASS;
+}
+
+SEC("xdp")
+int bench_drop(struct xdp_md *ctx) {
+    return XDP_DROP;
 }
 
 SEC("xdp")
@@ -94,21 +103,24 @@ struct {
 
 __u32 plain_counter = 0;
 __u64 plain_green = 0;
+/* What a new key's buckets get, bytes per second (sizes 1 MB, full); 0: every packet red. */
+__u64 plain_fresh_rate = 125000000000ull;
 
 static __always_inline int plain_meter_packet(__u32 src, __u64 len) {
     struct plain_meter *m = bpf_map_lookup_elem(&plain_meters, &src);
     if (!m) {
-        /* 1 Tbit/s both rates, 1 MB both sizes: every packet green, as tricolor's always-green
-         * bench policy. */
-        struct plain_meter fresh = {.p_tokens = 1000000,
-                                    .c_tokens = 1000000,
-                                    .pir = 125000000000ull,
-                                    .cir = 125000000000ull,
+        /* By default 1 Tbit/s both rates, 1 MB both sizes: every packet green, as tricolor's
+         * always-green bench policy. */
+        __u64 full = plain_fresh_rate ? 1000000 : 0;
+        struct plain_meter fresh = {.p_tokens = full,
+                                    .c_tokens = full,
+                                    .pir = plain_fresh_rate,
+                                    .cir = plain_fresh_rate,
                                     .pbs = 1000000,
                                     .cbs = 1000000,
                                     .last_ns = bpf_ktime_get_ns()};
         bpf_map_update_elem(&plain_meters, &src, &fresh, BPF_NOEXIST);
-        return 1;
+        return full != 0;
     }
     int green = 0;
     /* Before the lock: no helper may be called while a bpf_spin_lock is held. */
@@ -181,6 +193,64 @@ int bench_floor_meter(struct xdp_md *ctx) {
     m->tokens = t;
     bpf_spin_unlock(&m->lock);
     return XDP_PASS;
+}
+
+/* ---- the real path (tests/bench/xdp_rate_bench.cpp): frames through a veth --------------------
+ *
+ * The traffic generator, as xdp-trafficgen makes traffic: run through BPF_PROG_TEST_RUN in live
+ * frames mode on one UDP frame, it rewrites the source address and sends the frame out of the
+ * interface (XDP_TX). gen_mask + 1 sources (a power of two) in the scattered order above: the
+ * low bits of an IPv4 source, or the last word of an IPv6 one. */
+__u32 gen_mask = 0;
+__u32 gen_counter = 0;
+
+SEC("xdp")
+int bench_gen(struct xdp_md *ctx) {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    __u32 low = (gen_counter++ * 2654435761u) & gen_mask;
+
+    if ((void *)(eth + 1) > end)
+        return XDP_ABORTED;
+    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > end)
+            return XDP_ABORTED;
+        ip->saddr = bpf_htonl((bpf_ntohl(ip->saddr) & ~gen_mask) | low);
+    } else {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > end)
+            return XDP_ABORTED;
+        ip6->saddr.in6_u.u6_addr32[3] =
+            bpf_htonl((bpf_ntohl(ip6->saddr.in6_u.u6_addr32[3]) & ~gen_mask) | low);
+    }
+    return XDP_TX;
+}
+
+/* The plain meter on the wire: keyed by the frame's IPv4 source (an IPv6 frame: the last word of
+ * its source), green passed, the rest dropped. */
+SEC("xdp")
+int bench_plain_meter_wire(struct xdp_md *ctx) {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    __u32 src;
+
+    if ((void *)(eth + 1) > end)
+        return XDP_PASS;
+    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > end)
+            return XDP_PASS;
+        src = ip->saddr;
+    } else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > end)
+            return XDP_PASS;
+        src = ip6->saddr.in6_u.u6_addr32[3];
+    } else {
+        return XDP_PASS;
+    }
+    return plain_meter_packet(src, end - data) ? XDP_PASS : XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+# xdp_rate_bench.sh BUILD_DIR: packets per second through native XDP on one receive CPU, for an
+# empty program (pass, drop), the plain eBPF meter (bpf/bench.bpf.c) and tricolor (tricolord,
+# tricolorctl), aggregate and per source (2^16 IPv4 and 2^20 IPv6 sources), every packet green
+# (passed to the stack) or every packet red (dropped). 64-byte UDP frames from
+# tests/bench/xdp_rate_bench.cpp's live-frames sender on CPU 0 through a veth pair
+# (namespaces xrbench-tx and xrbench-rx) to the receiver's NAPI thread on CPU 1. Ratios of one
+# run: the RESULT lines end with the ratios to the empty program and to the plain meter.
+set -euo pipefail
+BUILD_DIR=$1
+SECONDS_EACH=${SECONDS_EACH:-3}
+DIR=/run/tricolor-xdp-rate
+TX=xrbench-tx RX=xrbench-rx
+tool="$BUILD_DIR/tests/xdp_rate_bench"
+ctl="$BUILD_DIR/tools/tricolorctl"
+
+. "$(dirname "$0")/../../tools/lab.sh"
+cleanup() { lab_down "$TX" "$RX" "$DIR"; }
+cleanup
+trap cleanup EXIT
+lab_up "$TX" xrb-tx 198.18.151.1 "$RX" xrb-rx 198.18.151.2 "$DIR"
+lab_daemon "$RX" "$BUILD_DIR" "$DIR" --metrics none --flows 2097152 --reclaim-interval 0
+echo "CPU: $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+
+# The receiver's NAPI polls in a thread of its own, on CPU 1; the sender runs on CPU 0.
+pin_napi() {
+    ip netns exec "$RX" sh -c 'echo 1 > /sys/class/net/xrb-rx/threaded'
+    local pid
+    for pid in $(pgrep '^napi/xrb-rx' || true); do taskset -p 2 "$pid" >/dev/null; done
+}
+
+declare -A MPPS
+# measure NAME FLOWS v4|v6: the program attached now, SECONDS_EACH seconds.
+measure() {
+    pin_napi
+    local line
+    line=$(taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx "$SECONDS_EACH" "$2" "$3" "$1")
+    echo "$line"
+    MPPS[$1]=$(sed -n 's/.* mpps=\([0-9.]*\).*/\1/p' <<<"$line")
+}
+
+bench_prog() { # NAME PROG FLOWS v4|v6 [red]
+    "$tool" attach "$RX" xrb-rx "$2" ${5:-}
+    measure "$1" "$3" "$4"
+    "$tool" detach "$RX" xrb-rx
+}
+
+bench_prog empty_pass bench_empty 1 v4
+bench_prog empty_drop bench_drop 1 v4
+bench_prog plain_meter_aggregate_green bench_plain_meter_wire 1 v4
+bench_prog plain_meter_aggregate_red bench_plain_meter_wire 1 v4 red
+bench_prog plain_meter_2e16_green bench_plain_meter_wire 65536 v4
+bench_prog plain_meter_2e20_green bench_plain_meter_wire 1048576 v6
+
+# tricolor: the real daemon, native XDP. Always green: 1 Tbit/s and 1 GiB everywhere, as the
+# plain meter's; all red: rates and bursts of 1, red dropped.
+green=(--algo trtcm --cir 1tbit --cbs 1g --pir 1tbit --pbs 1g)
+red=(--algo trtcm --cir 8bit --cbs 1 --pir 8bit --pbs 1 --red drop)
+"$ctl" attach xrb-rx --xdp-mode native >/dev/null
+tricolor() { # NAME FLOWS v4|v6 PER METER...
+    local name=$1 flows=$2 fam=$3 per=$4
+    shift 4
+    local dst=198.19.0.2/32
+    [ "$fam" = v6 ] && dst=2001:db8:1::2/128
+    "$ctl" policy add bench --match dst "$dst" --per "$per" "$@" >/dev/null
+    measure "$name" "$flows" "$fam"
+    "$ctl" policy del bench >/dev/null
+}
+tricolor tricolor_aggregate_green 1 v4 aggregate "${green[@]}"
+tricolor tricolor_aggregate_red 1 v4 aggregate "${red[@]}"
+tricolor tricolor_per_src_2e16_green 65536 v4 src "${green[@]}"
+tricolor tricolor_per_src_2e20_green 1048576 v6 src "${green[@]}"
+
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'nan')" "$1" "$2"; }
+echo "ratios (Mpps against Mpps, same run):"
+for pair in tricolor_aggregate_green:plain_meter_aggregate_green \
+    tricolor_aggregate_red:plain_meter_aggregate_red \
+    tricolor_per_src_2e16_green:plain_meter_2e16_green \
+    tricolor_per_src_2e20_green:plain_meter_2e20_green \
+    tricolor_aggregate_green:empty_pass tricolor_aggregate_red:empty_drop; do
+    a=${pair%%:*} b=${pair##*:}
+    echo "RESULT name=xdp_rate_${a}_vs_${b} ratio=$(ratio "${MPPS[$a]}" "${MPPS[$b]}")"
+done
