@@ -5,11 +5,13 @@
 # tricolorctl), aggregate and per source (2^16 IPv4 and 2^20 IPv6 sources), every packet green
 # (passed to the stack) or every packet red (dropped). 64-byte UDP frames from
 # tests/bench/xdp_rate_bench.cpp's live-frames sender on CPU 0 through a veth pair
-# (namespaces xrbench-tx and xrbench-rx) to the receiver's NAPI thread on CPU 1. Ratios of one
-# run: the RESULT lines end with the ratios to the empty program and to the plain meter.
+# (namespaces xrbench-tx and xrbench-rx) to the receiver's NAPI thread on CPU 1. ROUNDS rounds of
+# every case, alternating, medians printed (the VM's rates drift between minutes); then the
+# ratios to the empty program and to the plain meter.
 set -euo pipefail
 BUILD_DIR=$1
 SECONDS_EACH=${SECONDS_EACH:-3}
+ROUNDS=${ROUNDS:-3}
 DIR=/run/tricolor-xdp-rate
 TX=xrbench-tx RX=xrbench-rx
 tool="$BUILD_DIR/tests/xdp_rate_bench"
@@ -20,7 +22,7 @@ cleanup() { lab_down "$TX" "$RX" "$DIR"; }
 cleanup
 trap cleanup EXIT
 lab_up "$TX" xrb-tx 198.18.151.1 "$RX" xrb-rx 198.18.151.2 "$DIR"
-lab_daemon "$RX" "$BUILD_DIR" "$DIR" --metrics none --flows 2097152 --reclaim-interval 0
+lab_daemon "$RX" "$BUILD_DIR" "$DIR" --metrics none --flows 2097152
 echo "CPU: $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
 
 # The receiver's NAPI polls in a thread of its own, on CPU 1; the sender runs on CPU 0.
@@ -30,14 +32,14 @@ pin_napi() {
     for pid in $(pgrep '^napi/xrb-rx' || true); do taskset -p 2 "$pid" >/dev/null; done
 }
 
-declare -A MPPS
+declare -A ROUND_LINES
 # measure NAME FLOWS v4|v6: the program attached now, SECONDS_EACH seconds.
 measure() {
     pin_napi
     local line
     line=$(taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx "$SECONDS_EACH" "$2" "$3" "$1")
-    echo "$line"
-    MPPS[$1]=$(sed -n 's/.* mpps=\([0-9.]*\).*/\1/p' <<<"$line")
+    echo "round $round: ${line#RESULT }"
+    ROUND_LINES[$1]+="$line"$'\n'
 }
 
 bench_prog() { # NAME PROG FLOWS v4|v6 [red]
@@ -46,31 +48,47 @@ bench_prog() { # NAME PROG FLOWS v4|v6 [red]
     "$tool" detach "$RX" xrb-rx
 }
 
-bench_prog empty_pass bench_empty 1 v4
-bench_prog empty_drop bench_drop 1 v4
-bench_prog plain_meter_aggregate_green bench_plain_meter_wire 1 v4
-bench_prog plain_meter_aggregate_red bench_plain_meter_wire 1 v4 red
-bench_prog plain_meter_2e16_green bench_plain_meter_wire 65536 v4
-bench_prog plain_meter_2e20_green bench_plain_meter_wire 1048576 v6
-
 # tricolor: the real daemon, native XDP. Always green: 1 Tbit/s and 1 GiB everywhere, as the
 # plain meter's; all red: rates and bursts of 1, red dropped.
 green=(--algo trtcm --cir 1tbit --cbs 1g --pir 1tbit --pbs 1g)
 red=(--algo trtcm --cir 8bit --cbs 1 --pir 8bit --pbs 1 --red drop)
-"$ctl" attach xrb-rx --xdp-mode native >/dev/null
 tricolor() { # NAME FLOWS v4|v6 PER METER...
     local name=$1 flows=$2 fam=$3 per=$4
     shift 4
     local dst=198.19.0.2/32
     [ "$fam" = v6 ] && dst=2001:db8:1::2/128
-    "$ctl" policy add bench --match dst "$dst" --per "$per" "$@" >/dev/null
+    "$ctl" policy add bench --match dst "$dst" --per "$per" "$@" >/dev/null 2>&1
     measure "$name" "$flows" "$fam"
     "$ctl" policy del bench >/dev/null
 }
-tricolor tricolor_aggregate_green 1 v4 aggregate "${green[@]}"
-tricolor tricolor_aggregate_red 1 v4 aggregate "${red[@]}"
-tricolor tricolor_per_src_2e16_green 65536 v4 src "${green[@]}"
-tricolor tricolor_per_src_2e20_green 1048576 v6 src "${green[@]}"
+for round in $(seq "$ROUNDS"); do
+    bench_prog empty_pass bench_empty 1 v4
+    bench_prog empty_drop bench_drop 1 v4
+    bench_prog plain_meter_aggregate_green bench_plain_meter_wire 1 v4
+    bench_prog plain_meter_aggregate_red bench_plain_meter_wire 1 v4 red
+    bench_prog plain_meter_2e16_green bench_plain_meter_wire 65536 v4
+    bench_prog plain_meter_2e20_green bench_plain_meter_wire 1048576 v6
+    "$ctl" attach xrb-rx --xdp-mode native >/dev/null
+    tricolor tricolor_aggregate_green 1 v4 aggregate "${green[@]}"
+    tricolor tricolor_aggregate_red 1 v4 aggregate "${red[@]}"
+    tricolor tricolor_per_src_2e16_green 65536 v4 src "${green[@]}"
+    tricolor tricolor_per_src_2e20_green 1048576 v6 src "${green[@]}"
+    "$ctl" detach xrb-rx >/dev/null
+done
+
+# The median of each key over the rounds, as one RESULT line a case.
+declare -A MPPS
+for name in "${!ROUND_LINES[@]}"; do
+    line=$(printf '%s' "${ROUND_LINES[$name]}" | python3 -c '
+import re, statistics, sys
+rows = [dict(re.findall(r"(\w+)=(\S+)", l)) for l in sys.stdin if l.startswith("RESULT")]
+keys = ("mpps", "ns_per_packet", "offered_mpps")
+med = {k: statistics.median(float(r[k]) for r in rows) for k in keys}
+print("RESULT name=%s mpps=%.3f ns_per_packet=%.1f offered_mpps=%.3f rounds=%d" % (
+    rows[0]["name"], med["mpps"], med["ns_per_packet"], med["offered_mpps"], len(rows)))')
+    echo "$line"
+    MPPS[$name]=$(sed -n 's/.* mpps=\([0-9.]*\).*/\1/p' <<<"$line")
+done
 
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'nan')" "$1" "$2"; }
 echo "ratios (Mpps against Mpps, same run):"

@@ -260,22 +260,23 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
     for (double load : {0.5, 1.0, 2.0, 5.0}) {
         SCOPED_TRACE(load);
         uint64_t cir = packet_mode ? 1000 : 10000000, cbs = packet_mode ? 10 : 15000;
-        MeterParams p =
-            test::meter_params(algo, cir, cbs, algo == Algo::trtcm ? cir * 3 : cir / 2, cbs * 2);
+        MeterParams p = test::meter_params(
+            algo, cir, cbs, info(algo).second == SecondBucket::peak ? cir * 3 : cir / 2, cbs * 2);
         p.color_aware = aware;
         p.packet_mode = packet_mode;
         MeteredRun r = run_meter(p, random_trace(rng, p, 20000, load));
         expect_window_bound(r, p, {Color::green}, p.cir, p.cbs, "green");
-        switch (algo) {
-        case Algo::srtcm:
+        // The bounds follow from what the second bucket is (the table of algorithms).
+        switch (info(algo).second) {
+        case SecondBucket::overflow:
             expect_window_bound(r, p, {Color::green, Color::yellow}, p.cir, p.cbs + *p.ebs,
                                 "green+yellow");
             break;
-        case Algo::trtcm:
+        case SecondBucket::peak:
             expect_window_bound(r, p, {Color::green, Color::yellow}, *p.pir, *p.pbs,
                                 "green+yellow");
             break;
-        case Algo::rfc4115:
+        case SecondBucket::excess:
             expect_window_bound(r, p, {Color::yellow}, *p.eir, *p.ebs, "yellow");
             break;
         }
@@ -284,8 +285,8 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
         if (load >= 2.0) {
             auto in = [&](size_t j) { return aware ? r.trace[j].color : Color::green; };
             auto is = [&](size_t j, Color c) { return r.colors[j] == c; };
-            switch (algo) {
-            case Algo::srtcm:
+            switch (info(algo).second) {
+            case SecondBucket::overflow:
                 // Not green though eligible: C < cost. Red though green-eligible: C and E each
                 // below the cost, so C + E (one bucket of CBS + EBS at CIR) below two.
                 floor_checked[0] += expect_window_floor(
@@ -297,7 +298,7 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
                     [&](size_t j) { return in(j) == Color::green && is(j, Color::red); },
                     "green+yellow floor");
                 break;
-            case Algo::trtcm:
+            case SecondBucket::peak:
                 // Yellow though green-eligible: P had the tokens, C did not. Red though not red
                 // on arrival: P < cost.
                 floor_checked[0] += expect_window_floor(
@@ -309,7 +310,7 @@ TEST_P(MeterProperties, LongRandomRunsStayWithinEveryBucketBound) {
                     [&](size_t j) { return in(j) != Color::red && is(j, Color::red); },
                     "green+yellow floor");
                 break;
-            case Algo::rfc4115:
+            case SecondBucket::excess:
                 // C and E refill independently: not green though eligible, C < cost; red though
                 // not red on arrival, E < cost.
                 floor_checked[0] += expect_window_floor(
@@ -346,16 +347,21 @@ std::string mode_name(const ::testing::TestParamInfo<std::tuple<Algo, bool, bool
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, MeterProperties,
-                         ::testing::Combine(::testing::Values(Algo::srtcm, Algo::trtcm,
-                                                              Algo::rfc4115),
+                         ::testing::Combine(::testing::ValuesIn([] {
+                                                std::vector<Algo> all;
+                                                for (const AlgoInfo &a : algorithms())
+                                                    all.push_back(a.algo);
+                                                return all;
+                                            }()),
                                             ::testing::Bool(), ::testing::Bool()),
                          mode_name);
 
 TEST(MeterProperties, ColorBlindIsColorAwareOfAllGreen) {
     std::mt19937_64 rng(42);
-    for (Algo algo : {Algo::srtcm, Algo::trtcm, Algo::rfc4115}) {
-        MeterParams p =
-            test::meter_params(algo, 8000000, 3000, algo == Algo::trtcm ? 16000000 : 4000000, 6000);
+    for (const AlgoInfo &a : algorithms()) {
+        const Algo algo = a.algo;
+        MeterParams p = test::meter_params(
+            algo, 8000000, 3000, a.second == SecondBucket::peak ? 16000000 : 4000000, 6000);
         auto trace = random_trace(rng, p, 5000, 3.0);
         MeteredRun blind = run_meter(p, trace);
         for (auto &pk : trace)
@@ -368,11 +374,13 @@ TEST(MeterProperties, ColorBlindIsColorAwareOfAllGreen) {
 
 TEST(MeterProperties, AfterAnIdleTheBucketsAreFull) {
     std::mt19937_64 rng(7);
-    for (Algo algo : {Algo::srtcm, Algo::trtcm, Algo::rfc4115}) {
+    for (const AlgoInfo &a : algorithms()) {
+        const Algo algo = a.algo;
+        const bool peak = a.second == SecondBucket::peak,
+                   overflow = a.second == SecondBucket::overflow;
         SCOPED_TRACE(to_string(algo));
         MeterParams p =
-            test::meter_params(algo, 1000000, 3000, algo == Algo::trtcm ? 2000000 : 300000,
-                               algo == Algo::trtcm ? 9000 : 6000);
+            test::meter_params(algo, 1000000, 3000, peak ? 2000000 : 300000, peak ? 9000 : 6000);
         Meter m = meter_for(p);
         for (const auto &pk : random_trace(rng, p, 2000, 4.0))
             m.mark(pk.time_ns, pk.bytes, pk.color);
@@ -385,8 +393,8 @@ TEST(MeterProperties, AfterAnIdleTheBucketsAreFull) {
         drained.c_tokens = 0;
         drained.e_tokens = 0;
         meter_refill(&cfg, &drained, drained.last_ns + cfg.c_fill_ns - 1);
-        EXPECT_LT(drained.c_tokens + (algo == Algo::srtcm ? drained.e_tokens : 0),
-                  cfg.c_size + (algo == Algo::srtcm ? cfg.e_size : 0));
+        EXPECT_LT(drained.c_tokens + (overflow ? drained.e_tokens : 0),
+                  cfg.c_size + (overflow ? cfg.e_size : 0));
         // ...and after the idle, from any state, both are.
         meter_refill(&cfg, &almost, almost.last_ns + idle);
         EXPECT_EQ(almost.c_tokens, cfg.c_size);
