@@ -28,10 +28,7 @@ bool same_rules(const CgroupRules &a, const CgroupRules &b) {
 
 Result<CgroupRules> Datapath::Impl::cgroup_rules_of_model() {
     CgroupRules out;
-    auto ranked = sets->ranked();
-    bool any = std::ranges::any_of(
-        ranked, [](const auto &pr) { return pr.first->match.cgroup.has_value(); });
-    if (!any) {
+    if (sets->cgroup_policies() == 0) {
         cgroup_tree.clear();
         cgroup_paths.clear();
         return out;
@@ -49,6 +46,7 @@ Result<CgroupRules> Datapath::Impl::cgroup_rules_of_model() {
             cgroup_paths[c.id] = c.path;
     }
     cgroup_tree_fresh = false;
+    auto ranked = sets->ranked();
     // In rank order: a cgroup two patterns cover goes to the better-ranked policy, as a packet
     // two address rules match does.
     for (const auto &[p, rank] : ranked) {

@@ -116,6 +116,7 @@ struct PolicySets::Impl {
     std::map<RuleId, std::map<uint32_t, uint32_t>, RuleIdLess> claims; // rule -> rank -> id
     std::map<tcm_class_key, std::multiset<uint32_t>, ClassKeyLess> mask_ranks;
     size_t n_entries = 0;
+    size_t n_cgroup = 0; // policies with a cgroup match
 
     Image images[TCM_NR_SETS];
     // Touched by the last write: the other set falls behind by these once it is switched.
@@ -135,6 +136,7 @@ struct PolicySets::Impl {
             touched_rules.insert(r);
         }
         n_entries += it.rules.size();
+        n_cgroup += it.policy.match.cgroup.has_value();
         touched_ids.insert(it.policy.id);
     }
     void unlink(const Item &it) {
@@ -158,6 +160,7 @@ struct PolicySets::Impl {
             touched_rules.insert(r);
         }
         n_entries -= it.rules.size();
+        n_cgroup -= it.policy.match.cgroup.has_value();
         touched_ids.insert(it.policy.id);
     }
 
@@ -476,6 +479,10 @@ std::vector<std::pair<const Policy *, uint32_t>> PolicySets::ranked() const {
     return out;
 }
 
+size_t PolicySets::cgroup_policies() const {
+    return impl_->n_cgroup;
+}
+
 bool PolicySets::contains(uint32_t id) const {
     return impl_->items.contains(id);
 }
@@ -683,6 +690,7 @@ Result<void> PolicySets::rebuild(uint32_t set, const std::vector<Policy> &polici
     m.claims.clear();
     m.mask_ranks.clear();
     m.n_entries = 0;
+    m.n_cgroup = 0;
     // Ranks evenly spaced, in rank order.
     std::vector<const Policy *> sorted;
     for (const auto &p : policies)

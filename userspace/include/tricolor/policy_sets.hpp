@@ -62,6 +62,9 @@ class PolicySets {
     // The model's policies and their ranks, in rank order: for rules kept outside the set's maps
     // (the cgroup rules), which must order as the classifier's do.
     std::vector<std::pair<const Policy *, uint32_t>> ranked() const;
+    // How many of the model's policies match a cgroup: ranked() is a walk of the whole model, not
+    // for a set that has none.
+    size_t cgroup_policies() const;
 
     // The ids of the model (equal to the active set's after switched()).
     bool contains(uint32_t id) const;
