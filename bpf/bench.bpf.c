@@ -204,26 +204,31 @@ int bench_floor_meter(struct xdp_md *ctx) {
 __u32 gen_mask = 0;
 __u32 gen_counter = 0;
 
-SEC("xdp")
-int bench_gen(struct xdp_md *ctx) {
-    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+/* The frame's IPv4 source, or the last word of its IPv6 source; NULL for anything else. */
+static __always_inline __u32 *bench_src_word(void *data, void *end) {
     struct ethhdr *eth = data;
-    __u32 low = (gen_counter++ * 2654435761u) & gen_mask;
 
     if ((void *)(eth + 1) > end)
-        return XDP_ABORTED;
+        return NULL;
     if (eth->h_proto == bpf_htons(ETH_P_IP)) {
         struct iphdr *ip = (void *)(eth + 1);
-        if ((void *)(ip + 1) > end)
-            return XDP_ABORTED;
-        ip->saddr = bpf_htonl((bpf_ntohl(ip->saddr) & ~gen_mask) | low);
-    } else {
-        struct ipv6hdr *ip6 = (void *)(eth + 1);
-        if ((void *)(ip6 + 1) > end)
-            return XDP_ABORTED;
-        ip6->saddr.in6_u.u6_addr32[3] =
-            bpf_htonl((bpf_ntohl(ip6->saddr.in6_u.u6_addr32[3]) & ~gen_mask) | low);
+        return (void *)(ip + 1) > end ? NULL : &ip->saddr;
     }
+    if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        return (void *)(ip6 + 1) > end ? NULL : &ip6->saddr.in6_u.u6_addr32[3];
+    }
+    return NULL;
+}
+
+SEC("xdp")
+int bench_gen(struct xdp_md *ctx) {
+    __u32 *src = bench_src_word((void *)(long)ctx->data, (void *)(long)ctx->data_end);
+    __u32 low = (gen_counter++ * 2654435761u) & gen_mask;
+
+    if (!src)
+        return XDP_ABORTED;
+    *src = bpf_htonl((bpf_ntohl(*src) & ~gen_mask) | low);
     return XDP_TX;
 }
 
@@ -232,25 +237,11 @@ int bench_gen(struct xdp_md *ctx) {
 SEC("xdp")
 int bench_plain_meter_wire(struct xdp_md *ctx) {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-    struct ethhdr *eth = data;
-    __u32 src;
+    __u32 *src = bench_src_word(data, end);
 
-    if ((void *)(eth + 1) > end)
+    if (!src)
         return XDP_PASS;
-    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-        struct iphdr *ip = (void *)(eth + 1);
-        if ((void *)(ip + 1) > end)
-            return XDP_PASS;
-        src = ip->saddr;
-    } else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-        struct ipv6hdr *ip6 = (void *)(eth + 1);
-        if ((void *)(ip6 + 1) > end)
-            return XDP_PASS;
-        src = ip6->saddr.in6_u.u6_addr32[3];
-    } else {
-        return XDP_PASS;
-    }
-    return plain_meter_packet(src, end - data) ? XDP_PASS : XDP_DROP;
+    return plain_meter_packet(*src, end - data) ? XDP_PASS : XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
