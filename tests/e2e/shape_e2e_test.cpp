@@ -488,11 +488,8 @@ TEST_F(Shape, TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer) {
     // emulated guest; a busy machine, where the round trip also crosses the clamp's line and
     // the window grows, ShortRoundTripClampsTheWindowToHalfTheBucket) sends a backlog the
     // bucket does not hold: a few red segments are allowed (8 in a CI run here, against the
-    // hard policer's 115); none on an idle machine. Under a time scale (Debian's 6.1 under TCG)
-    // 10, 17 and 32 were seen against the hard policer's 88-128: there 40, under half the
-    // hard policer's fewest.
-    const uint64_t allowed = time_scale() > 1 ? 40 : 16;
-    EXPECT_LE(red_shaped, allowed) << "hard " << red_hard << " red";
+    // hard policer's 115); none on an idle machine.
+    EXPECT_LE(red_shaped, 16u) << "hard " << red_hard << " red";
 }
 
 // Four flows that start at once through 16 KiB at a veth's round trip: their first ten
