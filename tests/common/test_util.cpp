@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
-#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -119,12 +118,9 @@ MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_
     p.cir = cir;
     p.cbs = cbs;
     // Each of the algorithm's second-bucket parameters, as the table of algorithms has them.
-    for (auto [key, field, value] : {std::tuple{"pir", &MeterParams::pir, second_rate},
-                                     {"pbs", &MeterParams::pbs, second_size},
-                                     {"ebs", &MeterParams::ebs, second_size},
-                                     {"eir", &MeterParams::eir, second_rate}})
-        if (takes(algo, key))
-            p.*field = value;
+    for (const SecondParam &sp : second_params())
+        if (takes(algo, sp))
+            p.*sp.field = sp.rate ? second_rate : second_size;
     return p;
 }
 

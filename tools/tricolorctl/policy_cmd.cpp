@@ -14,7 +14,6 @@
 
 #include <iostream>
 #include <string>
-#include <tuple>
 
 namespace tricolor::cli {
 
@@ -65,12 +64,9 @@ void print_policy(const json &spec) {
     both("cir", m.cir, rate);
     both("cbs", m.cbs, size);
     // The second bucket's parameters, as the table of algorithms names them.
-    for (auto [key, value, unit] : {std::tuple{"pir", second_rate(m), rate},
-                                    {"pbs", second_size(m), size},
-                                    {"ebs", second_size(m), size},
-                                    {"eir", second_rate(m), rate}})
-        if (takes(m.algo, key))
-            both(key, value, unit);
+    for (const SecondParam &sp : second_params())
+        if (takes(m.algo, sp))
+            both(std::string(sp.key).c_str(), (m.*sp.field).value_or(0), sp.rate ? rate : size);
     line("match", match_text(spec.value("match", json::object())));
     line("priority", given("priority", "0"));
     line("per", given("per", "aggregate"));

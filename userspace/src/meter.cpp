@@ -7,19 +7,12 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
+#include <algorithm>
 #include <stdexcept>
 
 namespace tricolor {
 
 namespace {
-
-std::string lower(std::string_view name) {
-    std::string s(name);
-    for (char &c : s)
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
 
 // "trtcm", "srtcm and rfc4115": the algorithms of which `pred` holds.
 template <class Pred>
@@ -66,41 +59,52 @@ std::string_view to_string(Algo algo) {
     return info(algo).name;
 }
 
-std::string_view second_rate_name(Algo algo) {
+const std::vector<SecondParam> &second_params() {
+    static const std::vector<SecondParam> params = {
+        {"pir", "PIR", &MeterParams::pir, true},
+        {"pbs", "PBS", &MeterParams::pbs, false},
+        {"ebs", "EBS", &MeterParams::ebs, false},
+        {"eir", "EIR", &MeterParams::eir, true},
+    };
+    return params;
+}
+
+bool takes(Algo algo, const SecondParam &param) {
     switch (info(algo).second) {
     case SecondBucket::overflow:
-        return "";
+        return param.field == &MeterParams::ebs;
     case SecondBucket::excess:
-        return "EIR";
+        return param.field == &MeterParams::ebs || param.field == &MeterParams::eir;
     case SecondBucket::peak:
-        return "PIR";
+        return param.field == &MeterParams::pbs || param.field == &MeterParams::pir;
     }
-    return "";
+    return false;
+}
+
+// The one of @algo's parameters that is a rate (@rate) or a size, or nullptr.
+static const SecondParam *second_param(Algo algo, bool rate) {
+    for (const SecondParam &p : second_params())
+        if (p.rate == rate && takes(algo, p))
+            return &p;
+    return nullptr;
+}
+
+std::string_view second_rate_name(Algo algo) {
+    const SecondParam *p = second_param(algo, true);
+    return p ? p->name : "";
 }
 
 std::string_view second_size_name(Algo algo) {
-    return info(algo).second == SecondBucket::peak ? "PBS" : "EBS";
+    return second_param(algo, false)->name; // every second bucket has a size
 }
 
-uint64_t second_rate(const MeterParams &p) {
-    switch (info(p.algo).second) {
-    case SecondBucket::overflow:
-        return 0;
-    case SecondBucket::excess:
-        return p.eir.value_or(0);
-    case SecondBucket::peak:
-        return p.pir.value_or(0);
-    }
-    return 0;
+uint64_t second_rate(const MeterParams &m) {
+    const SecondParam *p = second_param(m.algo, true);
+    return p ? (m.*p->field).value_or(0) : 0;
 }
 
-uint64_t second_size(const MeterParams &p) {
-    return (info(p.algo).second == SecondBucket::peak ? p.pbs : p.ebs).value_or(0);
-}
-
-bool takes(Algo algo, std::string_view key) {
-    return !key.empty() &&
-           (key == lower(second_rate_name(algo)) || key == lower(second_size_name(algo)));
+uint64_t second_size(const MeterParams &m) {
+    return (m.*second_param(m.algo, false)->field).value_or(0);
 }
 
 std::string_view to_string(Color color) {
@@ -188,13 +192,10 @@ Validation validate(const MeterParams &p) {
     c.size_in_range("CBS", p.cbs, 1);
 
     // A parameter of another algorithm's second bucket is refused, naming those that take it.
-    const std::pair<std::string_view, const std::optional<uint64_t> *> second[] = {
-        {"PIR", &p.pir}, {"PBS", &p.pbs}, {"EBS", &p.ebs}, {"EIR", &p.eir}};
-    for (const auto &[name, value] : second) {
-        const std::string key = lower(name);
-        if (!takes(p.algo, key))
-            c.absent(name, *value, takers([&](const AlgoInfo &a) { return takes(a.algo, key); }));
-    }
+    for (const SecondParam &sp : second_params())
+        if (!takes(p.algo, sp))
+            c.absent(sp.name, p.*sp.field,
+                     takers([&](const AlgoInfo &a) { return takes(a.algo, sp); }));
 
     const std::string_view rate = second_rate_name(p.algo), size = second_size_name(p.algo);
     switch (algo.second) {

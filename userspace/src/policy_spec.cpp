@@ -554,9 +554,9 @@ json merge_policy(json spec, const json &patch) {
         it != patch.end() && it->is_string() && spec.value("algo", json()) != *it) {
         // An unknown name keeps them all: to_policy refuses it, naming it.
         if (auto algo = parse_algo(it->get<std::string>()))
-            for (const char *key : {"pir", "pbs", "ebs", "eir"})
-                if (!takes(*algo, key) && !patch.contains(key))
-                    spec.erase(key);
+            for (const SecondParam &sp : second_params())
+                if (!takes(*algo, sp) && !patch.contains(sp.key))
+                    spec.erase(sp.key);
     }
     for (const auto &[key, value] : patch.items()) {
         if (value.is_null())

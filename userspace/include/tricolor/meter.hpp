@@ -79,14 +79,23 @@ struct Validation {
     bool ok() const { return errors.empty(); }
 };
 
-// The second bucket's parameters, by their names ("PIR", "PBS"; "EIR", "EBS"; srtcm's E has no
-// rate: ""), and their values (0 when not given).
+// Every parameter a second bucket may have, in the order messages and `policy show` list them;
+// an algorithm takes those of its kind of second bucket (takes()).
+struct SecondParam {
+    std::string_view key;  // "pir", as the spec and the CLI name it
+    std::string_view name; // "PIR", as messages name it
+    std::optional<uint64_t> MeterParams::*field;
+    bool rate; // a rate, or else a size
+};
+const std::vector<SecondParam> &second_params();
+bool takes(Algo algo, const SecondParam &param);
+
+// The second bucket's parameters' names ("PIR", "PBS"; "EIR", "EBS"; srtcm's E has no rate: "")
+// and their values (0 when not given).
 std::string_view second_rate_name(Algo algo);
 std::string_view second_size_name(Algo algo);
 uint64_t second_rate(const MeterParams &params);
 uint64_t second_size(const MeterParams &params);
-// Whether an algorithm takes a parameter of a second bucket, by its spec key ("pir", "ebs").
-bool takes(Algo algo, std::string_view key);
 
 // The one validation every entry point (CLI, config file, control socket) goes through.
 Validation validate(const MeterParams &params);
