@@ -366,10 +366,15 @@ TEST_F(Cgroups, PerCgroupGlobGivesEachChildABucketAndFollowsNewOnes) {
 // A cgroup removed (a container gone): its bucket goes with the idle reclaim, as any idle flow's
 // does, and stats stops listing it once the tree is rescanned; a busy sibling keeps its bucket.
 TEST_F(Cgroups, ARemovedCgroupsBucketGoesWithTheIdleReclaim) {
+    // The idle timeout stretches with TRICOLOR_TIME_SCALE: under TCG one round of the kept
+    // sender's loop (a process started in its cgroup, a flows request) took over a second, and
+    // the busy bucket went as idle (CI, stop 35).
+    const int s = time_scale();
     daemon.reset();
     daemon = std::make_unique<Daemon>(
         ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        std::vector<std::string>{"--reclaim-interval", "0.5", "--flow-idle-timeout", "1"});
+        std::vector<std::string>{"--reclaim-interval", "0.5", "--flow-idle-timeout",
+                                 std::to_string(s)});
     ok({"attach", lab->host_if, "--hook", "tc", "--direction", "egress"});
     TestCgroup kept(base + "/pod-kept");
     auto gone = std::make_unique<TestCgroup>(base + "/pod-gone");
