@@ -313,12 +313,20 @@ mutant fleet-lease-ignored bpf/lib/fleet.h \
     "fleet: an expired lease does not void the bucket" \
     "bpf:FleetDatapathTest.*"
 mutant fleet-no-cap bpf/lib/meter.h \
-    's/__u64 over = meter_bucket_add\(&st->c_tokens, cfg->c_size, add\);/st->c_tokens += add; __u64 over = 0;/' \
-    "fleet: grants fill C past CBS" \
+    's/__u64 over = meter_bucket_add\(&st->c_tokens, c_cap, add\);/st->c_tokens += add; __u64 over = 0;/' \
+    "fleet: a lease fills C past its cap" \
     "bpf:FleetDatapathTest.*"
-mutant fleet-lua-cap userspace/src/fleet.lua \
-    's/local grant = math\.min\(want, tokens\)/local grant = want/' \
-    "fleet script: grants what a host wants, not what the bucket holds" \
+mutant fleet-prev-rate-lost bpf/lib/fleet.h \
+    's/fleet_earned\(prate, pfill, fleet_max\(t, pfrom\), fleet_min\(end, from\)/fleet_earned(prate, pfill, fleet_max(t, pfrom), fleet_max(t, pfrom)/' \
+    "fleet: a rate change forgets what the old rate earned since the last packet" \
+    "bpf:FleetDatapathTest.*"
+mutant fleet-lua-over-cir userspace/src/fleet.lua \
+    's/local rate = math\.min\(fair, cir - others_rate\)/local rate = fair/' \
+    "fleet script: a lease is raised beyond what the others are counted at" \
+    "unit:FleetScriptTest.*"
+mutant fleet-lua-lowered-at-once userspace/src/fleet.lua \
+    's/rates = others_rate \+ math\.max\(rate, run_rate\)/rates = others_rate + rate/' \
+    "fleet script: a lowered lease stops counting before its host runs it" \
     "unit:FleetScriptTest.*"
 mutant state-not-atomic userspace/daemon/state_file.cpp \
     's/if \(rename\(tmp\.c_str\(\), options_\.state\.c_str\(\)\) < 0\)/if (false)/' \

@@ -37,8 +37,8 @@ enum tcm_algo {
 #define TCM_METER_F_PACKET_MODE 0x2u
 #define TCM_METER_F_COUPLED 0x4u     /* rfc4115 with MEF 10.3's CF=1: what overflows C goes to E */
 #define TCM_METER_F_START_EMPTY 0x8u /* a new flow's buckets start empty, not full */
-/* Fleet policy (docs/spec.md §10): the committed bucket C is refilled by grants from user space
- * (the policy's tcm_fleet entry), not by time; c_rate is 0 and C starts empty. */
+/* Fleet policy (docs/spec.md §10): the committed bucket C earns at the rate leased from the fleet
+ * (the policy's tcm_fleet entry), not at c_rate, which is 0; C starts empty. */
 #define TCM_METER_F_FLEET 0x10u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
@@ -382,23 +382,35 @@ struct tcm_edt_cfg {
  * match an interface; a socket does not know which one its packets will leave by). */
 #define TCM_SHAPE_MAX_IFACES 8
 
-/* By policy id, in the mmapable tcm_fleet array: the tokens a fleet policy's committed bucket
- * may take (docs/spec.md §10). Every field is a running total, so neither side needs an atomic
- * read-modify-write: user space is the only writer of granted/revoke_*, the data path (under the
- * aggregate bucket's lock) the only writer of drained/revoke_seen/spilled. The data path folds
- * granted - drained into C; what does not fit C (srtcm: C then E) is counted in spilled.
- * A revoke (user space stores revoke_upto = granted, then revoke_seq + 1) empties C and
- * discards every grant up to revoke_upto; so does the lease running out (lease_until_ns). */
-struct tcm_fleet_grant {
-    __u64 granted;        /* tokens granted so far (user space) */
-    __u64 revoke_upto;    /* grants up to this total are void (user space) */
-    __u64 revoke_seq;     /* bumped for each revoke (user space) */
-    __u64 drained;        /* tokens folded into the buckets or spilled (data path) */
-    __u64 revoke_seen;    /* the revoke_seq last acted on (data path) */
-    __u64 spilled;        /* granted tokens that did not fit the buckets (data path) */
-    __u64 lease_until_ns; /* user space; 0: none. Past it (data-path clock) C and every grant
-                             so far are void: a host whose daemon died or lost Redis spends
-                             no fleet tokens after its lease, with or without user space */
+/* By policy id, in the mmapable tcm_fleet array: a fleet policy's lease (docs/fleet.md). C earns
+ * tokens at the leased rate from from_ns (before that, at prev_rate from prev_from_ns), never past
+ * until_ns, and holds at most cap. User space is the only writer of the lease: it makes seq odd,
+ * writes, makes it even again; the data path (under the aggregate bucket's lock) uses a lease it
+ * read between two equal, even loads of seq, and otherwise earns nothing at this packet (the next
+ * one earns the time missed: accrued_ns stays). The data path is the only writer of accrued_ns
+ * spilled and cut_seen. No division on the packet's path: fill_ns (cap/rate, rounded up) is user
+ * space's. until_ns is written alone, outside seq: past it (data-path clock) C is empty and earns
+ * nothing, so a host whose daemon died or lost Redis spends no fleet tokens after its lease. */
+/* More tokens than any C and E can hold together (2 GiB): a gap a lease needs at least
+ * fill_ns to earn this fills them, and a shorter one earns dt * rate < TCM_FLEET_FULL + rate,
+ * exactly, with no overflow. */
+#define TCM_FLEET_FULL (2 * TCM_METER_MAX_SIZE * TCM_TOKENS_PER_BYTE)
+
+struct tcm_fleet_lease {
+    __u64 seq;
+    __u64 rate;      /* tokens per ns (bit/s, or packet/s in packet mode) */
+    __u64 from_ns;   /* data-path clock */
+    __u64 fill_ns;   /* smallest dt with dt * rate >= TCM_FLEET_FULL; ~0 when rate is 0 */
+    __u64 prev_rate; /* the lease before this one, earned from prev_from_ns to from_ns */
+    __u64 prev_from_ns;
+    __u64 prev_fill_ns;
+    __u64 cap;        /* tokens: C holds at most this (the host's part of CBS) */
+    __u64 until_ns;   /* 0: none (a fallback's own lease) */
+    __u64 cut;        /* user space bumps it (with the lease) to empty C: a lease that starts
+                         anew keeps nothing of the one before */
+    __u64 cut_seen;   /* data path: the cut last acted on */
+    __u64 accrued_ns; /* data path: C has earned up to here */
+    __u64 spilled;    /* data path: tokens earned beyond cap (srtcm: beyond E too) */
     __u64 pad;
 };
 
@@ -419,5 +431,6 @@ TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_pace) == 64, "tcm_sock_pace: 64 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_cwnd) == 8, "tcm_sock_cwnd: 8 bytes");
+TCM_ABI_ASSERT(sizeof(struct tcm_fleet_lease) == 112, "tcm_fleet_lease: 112 bytes");
 
 #endif /* TRICOLOR_ABI_H */

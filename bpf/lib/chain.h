@@ -146,8 +146,8 @@ static __always_inline void chain_start(const struct tcm_policy *lvl, struct tcm
         meter_start(&lvl->meter, &f->meter, now);
 }
 
-/* A fleet level (docs/spec.md §10): the grants user space made since the last packet go into C
- * before the level decides. Started here, so that the start (C empty) cannot undo the fold. */
+/* A fleet level (docs/fleet.md): what its lease earned since the last packet goes into C before
+ * the level decides. Started here, so that the start (C empty) cannot undo the fold. */
 static __always_inline void chain_fleet(const struct tcm_policy *lvl, struct tcm_flow *f,
                                         __u64 now) {
     if (!lvl || !f || !(lvl->meter.flags & TCM_METER_F_FLEET))
@@ -156,7 +156,7 @@ static __always_inline void chain_fleet(const struct tcm_policy *lvl, struct tcm
         meter_start(&lvl->meter, &f->meter, now);
         f->flags |= TCM_FLOW_F_STARTED;
     }
-    fleet_fold(lvl, f, now);
+    tcm_fleet_fold(&f->meter, &lvl->meter, lvl->policy_id, now);
 }
 
 /* Counts the packet at level @i by its final colour and releases the level's lock; then, with

@@ -142,13 +142,13 @@ struct {
     __type(value, struct tcm_runtime);
 } tcm_runtime SEC(".maps");
 
-/* By policy id: grants of fleet policies (struct tcm_fleet_grant), mmapped by the daemon. */
+/* By policy id: the leases of fleet policies (struct tcm_fleet_lease), mmapped by the daemon. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(map_flags, BPF_F_MMAPABLE);
     __uint(max_entries, TCM_MAX_POLICIES);
     __type(key, __u32);
-    __type(value, struct tcm_fleet_grant);
+    __type(value, struct tcm_fleet_lease);
 } tcm_fleet SEC(".maps");
 
 /* ---- TCP through the policer (docs/spec.md §8) ---- */

@@ -207,14 +207,16 @@ TCM_METER_INLINE int meter_wait_bucket(const struct tcm_meter_config *cfg,
     return in_color == TCM_GREEN;
 }
 
-/* A fleet policy's grant (fleet.h, docs/spec.md §10): @add tokens into C, capped to its size
- * first; under srtcm what overflows C goes into E, as its CIR stream's would. Returns what fit
- * in neither. */
+/* What a fleet policy's lease earned (fleet.h, docs/spec.md §10): @add tokens into C, which holds
+ * at most @c_cap (the host's part of CBS, at most c_size) and is cut to it first; under srtcm
+ * what overflows C goes into E, as its CIR stream's would. Returns what fit in neither. */
 TCM_METER_INLINE __u64 meter_grant(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
-                                   __u64 add) {
-    if (st->c_tokens > cfg->c_size)
-        st->c_tokens = cfg->c_size;
-    __u64 over = meter_bucket_add(&st->c_tokens, cfg->c_size, add);
+                                   __u64 c_cap, __u64 add) {
+    if (c_cap > cfg->c_size)
+        c_cap = cfg->c_size;
+    if (st->c_tokens > c_cap)
+        st->c_tokens = c_cap;
+    __u64 over = meter_bucket_add(&st->c_tokens, c_cap, add);
     if (over && cfg->algo == TCM_ALGO_SRTCM) {
         if (st->e_tokens > cfg->e_size)
             st->e_tokens = cfg->e_size;

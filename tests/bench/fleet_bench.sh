@@ -24,7 +24,7 @@ SCRIPT_REQUESTS=${SCRIPT_REQUESTS:-200000}
 LUA="$(dirname "$(readlink -f "$0")")/../../userspace/src/fleet.lua"
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 command -v redis-server >/dev/null || { echo "fleet_bench: redis-server is not installed" >&2; exit 1; }
-echo "== fleet: 3 hosts, CIR 8 Mbit/s, CBS 100 kB, exchanges every 50 ms, lease 1 s"
+echo "== fleet: 3 hosts, CIR 24 Mbit/s, CBS 64 KiB and 1 MiB, exchanges every 50 ms, lease 1 s"
 "$BUILD_DIR/tests/e2e_tests" --gtest_also_run_disabled_tests --gtest_filter='Fleet.DISABLED_Bench' |
     tee /tmp/tricolor-fleet-bench.log | grep -E '^BENCH|^RESULT|FAILED|Failure' || true
 grep -q '^\[  PASSED  \] 1 test' /tmp/tricolor-fleet-bench.log
@@ -48,18 +48,18 @@ $R redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemoni
 for _ in $(seq 50); do $R redis-cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 sha=$($R redis-cli script load "$(cat "$LUA")")
 [[ "$sha" =~ ^[0-9a-f]{40}$ ]] || { echo "fleet_bench: SCRIPT LOAD failed: $sha" >&2; exit 1; }
-# One policy: CIR 8 Mbit/s, CBS 100 kB in the script's units (10^-6 bit); every node reports
-# nothing held and asks for 1000 units, lease 1 s.
+# One policy: CIR 8 Mbit/s, CBS 100 kB; every node runs no lease yet and offers 10 kbit/s,
+# lease 1 s, the fair shares computed anew every 50 ms (the default period).
+ARGS=(8000000 100000 0 0 0 10000 1000000 0 50000)
+KEYS=('tricolor:{b}:lease' 'tricolor:{b}:hosts' 'tricolor:{b}:seen')
 for nodes in 1000 10000; do
     $R redis-cli flushall >/dev/null
-    # One exchange by hand: the script answers {grant, tokens, out, hosts, ...}, not an error.
-    $R redis-cli evalsha "$sha" 3 'tricolor:{b}:bucket' 'tricolor:{b}:held' 'tricolor:{b}:seen' \
-        node:check 8000000 800000000000 0 1000 1000000 0 | grep -qv ERR ||
+    # One exchange by hand: the script answers {rate, cap, hosts, ...}, not an error.
+    $R redis-cli evalsha "$sha" 3 "${KEYS[@]}" node:check "${ARGS[@]}" | grep -qv ERR ||
         { echo "fleet_bench: EVALSHA failed" >&2; exit 1; }
     $R redis-cli config resetstat >/dev/null
     rps=$($R redis-benchmark -c 50 -n "$SCRIPT_REQUESTS" -r "$nodes" --csv \
-        evalsha "$sha" 3 'tricolor:{b}:bucket' 'tricolor:{b}:held' 'tricolor:{b}:seen' \
-        'node:__rand_int__' 8000000 800000000000 0 1000 1000000 0 |
+        evalsha "$sha" 3 "${KEYS[@]}" 'node:__rand_int__' "${ARGS[@]}" |
         awk -F'"' 'NR == 2 {print $4}')
     usec=$($R redis-cli info commandstats | sed -n 's/.*cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
     read -r at50 at200 < <(python3 -c "r = $rps; print(f'{r * 0.05:.0f} {r * 0.2:.0f}')")

@@ -14,7 +14,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <ctime>
 #include <mutex>
 #include <sstream>
@@ -32,6 +34,7 @@ constexpr uint64_t kCir = 8000000; // bit/s: 1 MB/s for the whole fleet
 constexpr uint64_t kCbs = 100000;  // bytes
 constexpr int kPps = 2000;         // 1028-byte IP packets: 2.06 x CIR
 constexpr int kPayload = 1000;
+constexpr int kIpBytes = kPayload + 28;
 
 uint64_t mono_ns() {
     timespec ts{};
@@ -88,9 +91,9 @@ class Fleet : public ::testing::Test {
                 ASSERT_EQ(r.exit_code, 0) << r.err << hosts.back()->log();
             };
             ctl({"attach", labs.back()->host_if});
-            uint64_t cir = k < static_cast<int>(cirs.size()) ? cirs[k] : kCir;
-            ctl({"policy", "add", "fleet", "--algo", "srtcm", "--cir", std::to_string(cir), "--cbs",
-                 std::to_string(kCbs), "--match", "proto", "udp", "--fleet"});
+            uint64_t c = k < static_cast<int>(cirs.size()) ? cirs[k] : cir;
+            ctl({"policy", "add", "fleet", "--algo", "srtcm", "--cir", std::to_string(c), "--cbs",
+                 std::to_string(cbs), "--ebs", "0", "--match", "proto", "udp", "--fleet"});
         }
     }
     // UDP at 2x CIR from host @i for @seconds.
@@ -108,71 +111,189 @@ class Fleet : public ::testing::Test {
         s.last_ns = mono_ns();
         return s;
     }
+    // Every host's offers in steps of @seconds, in bit/s (0: silent), each host one sender
+    // for all its steps: demand moves between hosts with no pause.
+    void send_steps(const std::vector<std::vector<uint64_t>> &steps, double seconds) {
+        std::vector<std::thread> senders;
+        for (size_t i = 0; i < labs.size(); ++i) {
+            std::vector<std::string> argv = {udp_tool_path(),          "steps",
+                                             labs[i]->host_v4,         "9",
+                                             std::to_string(kPayload), fmt::format("{}", seconds)};
+            for (const auto &s : steps)
+                argv.push_back(std::to_string(s[i] / (8 * kIpBytes)));
+            senders.emplace_back([this, i, argv] {
+                auto r = labs[i]->in_ns(argv);
+                EXPECT_EQ(r.exit_code, 0) << r.err;
+            });
+        }
+        for (auto &t : senders)
+            t.join();
+    }
+    // Every host's offer at once, in bit/s, for @seconds (0: that host sends nothing).
+    void send_all(const std::vector<uint64_t> &rates, double seconds) {
+        std::vector<std::thread> senders;
+        for (size_t i = 0; i < rates.size(); ++i)
+            if (rates[i])
+                senders.emplace_back([&, i] {
+                    send(static_cast<int>(i), seconds, static_cast<int>(rates[i] / (8 * kIpBytes)));
+                });
+        for (auto &t : senders)
+            t.join();
+    }
+    // Samples every 100 ms while @work runs.
+    std::vector<Sample> sampled(const std::function<void()> &work) {
+        std::vector<Sample> samples;
+        std::atomic<bool> stop{false};
+        std::mutex mu;
+        std::thread sampler([&] {
+            while (!stop) {
+                Sample s = sample();
+                {
+                    std::lock_guard l(mu);
+                    samples.push_back(s);
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+        work();
+        stop = true;
+        sampler.join();
+        samples.push_back(sample());
+        return samples;
+    }
+    // Every pair of samples: green(j) - green(i) <= CBS + CIR * (last_j - first_i), exactly.
+    void expect_never_over(const std::vector<Sample> &samples) const {
+        for (size_t i = 0; i < samples.size(); ++i)
+            for (size_t j = i + 1; j < samples.size(); ++j) {
+                __int128 green = samples[j].green - samples[i].green;
+                __int128 t = samples[j].last_ns - samples[i].first_ns;
+                ASSERT_LE(green * 8 * 1000000000,
+                          static_cast<__int128>(cbs) * 8000000000 + static_cast<__int128>(cir) * t)
+                    << "window " << i << ".." << j << ": " << static_cast<uint64_t>(green)
+                    << " green bytes in " << static_cast<double>(t) / 1e9 << " s";
+            }
+    }
+    // Green throughput over each 2-s window from @from_ns on, as a fraction of CIR (conservative:
+    // the window's time from the first sample's first read to the last one's last read).
+    std::vector<double> two_second_windows(const std::vector<Sample> &s, uint64_t from_ns) const {
+        std::vector<double> out;
+        for (size_t i = 0; i < s.size(); ++i) {
+            if (s[i].first_ns < from_ns)
+                continue;
+            for (size_t j = i + 1; j < s.size(); ++j) {
+                double t = static_cast<double>(s[j].last_ns - s[i].first_ns) / 1e9;
+                if (t < 2.0)
+                    continue;
+                out.push_back(static_cast<double>(s[j].green - s[i].green) * 8 /
+                              (static_cast<double>(cir) * t));
+                break;
+            }
+        }
+        return out;
+    }
+    uint64_t cir = kCir, cbs = kCbs;
     RedisServer redis;
     std::vector<std::unique_ptr<Lab>> labs;
     std::vector<std::unique_ptr<Daemon>> hosts;
 };
 
-// Every pair of samples: green(j) - green(i) <= CBS + CIR * (last_j - first_i), exactly.
-void expect_never_over(const std::vector<Sample> &samples) {
-    for (size_t i = 0; i < samples.size(); ++i)
-        for (size_t j = i + 1; j < samples.size(); ++j) {
-            __int128 green = samples[j].green - samples[i].green;
-            __int128 t = samples[j].last_ns - samples[i].first_ns;
-            ASSERT_LE(green * 8 * 1000000000,
-                      static_cast<__int128>(kCbs) * 8000000000 + static_cast<__int128>(kCir) * t)
-                << "window " << i << ".." << j << ": " << static_cast<uint64_t>(green)
-                << " green bytes in " << static_cast<double>(t) / 1e9 << " s";
-        }
-}
-
 } // namespace
 
-TEST_F(Fleet, ThreeHostsNeverOverAndUseTheLimitAsDemandMoves) {
-    std::vector<Sample> samples;
-    samples.push_back({mono_ns(), mono_ns(), 0}); // nothing is green before the hosts exist
-    start_hosts(3);
-    std::atomic<bool> stop{false};
-    std::mutex mu;
-    std::thread sampler([&] {
-        while (!stop) {
-            Sample s = sample();
-            {
-                std::lock_guard l(mu);
-                samples.push_back(s);
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-    });
-    // Demand moves: host 0, then 1, then 2, 1.5 s each at 2x CIR; then 0 and 2 together at
-    // CIR each.
-    Sample start = sample();
-    for (int i = 0; i < 3; ++i)
-        send(i, 1.5);
-    std::thread other([&] { send(2, 1.5, kPps / 2); });
-    send(0, 1.5, kPps / 2);
-    other.join();
-    Sample end = sample();
-    stop = true;
-    sampler.join();
-    samples.push_back(end);
-    expect_never_over(samples);
+// docs/fleet.md's use bound: three hosts, CIR 24 Mbit/s, offering twice that together, the
+// demand moving every 3 s (30/15/5 Mbit/s, then 5/15/30, then 15/5/30): green in every 2-s
+// window after the first at least 95% of CIR (the test asks 90%: the senders pace in user space
+// on a machine the test shares; tests/bench/fleet_bench.sh measures the figure), never above
+// CBS + CIR*T. At a CBS of 10 ms of CIR (64 KiB) as at one of 350 ms (1 MiB): the lease is a
+// rate, so what a host may spend between exchanges does not depend on CBS.
+class FleetMoving : public Fleet, public ::testing::WithParamInterface<uint64_t> {};
 
-    double secs = static_cast<double>(end.first_ns - start.last_ns) / 1e9;
-    double use = static_cast<double>(end.green - start.green) * 8 / (kCir * secs);
-    std::printf("fleet: %zu samples, %.2f s of traffic at 2x CIR, green %.1f%% of CIR\n",
-                samples.size(), secs, use * 100);
+TEST_P(FleetMoving, ThreeHostsUseTheLimitAsDemandMovesAndNeverPassIt) {
+    cir = 24000000;
+    cbs = GetParam();
+    start_hosts(3);
+    const std::vector<std::vector<uint64_t>> phases = {{30000000, 15000000, 5000000},
+                                                       {5000000, 15000000, 30000000},
+                                                       {15000000, 5000000, 30000000}};
+    uint64_t start = 0;
+    auto samples = sampled([&] {
+        start = mono_ns();
+        send_steps(phases, 3.0);
+    });
+    expect_never_over(samples);
+    auto use = two_second_windows(samples, start + 2000000000ull);
+    ASSERT_GE(use.size(), 20u);
+    double low = *std::ranges::min_element(use);
+    std::printf("fleet CBS %llu: %zu windows of 2 s, green %.1f%% to %.1f%% of CIR\n",
+                static_cast<unsigned long long>(cbs), use.size(), low * 100,
+                *std::ranges::max_element(use) * 100);
     for (auto &h : hosts) {
-        auto st = request(*h, {{"cmd", "status"}});
-        auto f = st["fleet"];
-        EXPECT_EQ(f["in_fallback"], false) << f.dump();
+        auto f = fleet_policy_stats(*h)["fleet"];
+        EXPECT_EQ(f["mode"], "fleet") << f.dump();
         EXPECT_EQ(f["failures"], 0) << f.dump();
-        EXPECT_EQ(f["policies"]["fleet"]["hosts_seen"], 3) << f.dump();
-        std::printf("  %s\n", f["policies"]["fleet"].dump().c_str());
+        EXPECT_EQ(f["hosts_seen"], 3) << f.dump();
+        std::printf("  %s\n", f.dump().c_str());
     }
-    // The goal is 95%; the test asks for 85% so that a loaded machine (the senders pace in
-    // user space) does not fail it. tests/bench/fleet_bench.sh measures the figure.
-    EXPECT_GE(use, 0.85);
+    EXPECT_GE(low, 0.90);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cbs, FleetMoving, ::testing::Values(65536, 1048576),
+                         [](const auto &i) { return fmt::format("Cbs{}", i.param); });
+
+// Twelve hosts of a 12 Mbit/s limit: four ask 0.25 Mbit/s each, eight 2.5 each (21 in all).
+// Max-min by demand (each asks a sixteenth more than it offers): the four get what they ask,
+// 0.27 Mbit/s, the eight split the rest, 1.37 each; status shows each host's share.
+TEST_F(Fleet, TwelveHostsShareMaxMinFairlyAndStatusShowsTheShares) {
+    cir = 12000000;
+    cbs = 120000;
+    start_hosts(12);
+    std::vector<uint64_t> offer(12, 2500000);
+    for (int i = 0; i < 4; ++i)
+        offer[i] = 250000;
+    std::vector<json> seen(12);
+    auto samples = sampled([&] {
+        std::thread status([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+            for (int i = 0; i < 12; ++i)
+                seen[i] = fleet_policy_stats(*hosts[i])["fleet"];
+        });
+        send_all(offer, 4.0);
+        status.join();
+    });
+    expect_never_over(samples);
+    uint64_t leased = 0;
+    for (int i = 0; i < 12; ++i) {
+        const auto &f = seen[i];
+        std::printf("  host %d offers %.2f Mbit/s: lease %.3f Mbit/s, fair share %.3f\n", i,
+                    offer[i] / 1e6, f["lease_rate"].get<double>() / 1e6,
+                    f["fair_share"].get<double>() / 1e6);
+        EXPECT_EQ(f["hosts_seen"], 12) << f.dump();
+        double want = i < 4 ? 265625 : (12000000 - 4 * 265625) / 8.0;
+        // The demand each host measures moves with its sender's pacing: a tenth either way.
+        EXPECT_NEAR(f["fair_share"].get<double>(), want, want / 10) << f.dump();
+        EXPECT_LE(f["lease_rate"].get<uint64_t>(), f["fair_share"].get<uint64_t>() + 1) << f.dump();
+        leased += f["lease_rate"].get<uint64_t>();
+    }
+    EXPECT_LE(leased, cir);
+    // And tricolorctl shows it.
+    auto r = hosts[5]->ctl({"stats"});
+    EXPECT_NE(r.out.find("fair share"), std::string::npos) << r.out;
+}
+
+// A host idle for 10 s while the others use the whole limit: its first 10 packets are green
+// (its bucket filled at the floor its lease keeps).
+TEST_F(Fleet, AHostIdleForTenSecondsSendsItsFirstPacketsGreen) {
+    cir = 24000000;
+    cbs = 65536;
+    start_hosts(3);
+    std::thread busy([&] { send_all({30000000, 30000000, 0}, 10.0); });
+    busy.join();
+    uint64_t before = green_bytes(*hosts[2]);
+    auto &lab = *labs[2];
+    auto r = lab.in_ns(
+        {udp_tool_path(), "send", lab.host_v4, "9", "10", std::to_string(kPayload), "1000"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(green_bytes(*hosts[2]) - before, 10u * kIpBytes)
+        << fleet_policy_stats(*hosts[2]).dump();
 }
 
 TEST_F(Fleet, RedisLostAndBackSwitchesToTheFallbackAndReturns) {
@@ -310,110 +431,67 @@ double usec_per_call(const std::string &stats) {
     return at == std::string::npos ? -1.0 : std::stod(stats.substr(at + 14));
 }
 
-// Green throughput over every 2 s window of @samples (samples every ~100 ms), as a fraction
-// of CIR: the lowest, and the lowest of the windows that start within @after_ns of a move.
-struct Use {
-    double min = 1e9, min_after_move = 1e9, mean = 0;
-};
-
-Use windows(const std::vector<Sample> &s, const std::vector<uint64_t> &moves, uint64_t from,
-            uint64_t to) {
-    Use u;
-    double sum = 0;
-    int n = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i].first_ns < from)
-            continue;
-        for (size_t j = i + 1; j < s.size(); ++j) {
-            if (s[j].last_ns > to)
-                break;
-            double t = static_cast<double>(s[j].first_ns - s[i].last_ns) / 1e9;
-            if (t < 2.0)
-                continue;
-            double use = static_cast<double>(s[j].green - s[i].green) * 8 / (kCir * t);
-            if (use < 0.95)
-                std::printf("BENCH window at +%.1f s: %.1f%%\n",
-                            static_cast<double>(s[i].first_ns - from) / 1e9, use * 100);
-            u.min = std::min(u.min, use);
-            for (uint64_t m : moves)
-                if (s[i].first_ns >= m && s[i].first_ns < m + 1000000000ull)
-                    u.min_after_move = std::min(u.min_after_move, use);
-            sum += use;
-            ++n;
-            break;
-        }
-    }
-    u.mean = n ? sum / n : 0;
-    return u;
-}
-
 } // namespace
 
 TEST_F(Fleet, DISABLED_Bench) {
-    const double phase = 3.0;
-    start_hosts(3, "share", {}, "1000"); // the default lease
-    std::vector<Sample> samples{{mono_ns(), mono_ns(), 0}};
-    std::atomic<bool> stop{false};
-    std::mutex mu;
-    std::thread sampler([&] {
-        while (!stop) {
-            Sample s = sample();
-            {
-                std::lock_guard l(mu);
-                samples.push_back(s);
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Three hosts, CIR 24 Mbit/s, twice that offered, the demand moving every 3 s through six
+    // phases (the suite's case runs three): at a CBS of 10 ms of CIR and at one of 350 ms.
+    const std::vector<std::vector<uint64_t>> phases = {
+        {30000000, 15000000, 5000000}, {5000000, 15000000, 30000000}, {15000000, 5000000, 30000000},
+        {30000000, 5000000, 15000000}, {5000000, 30000000, 15000000}, {48000000, 0, 0}};
+    for (uint64_t size : {65536ull, 1048576ull}) {
+        hosts.clear();
+        labs.clear();
+        redis.stop();
+        ASSERT_TRUE(redis.start());
+        cir = 24000000;
+        cbs = size;
+        start_hosts(3, "share", {}, "1000"); // the default lease
+        uint64_t cpu0 = cpu_ticks(redis.pid());
+        std::vector<uint64_t> ex0;
+        for (auto &h : hosts)
+            ex0.push_back(request(*h, {{"cmd", "status"}})["fleet"]["exchanges"].get<uint64_t>());
+        uint64_t t0 = 0;
+        auto samples = sampled([&] {
+            t0 = mono_ns();
+            send_steps(phases, 3.0);
+        });
+        uint64_t t1 = samples.back().last_ns;
+        double secs = static_cast<double>(t1 - t0) / 1e9;
+        double cpu = static_cast<double>(cpu_ticks(redis.pid()) - cpu0) / sysconf(_SC_CLK_TCK);
+        uint64_t ex = 0, fallbacks = 0, failures = 0;
+        for (size_t i = 0; i < hosts.size(); ++i) {
+            auto f = request(*hosts[i], {{"cmd", "status"}})["fleet"];
+            ex += f["exchanges"].get<uint64_t>() - ex0[i];
+            fallbacks += f["fallbacks"].get<uint64_t>();
+            failures += f["failures"].get<uint64_t>();
         }
-    });
-    uint64_t cpu0 = cpu_ticks(redis.pid());
-    std::vector<uint64_t> ex0;
-    for (auto &h : hosts)
-        ex0.push_back(request(*h, {{"cmd", "status"}})["fleet"]["exchanges"].get<uint64_t>());
-    uint64_t t0 = mono_ns();
-    std::vector<uint64_t> moves;
-    // One host at a time, then two at CIR each, then back to one: demand moves every phase.
-    for (int i : {0, 1, 2, 0}) {
-        moves.push_back(mono_ns());
-        send(i, phase);
+        expect_never_over(samples);
+        bool held = !HasFailure();
+        auto use = two_second_windows(samples, t0 + 2000000000ull);
+        ASSERT_FALSE(use.empty());
+        double mean = 0;
+        for (double u : use)
+            mean += u / static_cast<double>(use.size());
+        double low = *std::ranges::min_element(use);
+        std::printf("BENCH CBS %llu: %.1f s at 2x CIR, demand moving every 3 s: %zu windows of "
+                    "2 s after the first, green min %.1f%%, mean %.1f%% of CIR; never over: %s\n",
+                    static_cast<unsigned long long>(size), secs, use.size(), low * 100, mean * 100,
+                    held ? "held" : "broken");
+        std::printf("RESULT name=fleet_use_cbs%llu seconds=%.1f windows=%zu min_pct=%.1f "
+                    "mean_pct=%.1f never_over=%s pairs=%zu\n",
+                    static_cast<unsigned long long>(size), secs, use.size(), low * 100, mean * 100,
+                    held ? "held" : "broken", samples.size() * (samples.size() - 1) / 2);
+        std::printf("RESULT name=fleet_load_cbs%llu exchanges_per_s_per_host=%.1f "
+                    "redis_cpu_pct=%.1f evalsha_usec_per_call=%.1f failed=%llu fallbacks=%llu\n",
+                    static_cast<unsigned long long>(size),
+                    static_cast<double>(ex) / secs / static_cast<double>(hosts.size()),
+                    cpu / secs * 100, usec_per_call(evalsha_stats(redis)),
+                    static_cast<unsigned long long>(failures),
+                    static_cast<unsigned long long>(fallbacks));
     }
-    moves.push_back(mono_ns());
-    std::thread other([&] { send(1, phase, kPps / 2); });
-    send(2, phase, kPps / 2);
-    other.join();
-    uint64_t t1 = mono_ns();
-    stop = true;
-    sampler.join();
-    double secs = static_cast<double>(t1 - t0) / 1e9;
-    double cpu = static_cast<double>(cpu_ticks(redis.pid()) - cpu0) / sysconf(_SC_CLK_TCK);
-    uint64_t ex = 0, fallbacks = 0, failures = 0;
-    for (size_t i = 0; i < hosts.size(); ++i) {
-        auto f = request(*hosts[i], {{"cmd", "status"}})["fleet"];
-        ex += f["exchanges"].get<uint64_t>() - ex0[i];
-        fallbacks += f["fallbacks"].get<uint64_t>();
-        failures += f["failures"].get<uint64_t>();
-    }
-    expect_never_over(samples);
-    bool held = !HasFailure();
-    Use u = windows(samples, moves, t0, t1);
-    std::printf("BENCH use: %.2f s at 2x CIR, demand moving every %.0f s: 2 s windows "
-                "min %.1f%%, mean %.1f%%, min of windows starting within 1 s after a move "
-                "%.1f%%\n",
-                secs, phase, u.min * 100, u.mean * 100, u.min_after_move * 100);
-    std::printf("BENCH load: %.1f exchanges/s per host, Redis CPU %.1f%% of a core (%s); "
-                "%llu failed exchanges, %llu fallbacks\n",
-                static_cast<double>(ex) / secs / hosts.size(), cpu / secs * 100,
-                evalsha_stats(redis).c_str(), static_cast<unsigned long long>(failures),
-                static_cast<unsigned long long>(fallbacks));
-    // The same figures for the docs (tests/bench/figures.py).
-    std::printf("RESULT name=fleet_use seconds=%.2f min_pct=%.1f mean_pct=%.1f "
-                "min_after_move_pct=%.1f never_over=%s pairs=%zu\n",
-                secs, u.min * 100, u.mean * 100, u.min_after_move * 100, held ? "held" : "broken",
-                samples.size() * (samples.size() - 1) / 2);
-    std::printf("RESULT name=fleet_load exchanges_per_s_per_host=%.1f redis_cpu_pct=%.1f "
-                "evalsha_usec_per_call=%.1f failed=%llu fallbacks=%llu\n",
-                static_cast<double>(ex) / secs / hosts.size(), cpu / secs * 100,
-                usec_per_call(evalsha_stats(redis)), static_cast<unsigned long long>(failures),
-                static_cast<unsigned long long>(fallbacks));
+    cir = kCir;
+    cbs = kCbs;
 
     // Redis killed for 5 s and restarted, per fallback mode: demand on all three hosts
     // (2/3 CIR each, 2x CIR in all).

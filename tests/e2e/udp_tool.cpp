@@ -6,6 +6,9 @@
 //                                                    CLOCK_MONOTONIC ns (what bpf_ktime_get_ns
 //                                                    reads) before and after each sendto; from
 //                                                    SRC (an IPv4 address) if given
+//   udp_tool steps ADDR PORT SIZE SECONDS PPS...     datagrams of SIZE payload bytes at each PPS
+//                                                    in turn, SECONDS each (0: silent), with no
+//                                                    gap between steps
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
 //   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
 //   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
@@ -55,6 +58,7 @@ uint64_t monotonic_ns() {
 
 int usage() {
     std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]\n"
+                         "       udp_tool steps ADDR PORT SIZE SECONDS PPS...\n"
                          "       udp_tool recv ADDR PORT SECONDS\n"
                          "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
@@ -175,6 +179,29 @@ int main(int argc, char **argv) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::printf("sent %ld seconds %.6f\n", sent, secs);
         return sent == count ? 0 : 1;
+    }
+    if (mode == "steps" && argc >= 7) {
+        long size = std::atol(argv[4]);
+        double step = std::atof(argv[5]);
+        std::vector<char> payload(static_cast<size_t>(size), 'x');
+        auto start = std::chrono::steady_clock::now();
+        long sent = 0, tried = 0;
+        for (int k = 6; k < argc; ++k) {
+            // Each step's packets are due from its own start: a late step does not shift the
+            // next one.
+            double pps = std::atof(argv[k]);
+            auto from = start + std::chrono::duration<double>(step * (k - 6));
+            long n = static_cast<long>(pps * step);
+            for (long i = 0; i < n; ++i) {
+                std::this_thread::sleep_until(from + std::chrono::duration<double>(i / pps));
+                ++tried;
+                sent += sendto(fd, payload.data(), payload.size(), 0,
+                               reinterpret_cast<sockaddr *>(&ss), len) == size;
+            }
+            std::this_thread::sleep_until(from + std::chrono::duration<double>(step));
+        }
+        std::printf("sent %ld\n", sent);
+        return sent == tried ? 0 : 1;
     }
     if (mode == "recv") {
         int one = 1;

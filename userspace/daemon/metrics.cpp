@@ -165,6 +165,10 @@ std::vector<MetricFamily> Daemon::fleet_metrics() const {
                       "Fleet tokens this host holds for a policy (bits or packets)",
                       MetricType::Gauge,
                       {}};
+    MetricFamily rate{"tricolor_fleet_lease_rate",
+                      "The rate this host leases for a policy from the fleet (bit/s or packet/s)",
+                      MetricType::Gauge,
+                      {}};
     for (const auto &e : policies_) {
         std::string name = e.spec.value("name", "");
         auto f = fleet_->policy_status(name);
@@ -176,9 +180,12 @@ std::vector<MetricFamily> Daemon::fleet_metrics() const {
         hosts.metric.push_back(m);
         m.gauge.value = f.value("local_held", 0.0);
         held.metric.push_back(m);
+        m.gauge.value = f.value("lease_rate", 0.0);
+        rate.metric.push_back(m);
     }
     fleet_families.push_back(hosts);
     fleet_families.push_back(held);
+    fleet_families.push_back(rate);
     return fleet_families;
 }
 

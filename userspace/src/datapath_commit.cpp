@@ -178,7 +178,7 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
         if (was == impl_.active.end())
             fresh.insert(p.id);
         if (was == impl_.active.end() || was->second.fleet != p.fleet)
-            dp_.fleet_revoke(p.id);
+            dp_.fleet_set_lease(p.id, {});
     }
     if (!fresh.empty()) {
         // In two batches (a fresh set of 16k policies is 32k entries), else one by one.

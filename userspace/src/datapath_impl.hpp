@@ -37,7 +37,7 @@ struct Datapath::Impl {
     bool adopted = false;
     std::string pin_path;
     tcm_runtime *runtime = nullptr;    // the mmapped entry of the tcm_runtime map
-    tcm_fleet_grant *fleet = nullptr;  // the mmapped tcm_fleet array
+    tcm_fleet_lease *fleet = nullptr;  // the mmapped tcm_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
     size_t counted_flows = 0;          // as of the last reclaim pass or count_flows()
     std::unique_ptr<PolicySets> sets;  // the model of the set and what each set's maps hold
@@ -76,7 +76,7 @@ struct Datapath::Impl {
     std::vector<uint32_t> own_progs; // this Datapath's program ids
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
-        return (sizeof(tcm_fleet_grant) * TCM_MAX_POLICIES + page - 1) / page * page;
+        return (sizeof(tcm_fleet_lease) * TCM_MAX_POLICIES + page - 1) / page * page;
     }
     ~Impl() {
         if (fleet)

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 namespace tricolor {
@@ -21,6 +23,21 @@ uint32_t obj_id(int fd) {
     bpf_prog_info info{}; // a map's info starts with its type and id too, but differs after
     uint32_t len = sizeof(info);
     return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+// A pinned map whose entries have another layout than this build's cannot be reused (libbpf
+// refuses the load). Only for state that is renewed anyway: tcm_fleet's leases are written
+// again at the next exchange with Redis (an older daemon's grants there are void).
+void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    bool other = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.value_size != value_size;
+    close(fd);
+    if (other)
+        unlink(path.c_str());
 }
 
 } // namespace
@@ -62,6 +79,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                 m == impl_->skel->maps.tcm_cgroup_bucket)
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
+            if (m == impl_->skel->maps.tcm_fleet)
+                drop_pin_of_another_layout(path, sizeof(tcm_fleet_lease));
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
                 throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
                                                      bpf_map__name(m), path, errno_text(err)));
@@ -89,7 +108,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                impl_->fd(impl_->skel->maps.tcm_fleet), 0);
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
-    impl_->fleet = static_cast<tcm_fleet_grant *>(mem);
+    impl_->fleet = static_cast<tcm_fleet_lease *>(mem);
     auto *maps = &impl_->skel->maps;
     impl_->sets = std::make_unique<PolicySets>(
         PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),

@@ -97,7 +97,9 @@ std::string_view to_string(Fallback f) {
 
 std::vector<std::string> keys_of(std::string_view policy) {
     std::string tag = fmt::format("tricolor:{{{}}}", policy);
-    return {tag + ":bucket", tag + ":held", tag + ":seen"};
+    // ":lease"/":hosts", not the token leases' ":bucket"/":held" of before: a daemon of that
+    // version finds no state of this one (docs/fleet.md, "Redis keys").
+    return {tag + ":lease", tag + ":hosts", tag + ":seen"};
 }
 
 // ---- client -------------------------------------------------------------------------------
@@ -153,10 +155,13 @@ Result<Reply> Client::exchange(const Request &q) {
                                      q.node,
                                      std::to_string(q.cir),
                                      std::to_string(q.cbs),
-                                     std::to_string(q.report),
-                                     std::to_string(q.want),
+                                     std::to_string(q.run_rate),
+                                     std::to_string(q.run_cap),
+                                     std::to_string(q.run_epoch),
+                                     std::to_string(q.demand),
                                      std::to_string(q.ttl_us),
-                                     q.reset ? "1" : "0"};
+                                     std::to_string(q.settle_us),
+                                     std::to_string(q.level_us)};
     std::vector<const char *> argv;
     std::vector<size_t> lens;
     for (auto &a : args) {
@@ -177,41 +182,80 @@ Result<Reply> Client::exchange(const Request &q) {
         disconnect(); // NOSCRIPT after a restart: load it again on reconnect
         return std::unexpected(fmt::format("redis: {}", why));
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8) {
+    constexpr size_t kFields = 10;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != kFields) {
         freeReplyObject(r);
         disconnect();
         return std::unexpected("redis: unexpected reply to the fleet script");
     }
-    uint64_t v[8];
-    for (size_t i = 0; i < 8; ++i)
-        v[i] = r->element[i]->type == REDIS_REPLY_INTEGER
-                   ? static_cast<uint64_t>(std::max<long long>(r->element[i]->integer, 0))
-                   : 0;
+    uint64_t v[kFields];
+    for (size_t i = 0; i < kFields; ++i) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0) {
+            freeReplyObject(r);
+            disconnect();
+            return std::unexpected(
+                fmt::format("redis: field {} of the fleet script's reply is not a count", i + 1));
+        }
+        v[i] = static_cast<uint64_t>(r->element[i]->integer);
+    }
     freeReplyObject(r);
-    out = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] != 0};
+    out = {v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9]};
     return out;
 }
 
 // ---- agent --------------------------------------------------------------------------------
 
+// What a policy offered lately (all colours): over the last period when it holds enough packets
+// to say (a burst that starts, or one that stops, shows at the next exchange), else over as
+// many periods back as it takes, up to kPeriods: at a few packets a period, one more or one
+// fewer would move a one-period figure by half.
+class Offers {
+  public:
+    uint64_t rate(uint64_t now_ns, uint64_t packets, uint64_t bits) {
+        ring_[next_ % kPeriods] = {now_ns, packets, bits};
+        ++next_;
+        const Mark &cur = ring_[(next_ - 1) % kPeriods];
+        uint64_t out = 0;
+        for (uint64_t back = 1; back < next_ && back < kPeriods; ++back) {
+            const Mark &then = ring_[(next_ - 1 - back) % kPeriods];
+            uint64_t dt = std::max<uint64_t>(cur.ns - then.ns, 1);
+            out = static_cast<uint64_t>(static_cast<unsigned __int128>(cur.bits - then.bits) *
+                                        1000000000 / dt);
+            if (cur.packets - then.packets >= kEnoughPackets)
+                break;
+        }
+        return out;
+    }
+
+    uint64_t last_ns() const { return next_ ? ring_[(next_ - 1) % kPeriods].ns : 0; }
+
+  private:
+    static constexpr uint64_t kPeriods = 11, kEnoughPackets = 16;
+    struct Mark {
+        uint64_t ns = 0, packets = 0, bits = 0;
+    };
+    Mark ring_[kPeriods];
+    uint64_t next_ = 0;
+};
+
 struct Agent::State {
     Policy policy;
-    uint64_t unit_per_len = kUnitsPerByte; // units per metered byte (packet)
-    uint64_t cbs_units = 0;
+    uint64_t tokens_per_len = TCM_TOKENS_PER_BYTE; // data-path tokens per byte (packet)
     bool started = false;
-    uint64_t last_offered = 0;
-    uint64_t last_tick_ns = 0;
     uint64_t last_ok_send_ns = 0; // when the last successful exchange was sent
     bool fallback = false;
     bool ever_ok = false;
-    bool need_reset = true;
     uint64_t hosts = 1;
-    uint64_t fleet_cir = 0; // the fleet's CIR (first writer's)
+    uint64_t fleet_cir = 0; // the fleet's CIR and CBS (first writer's)
+    uint64_t fleet_cbs = 0;
+    // The lease this host runs (what it reports): Redis's, or its fallback's (epoch 0).
+    uint64_t rate = 0, cap = 0, epoch = 0;
     Reply last;
-    uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0, granted_units = 0;
-    uint64_t self_granted = 0, revokes = 0;
+    uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0;
     bool mismatch = false;
-    double demand_bps = 0;
+    uint64_t due_ns = 0; // the next exchange
+    Offers offers;
+    uint64_t demand = 0; // bit/s (packet/s) offered lately, red too: what the host would send
     std::string last_error;
 };
 
@@ -243,10 +287,11 @@ void Agent::set_policies(const std::vector<Policy> &policies) {
         else
             s = std::make_unique<State>();
         s->policy = p;
-        s->unit_per_len = p.meter.packet_mode ? kUnitsPerPacket : kUnitsPerByte;
-        s->cbs_units = p.meter.cbs * s->unit_per_len;
-        if (!s->fleet_cir)
+        s->tokens_per_len = p.meter.packet_mode ? TCM_TOKENS_PER_PACKET : TCM_TOKENS_PER_BYTE;
+        if (!s->fleet_cir) {
             s->fleet_cir = p.meter.cir;
+            s->fleet_cbs = p.meter.cbs;
+        }
         next[p.name] = std::move(s);
     }
     states_ = std::move(next);
@@ -254,130 +299,51 @@ void Agent::set_policies(const std::vector<Policy> &policies) {
 
 void Agent::run() {
     while (!stop_) {
-        auto start = std::chrono::steady_clock::now();
-        tick();
-        auto until = start + o_.period;
-        while (!stop_ && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(
-                until - std::chrono::steady_clock::now(), std::chrono::milliseconds(10)));
+        uint64_t due = tick();
+        // Until the policy due first, at most a period, in steps short enough to stop soon.
+        while (!stop_ && mono_ns() < due)
+            std::this_thread::sleep_for(
+                std::chrono::nanoseconds(std::min<uint64_t>(due - mono_ns(), 10000000)));
     }
 }
 
 void Agent::enter_fallback(State &s, const std::string &name, const std::string &why) {
-    // Redis no longer counts our tokens (or never gave any): we may not spend them.
-    dp_.fleet_revoke(s.policy.id);
-    dp_.fleet_lease(s.policy.id, 0); // what we grant ourselves now is ours
+    // Redis no longer counts our lease (or never gave one): a lease of our own, without a
+    // deadline: CIR/N (share), CIR (open) or nothing (closed, which also empties C).
+    uint64_t n = std::max<uint64_t>(s.hosts, 1);
+    s.rate = o_.fallback == Fallback::share  ? s.fleet_cir / n
+             : o_.fallback == Fallback::open ? s.fleet_cir
+                                             : 0;
+    s.cap = o_.fallback == Fallback::closed ? 0 : s.fleet_cbs;
+    s.epoch = 0;
+    dp_.fleet_set_lease(s.policy.id, {s.rate, s.cap * s.tokens_per_len, 0});
     s.fallback = true;
-    s.need_reset = true;
     s.fallbacks++;
     totals_.fallbacks++;
     log(fmt::format("policy '{}': {}: fallback '{}' ({} hosts last seen)", name, why,
-                    to_string(o_.fallback), std::max<uint64_t>(s.hosts, 1)));
+                    to_string(o_.fallback), n));
 }
 
-void Agent::tick() {
-    std::lock_guard lock(mu_);
-    const uint64_t lease_ns = static_cast<uint64_t>(o_.lease.count()) * 1000000;
-    // A host revokes its tokens a margin before Redis forgets it: a tenth of the lease covers
-    // any difference in clock rates by far.
-    const uint64_t revoke_after_ns = lease_ns - lease_ns / 10;
-    const uint64_t timeout_ns = static_cast<uint64_t>(o_.timeout.count()) * 1000000;
-    for (auto &[name, sp] : states_) {
-        State &s = *sp;
-        const uint32_t id = s.policy.id;
-        const uint64_t now = mono_ns();
-        tcm_counters c = dp_.policy_counter(id);
-        uint64_t offered = s.policy.meter.packet_mode ? c.packets[0] + c.packets[1] + c.packets[2]
-                                                      : c.bytes[0] + c.bytes[1] + c.bytes[2];
-        if (!s.started) {
-            s.started = true;
-            s.last_offered = offered;
-            s.last_tick_ns = now;
-            s.last_ok_send_ns = now; // the lease clock starts now: nothing is held yet
-        }
-        const uint64_t dt = std::max<uint64_t>(now - s.last_tick_ns, 1);
-        const uint64_t demand = (offered - s.last_offered) * s.unit_per_len; // units in dt
-        s.demand_bps = static_cast<double>(demand) / 1e6 * 1e9 / static_cast<double>(dt);
-        s.last_offered = offered;
-        s.last_tick_ns = now;
-
-        if (s.fallback) {
-            // Our own bucket while Redis is away: CIR/N (share), CIR (open) or nothing.
-            uint64_t n = std::max<uint64_t>(s.hosts, 1);
-            // bit/s * ns = 10^-9 bit, the data path's token (packet/s * ns: 10^-9 packet).
-            unsigned __int128 tokens = 0;
-            if (o_.fallback == Fallback::share)
-                tokens = static_cast<unsigned __int128>(s.fleet_cir) * dt / n;
-            else if (o_.fallback == Fallback::open)
-                tokens = static_cast<unsigned __int128>(s.fleet_cir) * dt;
-            tokens = std::min<unsigned __int128>(tokens, s.cbs_units * kTokensPerUnit);
-            dp_.fleet_grant(id, static_cast<uint64_t>(tokens));
-            s.self_granted += static_cast<uint64_t>(tokens);
-        }
-
-        // The lease: Redis forgets a host a lease after its last exchange ran; the host stops
-        // spending a tenth of a lease before that, counted from when its last successful
-        // exchange was sent, and early enough that this exchange (bounded by its timeout)
-        // cannot end past that point with the tokens still spendable.
-        if (!s.fallback && s.ever_ok && now + timeout_ns - s.last_ok_send_ns >= revoke_after_ns)
-            enter_fallback(
-                s, name,
-                fmt::format("no answer from Redis for {} ms", (now - s.last_ok_send_ns) / 1000000));
-
-        FleetLocal local = dp_.fleet_local(id);
-        uint64_t held = (local.held + kTokensPerUnit - 1) / kTokensPerUnit; // rounded up
-        // Hold about two periods of the current demand: more is returned (revoked), less asked.
-        uint64_t period_ns = static_cast<uint64_t>(o_.period.count()) * 1000000;
-        uint64_t target =
-            static_cast<uint64_t>(static_cast<double>(demand) * 2.0 *
-                                  static_cast<double>(period_ns) / static_cast<double>(dt));
-        // At most half the fleet's burst: what a host holds when its demand moves away is
-        // given up (voided), and the rest of the fleet refills meanwhile.
-        target = std::min(target, s.cbs_units / 2);
-        bool reset = s.need_reset || s.fallback;
-        // After a fallback (or at start) the node's record in Redis is void: it reports all it
-        // holds, self-granted tokens included, and the fleet counts them from then on.
-        if (!s.fallback && held > 0 && held > 4 * target + s.cbs_units / 16) {
-            // Demand fell away: give the tokens back (they leave our holding in Redis).
-            dp_.fleet_revoke(id);
-            s.revokes++;
-            held = 0;
-        }
-        Request q{s.policy.name,   o_.node, s.policy.meter.cir,
-                  s.cbs_units,     held,    target > held ? target - held : 0,
-                  lease_ns / 1000, reset};
-        const uint64_t sent = mono_ns();
-        const uint64_t sent_dp = dp_.now_ns();
-        auto r = client_.exchange(q);
-        s.exchanges++;
-        totals_.exchanges++;
-        if (r) {
-            s.last = *r;
-            s.last_ok_send_ns = sent;
-            s.ever_ok = true;
-            s.need_reset = false;
-            s.hosts = r->hosts;
-            s.fleet_cir = r->cir;
-            if (r->mismatch && !s.mismatch) {
-                log(fmt::format("policy '{}': the fleet bucket has CIR {} bit/s, CBS {} units; "
-                                "this host asked for CIR {}, CBS {} units: the fleet's stand",
-                                name, r->cir, r->cbs, s.policy.meter.cir, s.cbs_units));
-                totals_.mismatches++;
-            }
-            s.mismatch = r->mismatch;
-            // The lease first, then the grant: a packet that sees the grant sees the lease.
-            // In the data path's clock, from before the exchange was sent.
-            dp_.fleet_lease(id, sent_dp + revoke_after_ns);
-            dp_.fleet_grant(id, r->grant * kTokensPerUnit);
-            s.granted_units += r->grant;
-            if (s.fallback) {
-                s.fallback = false;
-                s.recoveries++;
-                totals_.recoveries++;
-                log(fmt::format("policy '{}': Redis answers again: leasing from the fleet", name));
-            }
-            continue;
-        }
+std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t lease_ns,
+                                     uint64_t revoke_after_ns, uint64_t period_ns) {
+    Request q;
+    q.policy = s.policy.name;
+    q.node = o_.node;
+    q.cir = s.policy.meter.cir;
+    q.cbs = s.policy.meter.cbs;
+    q.run_rate = s.rate;
+    q.run_cap = s.cap;
+    q.run_epoch = s.epoch;
+    q.demand = s.demand;
+    q.ttl_us = lease_ns / 1000;
+    q.settle_us = 3 * period_ns / 1000;
+    q.level_us = period_ns / 1000;
+    const uint64_t sent = mono_ns();
+    const uint64_t sent_dp = dp_.now_ns();
+    auto r = client_.exchange(q);
+    s.exchanges++;
+    totals_.exchanges++;
+    if (!r) {
         s.failures++;
         totals_.failures++;
         if (s.last_error != r.error())
@@ -385,8 +351,95 @@ void Agent::tick() {
         s.last_error = r.error();
         if (!s.fallback && !s.ever_ok)
             enter_fallback(s, name, "Redis unreachable since start");
+        return std::nullopt;
+    }
+    s.last = *r;
+    s.last_ok_send_ns = sent;
+    s.ever_ok = true;
+    s.hosts = r->hosts;
+    s.fleet_cir = r->cir;
+    s.fleet_cbs = r->cbs;
+    if (r->mismatch && !s.mismatch) {
+        log(fmt::format("policy '{}': the fleet bucket has CIR {}, CBS {}; this host "
+                        "asked for CIR {}, CBS {}: the fleet's stand",
+                        name, r->cir, r->cbs, s.policy.meter.cir, s.policy.meter.cbs));
+        totals_.mismatches++;
+    }
+    s.mismatch = r->mismatch;
+    // Until a tenth of a lease before Redis forgets us, on the data path's clock, counted from
+    // before the exchange was sent.
+    s.rate = r->rate;
+    s.cap = r->cap;
+    s.epoch = r->epoch;
+    dp_.fleet_set_lease(s.policy.id, {s.rate, s.cap * s.tokens_per_len, sent_dp + revoke_after_ns});
+    if (s.fallback) {
+        s.fallback = false;
+        s.recoveries++;
+        totals_.recoveries++;
+        log(fmt::format("policy '{}': Redis answers again: leasing from the fleet", name));
+    }
+    return *r;
+}
+
+uint64_t Agent::tick() {
+    std::lock_guard lock(mu_);
+    const uint64_t lease_ns = static_cast<uint64_t>(o_.lease.count()) * 1000000;
+    // A host stops running its lease a margin before Redis forgets it: a tenth of the lease
+    // covers any difference in clock rates by far.
+    const uint64_t revoke_after_ns = lease_ns - lease_ns / 10;
+    const uint64_t timeout_ns = static_cast<uint64_t>(o_.timeout.count()) * 1000000;
+    const uint64_t period_ns = static_cast<uint64_t>(o_.period.count()) * 1000000;
+    const uint64_t start = mono_ns();
+    uint64_t next_due = start + period_ns;
+    for (auto &[name, sp] : states_) {
+        State &s = *sp;
+        const uint32_t id = s.policy.id;
+        const uint64_t now = mono_ns();
+        if (s.due_ns > start) {
+            next_due = std::min(next_due, s.due_ns);
+            continue;
+        }
+        tcm_counters c = dp_.policy_counter(id);
+        const uint64_t packets = c.packets[0] + c.packets[1] + c.packets[2];
+        const uint64_t bits =
+            s.policy.meter.packet_mode ? packets : 8 * (c.bytes[0] + c.bytes[1] + c.bytes[2]);
+        if (!s.started) {
+            s.started = true;
+            s.last_ok_send_ns = now; // the lease clock starts now: nothing is held yet
+        }
+        // A period or so apart, however often the policy exchanges (sooner while it waits
+        // for others to give back rate).
+        if (now - s.offers.last_ns() >= period_ns - period_ns / 4)
+            s.demand = s.offers.rate(now, packets, bits);
+
+        // The lease: Redis forgets a host a lease after its last exchange ran; the host stops
+        // a tenth of a lease before that, counted from when its last successful exchange was
+        // sent, and early enough that this exchange (bounded by its timeout) cannot end past
+        // that point with the lease still running. The data path also stops on its own.
+        if (!s.fallback && s.ever_ok && now + timeout_ns - s.last_ok_send_ns >= revoke_after_ns)
+            enter_fallback(
+                s, name,
+                fmt::format("no answer from Redis for {} ms", (now - s.last_ok_send_ns) / 1000000));
+
+        s.due_ns = now + period_ns;
+        // A second exchange at once when this one lowered the lease, so that Redis learns at
+        // once what it may give others (it counts the old lease until then); the next one
+        // sooner while the lease is below the fair share, waiting for others to give back.
+        for (int round = 0; round < 2; ++round) {
+            const uint64_t old_rate = s.rate, old_cap = s.cap;
+            auto r = exchange(s, name, lease_ns, revoke_after_ns, period_ns);
+            if (!r)
+                break;
+            const uint64_t slack = s.fleet_cir / 64;
+            if (r->rate + slack < r->fair)
+                s.due_ns = now + period_ns / 5;
+            if (!(s.rate + slack < old_rate || s.cap < old_cap))
+                break;
+        }
+        next_due = std::min(next_due, s.due_ns);
     }
     totals_.fallback = std::ranges::any_of(states_, [](auto &kv) { return kv.second->fallback; });
+    return next_due;
 }
 
 Agent::Totals Agent::totals() const {
@@ -401,23 +454,24 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
         return nullptr;
     const State &s = *it->second;
     FleetLocal local = dp_.fleet_local(s.policy.id);
-    double unit_bits = s.policy.meter.packet_mode ? 1e-6 : 1e-6; // units are 10^-6 bit/packet
+    // Bits (packets): a data-path token is 10^-9 bit (packet).
+    auto cir = static_cast<double>(s.fleet_cir);
     return {{"mode", s.fallback ? fmt::format("fallback-{}", to_string(o_.fallback)) : "fleet"},
             {"hosts_seen", s.hosts},
             {"fleet_cir", s.fleet_cir},
-            {"fleet_unleased", static_cast<double>(s.last.tokens) * unit_bits},
-            {"fleet_held", static_cast<double>(s.last.out) * unit_bits},
+            {"fleet_cbs", s.fleet_cbs},
+            {"lease_rate", s.rate},
+            {"lease_cap", s.cap},
+            {"fair_share", s.last.fair},
+            {"fleet_leased", s.last.leased},
             {"local_held", static_cast<double>(local.held) * 1e-9},
-            {"local_demand", s.demand_bps},
-            {"local_share",
-             s.fleet_cir ? std::min(1.0, s.demand_bps / static_cast<double>(s.fleet_cir)) : 0.0},
-            {"granted", static_cast<double>(s.granted_units) * unit_bits},
+            {"local_demand", s.demand},
+            {"local_share", cir > 0 ? static_cast<double>(s.rate) / cir : 0.0},
             {"spilled", static_cast<double>(local.spilled) * 1e-9},
             {"exchanges", s.exchanges},
             {"failures", s.failures},
             {"fallbacks", s.fallbacks},
             {"recoveries", s.recoveries},
-            {"returns", s.revokes},
             {"parameters_differ", s.mismatch},
             {"last_error", s.last_error}};
 }

@@ -1,80 +1,135 @@
 -- SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
--- fleet.lua: one exchange between a host and the fleet bucket of one policy (docs/spec.md §10), run
--- atomically by EVALSHA. Units: 10^-6 bit (10^-6 packet in packet mode), so a rate of R bit/s
--- adds exactly R units per microsecond of Redis's own clock (TIME): host clocks do not matter.
--- Every quantity is an integer below 2^53 (CBS <= 2^30 bytes = 8.6e15 units, CIR <= 10^12), so
--- Lua's doubles hold them exactly; products are only formed where they stay below 2^53.
+-- fleet.lua: one exchange between a host and the fleet of one policy (docs/fleet.md), run
+-- atomically by EVALSHA. The fleet leases rates, not tokens: a host's committed bucket earns on
+-- the host, exactly, at its leased rate (bit/s, or packet/s) and holds at most its leased cap
+-- (bytes, or packets). For every host Redis counts the larger of the lease it gave the host last
+-- and the lease the host said it ran when it asked (the host may run either until its next
+-- exchange says which), and keeps the counted rates' sum <= CIR and the caps' sum <= CBS: so the
+-- green bytes of all hosts over any window T are at most CBS + CIR*T.
+-- Every quantity is an integer below 2^53 (CIR <= 10^12, CBS <= 2^30, sums over a few thousand
+-- hosts), exact in Lua's doubles; no clock of a host is compared with Redis's.
+-- O(1) per exchange but for the water level of the fair shares, computed from every host's want
+-- once per level_us (O(N log N)), and the silent hosts dropped (at most 64 an exchange).
 --
--- KEYS[1] bucket hash: cir, cbs, tokens (the fleet's unleased tokens), t (us of the last
---         refill), out (sum of the hosts' holdings)
--- KEYS[2] hash node -> holding: an upper bound of the tokens the node may still spend
+-- KEYS[1] hash: cir, cbs, born (Redis us when this state was made: the epoch of its leases),
+--         settle (Redis us: until then no host's lease is raised), level (the fair shares' water
+--         level; -1: every want is met), level_t (Redis us of its computation), rates, caps (the
+--         sums of every host's counted lease)
+-- KEYS[2] hash node -> "rate cap run_rate run_cap demand"
 -- KEYS[3] zset node -> Redis time (us) of the node's last exchange
--- ARGV: node, cir, cbs, report (what the node holds now, an upper bound), want, ttl_us,
---       reset (1: the node's record is void, e.g. after it ran on its fallback)
--- Invariant: tokens + out <= cbs, so the green bytes of all hosts over any window T are at
--- most CBS + CIR*T. Returns {grant, tokens, out, hosts, cir, cbs, now, mismatch}.
+-- ARGV: node, cir, cbs, run_rate, run_cap, run_epoch (the epoch its running lease came from; 0
+--       for none or its own fallback's), demand (bit/s or packet/s offered, all colours),
+--       ttl_us (a host silent this long runs no lease of ours), settle_us, level_us
+-- Returns {rate, cap, hosts, cir, cbs, now, mismatch, epoch, fair, leased}
 local function num(x) return string.format('%.0f', x) end
+local function fields(rec)
+    local f = {}
+    for x in string.gmatch(rec, '%S+') do f[#f + 1] = tonumber(x) end
+    return f
+end
 local node = ARGV[1]
 local cir, cbs = tonumber(ARGV[2]), tonumber(ARGV[3])
-local report, want = tonumber(ARGV[4]), tonumber(ARGV[5])
-local ttl, reset = tonumber(ARGV[6]), ARGV[7] == '1'
+local run_rate, run_cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local run_epoch, demand = tonumber(ARGV[6]), tonumber(ARGV[7])
+local ttl, settle_us, level_us = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local b = redis.call('HMGET', KEYS[1], 'cir', 'cbs', 'tokens', 't', 'out')
-local tokens, last, out, mismatch = 0, now, 0, 0
+local b = redis.call('HMGET', KEYS[1], 'cir', 'cbs', 'born', 'settle', 'level', 'level_t',
+                     'rates', 'caps')
+local born, settle, mismatch = now, now + settle_us, 0
+local level, level_t, rates, caps = -1, now - level_us, 0, 0
 if b[1] then
     -- The first writer's parameters stand; a host asking with others is told so.
     local scir, scbs = tonumber(b[1]), tonumber(b[2])
     if scir ~= cir or scbs ~= cbs then mismatch = 1 end
     cir, cbs = scir, scbs
-    tokens, last, out = tonumber(b[3]), tonumber(b[4]), tonumber(b[5])
+    born, settle = tonumber(b[3]), tonumber(b[4])
+    level, level_t = tonumber(b[5]), tonumber(b[6])
+    rates, caps = tonumber(b[7]), tonumber(b[8])
 end
--- A new (or restarted-empty) bucket starts with no unleased tokens: what hosts still hold
--- comes back with their reports, so the invariant holds across a restart.
+-- A host running a lease this state did not give (Redis lost its data, or the host ran on its
+-- fallback): hosts not heard yet may run such leases too, for at most a lease from now. Until
+-- then no lease is raised, so the sums stay what they were before the loss.
+if run_epoch ~= born and (run_rate > 0 or run_cap > 0) and settle < now + ttl then
+    settle = now + ttl
+end
 
--- Nodes silent for a lease (ttl) have revoked their tokens themselves (they do so after ttl
--- of their own clock, counted from before their last exchange reached Redis).
+-- Nodes silent for a lease have stopped running theirs (after 0.9 lease of their own clock,
+-- counted from before their last exchange reached Redis).
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', num(now - ttl), 'LIMIT', 0, 64)
 for _, n in ipairs(gone) do
-    local h = redis.call('HGET', KEYS[2], n)
-    if h then out = out - tonumber(h) end
+    local rec = redis.call('HGET', KEYS[2], n)
+    if rec then
+        local f = fields(rec)
+        rates = rates - math.max(f[1], f[3])
+        caps = caps - math.max(f[2], f[4])
+    end
     redis.call('HDEL', KEYS[2], n)
     redis.call('ZREM', KEYS[3], n)
 end
 
--- This node's holding: its report, never above what the fleet knows it was given.
-local rec = redis.call('HGET', KEYS[2], node)
-local held = report
-if rec and not reset then
-    held = math.min(held, tonumber(rec))
-else
-    held = math.min(held, cbs)
-end
-if rec then out = out - tonumber(rec) end
-out = out + held
-
--- Refill on Redis's clock, capped so that tokens + out <= cbs.
-if now > last then
-    local dt = now - last
-    local add
-    if dt >= cbs / cir then add = cbs else add = cir * dt end
-    local room = cbs - out - tokens
-    if room < 0 then room = 0 end
-    if add > room then add = room end
-    tokens = tokens + add
-    last = now
-end
-
-local grant = math.min(want, tokens)
-if grant < 0 then grant = 0 end
-tokens = tokens - grant
-held = held + grant
-out = out + grant
-
-redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'tokens', num(tokens),
-           't', num(last), 'out', num(out))
-redis.call('HSET', KEYS[2], node, num(held))
+-- A host wants its demand and a sixteenth more (room to grow until its next exchange), at least
+-- a floor that keeps an idle host's bucket filling: its first packets after a pause are green.
 redis.call('ZADD', KEYS[3], num(now), node)
-local hosts = redis.call('ZCARD', KEYS[3])
-return {grant, tokens, out, hosts, cir, cbs, now, mismatch}
+local n = redis.call('ZCARD', KEYS[3])
+local floor_rate = math.floor(cir / (64 * n))
+local function want(d) return math.max(d + math.floor(d / 16), floor_rate) end
+
+-- The water level of the max-min fair shares of CIR by want: the smallest wants are met in full,
+-- the rest of CIR split evenly (each host then gets min(want, level)). Once per level_us, from
+-- every host's want; the sums of the counted leases are recounted with it.
+local rec = redis.call('HGET', KEYS[2], node)
+if now - level_t >= level_us then
+    local all = redis.call('HGETALL', KEYS[2])
+    local list = {}
+    rates, caps = 0, 0
+    for i = 1, #all, 2 do
+        local f = fields(all[i + 1])
+        rates = rates + math.max(f[1], f[3])
+        caps = caps + math.max(f[2], f[4])
+        if all[i] ~= node then list[#list + 1] = want(f[5]) end
+    end
+    list[#list + 1] = want(demand)
+    table.sort(list)
+    local left, k = cir, #list
+    level = -1
+    for i, w in ipairs(list) do
+        local even = math.floor(left / (k - i + 1))
+        if w > even then
+            level = even
+            break
+        end
+        left = left - w
+    end
+    level_t = now
+end
+
+-- This node's lease: its fair share, within what the others are counted at; no more than it runs
+-- while the state settles.
+local old_rate, old_cap = 0, 0
+if rec then
+    local f = fields(rec)
+    old_rate, old_cap = math.max(f[1], f[3]), math.max(f[2], f[4])
+end
+local others_rate, others_cap = rates - old_rate, caps - old_cap
+local fair = want(demand)
+if level >= 0 and fair > level then fair = level end
+if fair > cir then fair = cir end
+local rate = math.min(fair, cir - others_rate)
+local cap = math.min(math.floor(cbs / n), cbs - others_cap)
+if now < settle then
+    rate = math.min(rate, run_rate)
+    cap = math.min(cap, run_cap)
+end
+if rate < 0 then rate = 0 end
+if cap < 0 then cap = 0 end
+rates = others_rate + math.max(rate, run_rate)
+caps = others_cap + math.max(cap, run_cap)
+
+redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'born', num(born),
+           'settle', num(settle), 'level', num(level), 'level_t', num(level_t),
+           'rates', num(rates), 'caps', num(caps))
+redis.call('HSET', KEYS[2], node,
+           table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand)}, ' '))
+return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates}

@@ -33,10 +33,18 @@ struct ShapeCounters {
 
 // A fleet policy's local side, read from the data path (docs/spec.md §10).
 struct FleetLocal {
-    uint64_t held = 0;    // tokens this host may still spend: C plus grants not yet folded in
-                          // (an upper bound: read while packets spend)
-    uint64_t granted = 0; // all tokens ever granted to the policy on this host
-    uint64_t spilled = 0; // granted tokens that did not fit the buckets
+    uint64_t held = 0;    // tokens in C now (what this host may still spend, less what its lease
+                          // earns from the last packet on)
+    uint64_t spilled = 0; // tokens the lease earned beyond its cap (srtcm: beyond E too)
+    uint64_t rate = 0;    // the lease in force: tokens per ns (bit/s, packet/s)
+    uint64_t cap = 0;     // tokens
+    uint64_t until_ns = 0;
+};
+
+// A fleet policy's lease (docs/fleet.md): C earns @rate tokens per ns (bit/s, packet/s), holds at
+// most @cap tokens, and is void past @until_ns (now_ns()'s clock; 0: never).
+struct FleetLease {
+    uint64_t rate = 0, cap = 0, until_ns = 0;
 };
 
 struct DatapathOptions {
@@ -177,13 +185,10 @@ class Datapath {
     void set_shape_ifaces(const std::vector<uint32_t> &ifindexes);
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
-    // Fleet policies: add @tokens (10^-9 bit, or 10^-9 packet) to the committed bucket, folded
-    // in by the next packet; revoke empties it and voids every grant so far.
-    void fleet_grant(uint32_t policy_id, uint64_t tokens);
-    void fleet_revoke(uint32_t policy_id);
-    // Past @until_ns (now_ns()'s clock; 0: never) the data path voids C and every grant so far
-    // on its own: set before each grant that renews the lease.
-    void fleet_lease(uint32_t policy_id, uint64_t until_ns);
+    // Fleet policies: from now on C earns at @l's rate, up to its cap, until its deadline; the
+    // lease before goes on earning up to now. A lease of nothing (FleetLease{}) empties C at the
+    // next packet. One writer at a time (fleet::Agent::hold()).
+    void fleet_set_lease(uint32_t policy_id, const FleetLease &l);
     FleetLocal fleet_local(uint32_t policy_id) const;
 
     // --match cgroup (docs/spec.md §11): scans the cgroup tree again and, if what the policies'

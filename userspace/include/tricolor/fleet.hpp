@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // fleet.hpp: fleet-wide limits through Redis (docs/spec.md §10). A fleet policy's committed bucket
-// is one bucket for all hosts, kept in Redis; each host leases chunks of it by running one atomic
-// Lua script per exchange (userspace/src/fleet.lua) and grants them to its data path, which
-// spends nothing else (bpf/lib/fleet.h). See docs/fleet.md.
+// is shared by all hosts: each host leases a rate (its max-min fair share of CIR by demand) and a
+// cap (its part of CBS) by running one atomic Lua script per exchange (userspace/src/fleet.lua);
+// its data path's C earns at that rate, up to that cap, and nothing else (bpf/lib/fleet.h).
+// See docs/fleet.md.
 #pragma once
 
 #include "tricolor/datapath.hpp"
@@ -25,10 +26,6 @@ struct redisContext;
 
 namespace tricolor::fleet {
 
-// Redis units: 10^-6 bit (10^-6 packet); a data-path token is 10^-3 unit.
-constexpr uint64_t kTokensPerUnit = 1000;
-constexpr uint64_t kUnitsPerByte = 8000000, kUnitsPerPacket = 1000000;
-
 extern const char *const kScript; // fleet.lua, embedded at build time
 
 struct RedisUrl {
@@ -45,18 +42,24 @@ std::string_view to_string(Fallback f);
 // The keys of one policy's fleet bucket: one hash tag, so Redis Cluster keeps them together.
 std::vector<std::string> keys_of(std::string_view policy);
 
+// Rates in bit/s (packet/s in packet mode), sizes in bytes (packets), times in Redis's µs.
 struct Request {
     std::string policy, node;
-    uint64_t cir = 0;    // bit/s (packet/s)
-    uint64_t cbs = 0;    // units
-    uint64_t report = 0; // units this node may still spend (rounded up)
-    uint64_t want = 0;   // units
+    uint64_t cir = 0, cbs = 0;
+    uint64_t run_rate = 0, run_cap = 0; // the lease this node runs now
+    uint64_t run_epoch = 0;             // the fleet state that gave it (0: none, or a fallback's)
+    uint64_t demand = 0;                // offered, all colours
     uint64_t ttl_us = 1000000;
-    bool reset = false;
+    uint64_t settle_us = 150000; // a new state raises no lease this long (leases of before run)
+    uint64_t level_us = 50000;   // the fair shares are computed anew at most this often
 };
 struct Reply {
-    uint64_t grant = 0, tokens = 0, out = 0, hosts = 0, cir = 0, cbs = 0, now_us = 0;
+    uint64_t rate = 0, cap = 0; // the lease
+    uint64_t hosts = 0, cir = 0, cbs = 0, now_us = 0;
     bool mismatch = false;
+    uint64_t epoch = 0;  // the state's birth time: leases from another epoch are not its own
+    uint64_t fair = 0;   // this node's max-min fair share of CIR by demand
+    uint64_t leased = 0; // the rates all hosts are counted at, this one's new lease included
 };
 
 // One connection, synchronous, every call bounded by its timeout. After any error the
@@ -101,16 +104,19 @@ class Agent {
         bool fallback = false;
     };
     Totals totals() const;
-    // One round of exchanges now (the thread does this every period).
-    void tick();
-    // Holds off exchanges (and so the agent's writes to the grants) while the caller changes
-    // the policy set: the data path's grant words have one writer at a time.
+    // The exchanges that are due now (the thread's loop); returns when the next one is due
+    // (CLOCK_MONOTONIC ns).
+    uint64_t tick();
+    // Holds off exchanges (and so the agent's writes to the leases) while the caller changes
+    // the policy set: the data path's lease words have one writer at a time.
     std::unique_lock<std::mutex> hold() { return std::unique_lock(mu_); }
 
   private:
     struct State;
     void run();
     void enter_fallback(State &s, const std::string &name, const std::string &why);
+    std::optional<Reply> exchange(State &s, const std::string &name, uint64_t lease_ns,
+                                  uint64_t revoke_after_ns, uint64_t period_ns);
     void log(const std::string &line);
     AgentOptions o_;
     Datapath &dp_;

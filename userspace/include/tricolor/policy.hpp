@@ -91,7 +91,7 @@ struct Policy {
     uint32_t overhead = 0;
     tcm_shape_mode shape = TCM_SHAPE_OFF; // docs/spec.md §8
     tcm_aqm_mode aqm = TCM_AQM_OFF;
-    // docs/spec.md §10: the committed bucket is the fleet's, refilled only by grants (fleet_grant).
+    // docs/fleet.md: the committed bucket earns at the rate the fleet leases (fleet_set_lease).
     // Aggregate policies only.
     bool fleet = false;
     // docs/spec.md §9: packets of this policy are metered by @parent's buckets as well (by name, in
