@@ -186,6 +186,10 @@ class Fleet : public ::testing::Test {
                     continue;
                 out.push_back(static_cast<double>(s[j].green - s[i].green) * 8 /
                               (static_cast<double>(cir) * t));
+                if (out.back() < 0.95)
+                    std::printf("window at +%.1f s: %.1f%% of CIR\n",
+                                static_cast<double>(s[i].first_ns - from_ns) / 1e9 + 2,
+                                out.back() * 100);
                 break;
             }
         }
@@ -435,10 +439,12 @@ double usec_per_call(const std::string &stats) {
 
 TEST_F(Fleet, DISABLED_Bench) {
     // Three hosts, CIR 24 Mbit/s, twice that offered, the demand moving every 3 s through six
-    // phases (the suite's case runs three): at a CBS of 10 ms of CIR and at one of 350 ms.
+    // phases (the suite's case runs three): at a CBS of 10 ms of CIR and at one of 350 ms. No
+    // host offers more than 30 Mbit/s: one udp_tool sender does not keep up much beyond that on
+    // this machine (48 Mbit/s from one host came out at 22.4 green, all it sent).
     const std::vector<std::vector<uint64_t>> phases = {
         {30000000, 15000000, 5000000}, {5000000, 15000000, 30000000}, {15000000, 5000000, 30000000},
-        {30000000, 5000000, 15000000}, {5000000, 30000000, 15000000}, {48000000, 0, 0}};
+        {30000000, 5000000, 15000000}, {5000000, 30000000, 15000000}, {0, 30000000, 18000000}};
     for (uint64_t size : {65536ull, 1048576ull}) {
         hosts.clear();
         labs.clear();

@@ -208,21 +208,32 @@ Result<Reply> Client::exchange(const Request &q) {
 // What a policy offered lately (all colours): over the last period when it holds enough packets
 // to say (a burst that starts, or one that stops, shows at the next exchange), else over as
 // many periods back as it takes, up to kPeriods: at a few packets a period, one more or one
-// fewer would move a one-period figure by half.
+// fewer would move a one-period figure by half. (When it looks back that far, the last two
+// periods bound it: a sender that stops is not still seen sending half a second later.)
 class Offers {
   public:
     uint64_t rate(uint64_t now_ns, uint64_t packets, uint64_t bits) {
         ring_[next_ % kPeriods] = {now_ns, packets, bits};
         ++next_;
         const Mark &cur = ring_[(next_ - 1) % kPeriods];
-        uint64_t out = 0;
+        uint64_t out = 0, used = 0;
         for (uint64_t back = 1; back < next_ && back < kPeriods; ++back) {
             const Mark &then = ring_[(next_ - 1 - back) % kPeriods];
-            uint64_t dt = std::max<uint64_t>(cur.ns - then.ns, 1);
-            out = static_cast<uint64_t>(static_cast<unsigned __int128>(cur.bits - then.bits) *
-                                        1000000000 / dt);
+            out = per_s(cur.bits - then.bits, cur.ns - then.ns);
+            used = back;
             if (cur.packets - then.packets >= kEnoughPackets)
                 break;
+        }
+        if (used > 2) {
+            const uint64_t back = used;
+            // Looked back past the last two periods: no more than what they held, and one
+            // packet, would send at that size: a sender that stopped is at nothing within two
+            // periods, not after the whole look back.
+            const Mark &then = ring_[(next_ - 1 - back) % kPeriods];
+            const Mark &two = ring_[(next_ - 3) % kPeriods];
+            uint64_t packets = cur.packets - then.packets;
+            uint64_t size = packets ? (cur.bits - then.bits) / packets : 0;
+            out = std::min(out, per_s((cur.packets - two.packets + 1) * size, cur.ns - two.ns));
         }
         return out;
     }
@@ -230,6 +241,10 @@ class Offers {
     uint64_t last_ns() const { return next_ ? ring_[(next_ - 1) % kPeriods].ns : 0; }
 
   private:
+    static uint64_t per_s(uint64_t bits, uint64_t ns) {
+        return static_cast<uint64_t>(static_cast<unsigned __int128>(bits) * 1000000000 /
+                                     std::max<uint64_t>(ns, 1));
+    }
     static constexpr uint64_t kPeriods = 11, kEnoughPackets = 16;
     struct Mark {
         uint64_t ns = 0, packets = 0, bits = 0;
@@ -314,7 +329,11 @@ void Agent::enter_fallback(State &s, const std::string &name, const std::string 
     s.rate = o_.fallback == Fallback::share  ? s.fleet_cir / n
              : o_.fallback == Fallback::open ? s.fleet_cir
                                              : 0;
-    s.cap = o_.fallback == Fallback::closed ? 0 : s.fleet_cbs;
+    // share: CBS/N of the burst too, so that the fallback leases the hosts report when Redis
+    // returns sum to CBS and nobody's cap has to wait for the others' to shrink.
+    s.cap = o_.fallback == Fallback::closed  ? 0
+            : o_.fallback == Fallback::share ? s.fleet_cbs / n
+                                             : s.fleet_cbs;
     s.epoch = 0;
     dp_.fleet_set_lease(s.policy.id, {s.rate, s.cap * s.tokens_per_len, 0});
     s.fallback = true;
