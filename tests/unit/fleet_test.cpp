@@ -8,7 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <random>
@@ -351,6 +358,98 @@ TEST(FleetClient, UnreachableRedisIsAnErrorNotAHang) {
     ASSERT_FALSE(r.has_value());
     EXPECT_NE(r.error().find("cannot connect"), std::string::npos) << r.error();
     EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::seconds(2));
+}
+
+namespace {
+
+// Not a Redis: answers the first command (SCRIPT LOAD) with @first and every later one with
+// @then, raw bytes, on a free loopback port; for what a client must survive.
+class FakeRedis {
+  public:
+    FakeRedis(std::string first, std::string then)
+        : first_(std::move(first)), then_(std::move(then)) {
+        fd_ = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof(a);
+        if (bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 || listen(fd_, 4) != 0 ||
+            getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len) != 0)
+            throw std::runtime_error("fake redis: cannot listen");
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~FakeRedis() {
+        stop_ = true;
+        shutdown(fd_, SHUT_RDWR);
+        close(fd_);
+        thread_.join();
+    }
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  private:
+    void serve() {
+        while (!stop_) {
+            int c = accept(fd_, nullptr, nullptr);
+            if (c < 0)
+                return;
+            bool first = true;
+            char buf[65536];
+            // A command is whatever arrives before the line goes quiet for 20 ms.
+            for (;;) {
+                pollfd p{c, POLLIN, 0};
+                if (poll(&p, 1, 1000) <= 0)
+                    break;
+                if (read(c, buf, sizeof(buf)) <= 0)
+                    break;
+                while (poll(&p, 1, 20) > 0 && read(c, buf, sizeof(buf)) > 0) {
+                }
+                const std::string &reply = first ? first_ : then_;
+                first = false;
+                if (write(c, reply.data(), reply.size()) < 0)
+                    break;
+            }
+            close(c);
+        }
+    }
+    std::string first_, then_;
+    int fd_ = -1;
+    uint16_t port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+const std::string kSha = "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+
+} // namespace
+
+// A Redis that answers garbage, is too old for scripts, or is no Redis: an error that names
+// the problem, never a crash or a lease (the agent then runs its fallback).
+TEST(FleetClient, AServerThatAnswersGarbageIsAnErrorThatSaysWhat) {
+    struct Case {
+        std::string first, then, says;
+    };
+    const std::vector<Case> cases = {
+        {"-ERR unknown command 'SCRIPT'\r\n", "", "unknown command 'SCRIPT'"},
+        {"+OK\r\n", "", "the reply is not a string"},
+        {"$3\r\nabc\r\n", "", "not a SHA1"},
+        {"HTTP/1.1 400 Bad Request\r\n\r\n", "", "Protocol error"},
+        {kSha, "*3\r\n:1\r\n:2\r\n:3\r\n", "3 fields, not 10"},
+        {kSha, ":42\r\n", "not an array"},
+        {kSha, "*10\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n+x\r\n:10\r\n",
+         "field 9 of the fleet script's reply is not a count"},
+        {kSha, "*10\r\n:-1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n",
+         "field 1 of the fleet script's reply is not a count"},
+        {kSha, "-NOSCRIPT No matching script\r\n", "NOSCRIPT"},
+    };
+    for (const auto &k : cases) {
+        FakeRedis fake(k.first, k.then);
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
+        ASSERT_FALSE(r.has_value()) << k.says;
+        EXPECT_NE(r.error().find(k.says), std::string::npos) << r.error();
+        EXPECT_FALSE(c.connected()) << "after an error the connection is dropped: " << k.says;
+    }
 }
 
 TEST(FleetUrl, Parses) {

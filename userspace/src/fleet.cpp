@@ -129,12 +129,19 @@ Result<void> Client::connect() {
     }
     redisSetTimeout(ctx_, tv);
     auto *r = static_cast<redisReply *>(redisCommand(ctx_, "SCRIPT LOAD %s", kScript));
-    if (!r || r->type != REDIS_REPLY_STRING) {
-        std::string why = r && r->type == REDIS_REPLY_ERROR ? r->str : (ctx_->errstr);
+    // A SHA1 in 40 hex digits, or this is no Redis we can use: an error (Redis before 2.6 has
+    // no scripts: "unknown command"), a reply of another kind, or no Redis protocol at all.
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        std::string why = !r                              ? std::string(ctx_->errstr)
+                          : r->type == REDIS_REPLY_ERROR  ? std::string(r->str, r->len)
+                          : r->type == REDIS_REPLY_STRING ? "the reply is not a SHA1"
+                                                          : "the reply is not a string";
         if (r)
             freeReplyObject(r);
         disconnect();
-        return std::unexpected(fmt::format("cannot load the fleet script: {}", why));
+        return std::unexpected(
+            fmt::format("cannot load the fleet script into redis://{}:{}: {} (Redis 2.6 or later?)",
+                        url_.host, url_.port, why));
     }
     sha_.assign(r->str, r->len);
     freeReplyObject(r);
@@ -184,9 +191,13 @@ Result<Reply> Client::exchange(const Request &q) {
     }
     constexpr size_t kFields = 10;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != kFields) {
+        std::string got = r->type == REDIS_REPLY_ARRAY
+                              ? fmt::format("{} fields, not {}", r->elements, kFields)
+                              : "not an array";
         freeReplyObject(r);
         disconnect();
-        return std::unexpected("redis: unexpected reply to the fleet script");
+        return std::unexpected(
+            fmt::format("redis: unexpected reply to the fleet script ({})", got));
     }
     uint64_t v[kFields];
     for (size_t i = 0; i < kFields; ++i) {
