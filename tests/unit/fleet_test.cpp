@@ -32,7 +32,7 @@ namespace {
 // own Redis time.
 struct Model {
     struct Rec {
-        int64_t rate, cap, run_rate, run_cap, demand;
+        int64_t rate, cap, run_rate, run_cap, demand, allow_rate, allow_cap;
     };
     bool exists = false;
     int64_t cir = 0, cbs = 0, born = 0, settle = 0, level = -1, level_t = 0, rates = 0, caps = 0;
@@ -103,10 +103,16 @@ struct Model {
             }
             level_t = now;
         }
-        int64_t old_rate = 0, old_cap = 0;
+        int64_t old_rate = 0, old_cap = 0, allow_rate = 0, allow_cap = 0;
         if (rec != hosts.end()) {
             old_rate = std::max(rec->second.rate, rec->second.run_rate);
             old_cap = std::max(rec->second.cap, rec->second.run_cap);
+            allow_rate = rec->second.allow_rate;
+            allow_cap = rec->second.allow_cap;
+        }
+        if (static_cast<int64_t>(q.run_epoch) != born) {
+            allow_rate = std::max(allow_rate, run_rate);
+            allow_cap = std::max(allow_cap, run_cap);
         }
         int64_t others_rate = rates - old_rate, others_cap = caps - old_cap;
         int64_t fair = want(demand);
@@ -116,14 +122,14 @@ struct Model {
         int64_t rate = std::min(fair, cir - others_rate);
         int64_t cap = std::min(cbs / n, cbs - others_cap);
         if (now < settle) {
-            rate = std::min(rate, run_rate);
-            cap = std::min(cap, run_cap);
+            rate = std::min(rate, std::max(run_rate, allow_rate));
+            cap = std::min(cap, std::max(run_cap, allow_cap));
         }
         rate = std::max<int64_t>(rate, 0);
         cap = std::max<int64_t>(cap, 0);
         rates = others_rate + std::max(rate, run_rate);
         caps = others_cap + std::max(cap, run_cap);
-        hosts[q.node] = {rate, cap, run_rate, run_cap, demand};
+        hosts[q.node] = {rate, cap, run_rate, run_cap, demand, allow_rate, allow_cap};
         r.rate = rate;
         r.cap = cap;
         r.hosts = n;
@@ -317,6 +323,28 @@ TEST_F(FleetScriptTest, ANewStateRaisesNoLeaseWhileLeasesOfBeforeMayRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     r = c.exchange(ask("a", cir, cbs, a, 200000, 30000));
     EXPECT_EQ(r->rate, cir);
+}
+
+// After an `open` fallback every host ran all of CIR: the first exchanges cut the leases (the
+// others are counted at CIR), and while the state settles a cut lease may grow back up to what
+// its host ran, within what the others are counted at - not stay cut for the whole settling.
+TEST_F(FleetScriptTest, LeasesCutWhileSettlingGrowBackToWhatTheirHostsRan) {
+    Client c(url, std::chrono::milliseconds(1000));
+    const uint64_t cir = 8000000, cbs = 10000;
+    std::map<std::string, Host> run = {{"a", {cir, cbs, 0, cir}}, {"b", {cir, cbs, 0, cir}}};
+    for (int round = 0; round < 4; ++round) {
+        for (auto &[n, h] : run) {
+            auto r = c.exchange(ask(n, cir, cbs, h, 10000000, 0));
+            ASSERT_TRUE(r.has_value()) << r.error();
+            h = {r->rate, r->cap, r->epoch, h.demand};
+        }
+        // Once both have been heard, what they run is within CIR again.
+        EXPECT_LE(run["a"].rate + run["b"].rate, cir) << "round " << round;
+    }
+    // Still settling (a lease of 10 s): each host at its fair share, half of CIR.
+    EXPECT_EQ(run["a"].rate, cir / 2);
+    EXPECT_EQ(run["b"].rate, cir / 2);
+    EXPECT_EQ(run["a"].cap, cbs / 2);
 }
 
 TEST_F(FleetScriptTest, TheFirstWritersParametersStand) {

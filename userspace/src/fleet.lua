@@ -15,7 +15,8 @@
 --         settle (Redis us: until then no host's lease is raised), level (the fair shares' water
 --         level; -1: every want is met), level_t (Redis us of its computation), rates, caps (the
 --         sums of every host's counted lease)
--- KEYS[2] hash node -> "rate cap run_rate run_cap demand"
+-- KEYS[2] hash node -> "rate cap run_rate run_cap demand allow_rate allow_cap" (allow: the
+--         largest lease it ran from before this state, see the settling below)
 -- KEYS[3] zset node -> Redis time (us) of the node's last exchange
 -- ARGV: node, cir, cbs, run_rate, run_cap, run_epoch (the epoch its running lease came from; 0
 --       for none or its own fallback's), demand (bit/s or packet/s offered, all colours),
@@ -105,12 +106,18 @@ if now - level_t >= level_us then
     level_t = now
 end
 
--- This node's lease: its fair share, within what the others are counted at; no more than it runs
--- while the state settles.
-local old_rate, old_cap = 0, 0
+-- This node's lease: its fair share, within what the others are counted at. While the state
+-- settles, no more than the largest lease it ran from before (one another state gave, or its
+-- fallback's): each host within what it ran keeps the sums within what they were, and a lease
+-- cut to let others run may grow back to it.
+local old_rate, old_cap, allow_rate, allow_cap = 0, 0, 0, 0
 if rec then
     local f = fields(rec)
     old_rate, old_cap = math.max(f[1], f[3]), math.max(f[2], f[4])
+    allow_rate, allow_cap = f[6] or 0, f[7] or 0
+end
+if run_epoch ~= born then
+    allow_rate, allow_cap = math.max(allow_rate, run_rate), math.max(allow_cap, run_cap)
 end
 local others_rate, others_cap = rates - old_rate, caps - old_cap
 local fair = want(demand)
@@ -119,8 +126,8 @@ if fair > cir then fair = cir end
 local rate = math.min(fair, cir - others_rate)
 local cap = math.min(math.floor(cbs / n), cbs - others_cap)
 if now < settle then
-    rate = math.min(rate, run_rate)
-    cap = math.min(cap, run_cap)
+    rate = math.min(rate, math.max(run_rate, allow_rate))
+    cap = math.min(cap, math.max(run_cap, allow_cap))
 end
 if rate < 0 then rate = 0 end
 if cap < 0 then cap = 0 end
@@ -131,5 +138,6 @@ redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'born', num(born),
            'settle', num(settle), 'level', num(level), 'level_t', num(level_t),
            'rates', num(rates), 'caps', num(caps))
 redis.call('HSET', KEYS[2], node,
-           table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand)}, ' '))
+           table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand),
+                         num(allow_rate), num(allow_cap)}, ' '))
 return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates}
