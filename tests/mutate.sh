@@ -119,8 +119,8 @@ mutant cache-set-not-version bpf/lib/classify.h \
     's/c->version == version\)/(c->version \& 1) == (version \& 1))/' \
     "classification cache: an entry serves while its set is active, of whatever version" \
     "bpf:ClassCacheTest.*"
-mutant cache-wrap-kept userspace/src/datapath.cpp \
-    's/if \(version == 0\)\s*clear_class_cache\(\);//' \
+mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
+    's/if \(version == 0\)\s*dp_\.clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \
     "bpf:ClassCacheTest.*"
 mutant sets-other-not-dirty userspace/src/policy_sets.cpp \
@@ -155,7 +155,7 @@ mutant ihl-ignored bpf/lib/parse.h \
     's/ihl = ip->ihl \* 4;/ihl = 20;/' \
     "IPv4 header length taken as 20 (options, bad IHL unseen)" \
     "bpf:*Template*:*Truncation*:*Inconsistent*"
-mutant apply-unchecked userspace/src/datapath.cpp \
+mutant apply-unchecked userspace/src/datapath_commit.cpp \
     's/if \(auto ok = check\(policies\); !ok\)\s*return ok;//' \
     "Datapath::apply writes a set without checking it first" \
     "bpf:*RefusedApplyChangesNothing*"
@@ -163,8 +163,8 @@ mutant daemon-partial-apply userspace/daemon/policy_changes.cpp \
     's/if \(!errors\.empty\(\)\)\s*return std::unexpected\(join_lines\(errors\)\);\s*\/\/ Two policies/if (!errors.empty() \&\& out.policies.empty())\n        return std::unexpected(join_lines(errors));\n    \/\/ Two policies/' \
     "daemon applies the good policies of a set with bad ones (not all or nothing)" \
     "e2e:*ApplyReplacesTheWholeSetOrNothing*:*SighupReloadsTheConfigAllOrNothing*:*EveryBadInputIsRefused*"
-mutant fresh-id-kept userspace/src/datapath.cpp \
-    's/if \(was == impl_->active\.end\(\)\)(\s*)fresh\.insert/if (false)$1fresh.insert/' \
+mutant fresh-id-kept userspace/src/datapath_commit.cpp \
+    's/if \(was == impl_\.active\.end\(\)\)(\s*)fresh\.insert/if (false)$1fresh.insert/' \
     "a policy removed and added again keeps its old tokens and counters" \
     "bpf:*PolicyUpdateKeepsTokensCappedAndCounters*"
 mutant attach-always-clsact userspace/src/attach.cpp \
@@ -247,8 +247,8 @@ mutant shape-start-refused bpf/lib/shape.h \
     's/return bpf_redirect\(0, 0\);/return TC_ACT_SHOT;/' \
     "--shape sockets: a clamped socket's red burst with nothing in flight is refused (stall to the probe timer)" \
     "e2e:Shape.StartsThatMeetRedAreLostNotRefused"
-mutant aqm-counters-inherited userspace/src/datapath.cpp \
-    's/int tcp_fd = impl_->fd\(skel->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
+mutant aqm-counters-inherited userspace/src/datapath_commit.cpp \
+    's/int tcp_fd = fd\(skel_->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
     "a new policy on a reused id starts with the old one's --aqm and edt counters" \
     "e2e:Shape.AqmCountersInStatsTableAndMetrics"
 EDT_BPF='bpf:EdtTest.*'
@@ -351,19 +351,19 @@ mutant hot-every-packet bpf/lib/hot.h \
     's/if \(total - \*\(volatile __u64 \*\)&tcm_hot_threshold < len\)/if (total >= *(volatile __u64 *)\&tcm_hot_threshold)/' \
     "flows --top: every packet of a flow at or above the threshold inserts it, not the crossing one" \
     "$TOP_BPF"
-mutant hot-walk-strict userspace/src/datapath.cpp \
+mutant hot-walk-strict userspace/src/datapath_flows.cpp \
     's/if \(bytes >= pass\.threshold\) \{/if (bytes > pass.threshold) {/' \
     "flows --top: the walk keeps the flows above the threshold, not those exactly at it" \
     "$TOP_BPF"
-mutant hot-lowered-kept userspace/src/datapath.cpp \
+mutant hot-lowered-kept userspace/src/datapath_flows.cpp \
     's/bool keep = hot\.valid && t >= hot\.threshold;/bool keep = hot.valid;/' \
     "flows --top: a pass that lowers the threshold keeps answering from the heavy hitters" \
     "$TOP_BPF"
-mutant hot-overflow-trusted userspace/src/datapath.cpp \
+mutant hot-overflow-trusted userspace/src/datapath_flows.cpp \
     's/if \(!live \|\| live->size\(\) >= impl_->hot_capacity \|\| foreign_flow_writers\(\)\)/if (!live || foreign_flow_writers())/; s/if \(__atomic_load_n\(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST\) != 0 \|\|/if (/' \
     "flows --top: answers from a heavy-hitter map that refused inserts" \
     "$TOP_BPF"
-mutant hot-foreign-ignored userspace/src/datapath.cpp \
+mutant hot-foreign-ignored userspace/src/datapath_flows.cpp \
     's/(size_t Datapath::foreign_flow_writers\(\) const \{)/$1\n    return 0;/' \
     "flows --top: another program on the flow table (an older daemon's) is never looked for" \
     "$TOP_BPF"
@@ -371,7 +371,7 @@ mutant hot-instead-of-count bpf/lib/chain.h \
     's/chain_count\(lvl, color, in->segs, len\);\s*hot_check\(lvl, key, total, len\);/if (total - *(volatile __u64 *)\&tcm_hot_threshold < len)\n        hot_note(lvl, key);\n    else\n        chain_count(lvl, color, in->segs, len);/' \
     "flows --top: the packet that records a heavy hitter is not counted in its policy's counters" \
     "$TOP_BPF"
-mutant reclaim-no-recheck userspace/src/datapath.cpp \
+mutant reclaim-no-recheck userspace/src/datapath_flows.cpp \
     's/now\.meter\.last_ns != f\.state\.meter\.last_ns \|\| now\.flags != f\.state\.flags \|\|\s*std::memcmp\(&now\.counters, &f\.state\.counters, sizeof\(now\.counters\)\) != 0\)/0)/' \
     "reclaim: a flow that saw a packet after the walk read it is deleted all the same (a fresh burst)" \
     "bpf:ReclaimPassTest.*"
