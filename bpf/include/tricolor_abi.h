@@ -382,20 +382,21 @@ struct tcm_edt_cfg {
  * match an interface; a socket does not know which one its packets will leave by). */
 #define TCM_SHAPE_MAX_IFACES 8
 
+/* More tokens than any C and E can hold together (2 GiB): a gap a lease needs at least
+ * fill_ns to earn this fills them, and a shorter one earns dt * rate < TCM_FLEET_FULL + rate,
+ * exactly, with no overflow. */
+#define TCM_FLEET_FULL (2 * TCM_METER_MAX_SIZE * TCM_TOKENS_PER_BYTE)
+
 /* By policy id, in the mmapable tcm_fleet array: a fleet policy's lease (docs/fleet.md). C earns
  * tokens at the leased rate from from_ns (before that, at prev_rate from prev_from_ns), never past
  * until_ns, and holds at most cap. User space is the only writer of the lease: it makes seq odd,
  * writes, makes it even again; the data path (under the aggregate bucket's lock) uses a lease it
  * read between two equal, even loads of seq, and otherwise earns nothing at this packet (the next
  * one earns the time missed: accrued_ns stays). The data path is the only writer of accrued_ns
- * spilled and cut_seen. No division on the packet's path: fill_ns (cap/rate, rounded up) is user
- * space's. until_ns is written alone, outside seq: past it (data-path clock) C is empty and earns
- * nothing, so a host whose daemon died or lost Redis spends no fleet tokens after its lease. */
-/* More tokens than any C and E can hold together (2 GiB): a gap a lease needs at least
- * fill_ns to earn this fills them, and a shorter one earns dt * rate < TCM_FLEET_FULL + rate,
- * exactly, with no overflow. */
-#define TCM_FLEET_FULL (2 * TCM_METER_MAX_SIZE * TCM_TOKENS_PER_BYTE)
-
+ * spilled and cut_seen. No division on the packet's path: fill_ns (TCM_FLEET_FULL/rate, rounded
+ * up) is user space's. until_ns is written alone, outside seq: past it (data-path clock) C is empty
+ * and earns nothing, so a host whose daemon died or lost Redis spends no fleet tokens after its
+ * lease. */
 struct tcm_fleet_lease {
     __u64 seq;
     __u64 rate;      /* tokens per ns (bit/s, or packet/s in packet mode) */

@@ -129,17 +129,6 @@ class Fleet : public ::testing::Test {
         for (auto &t : senders)
             t.join();
     }
-    // Every host's offer at once, in bit/s, for @seconds (0: that host sends nothing).
-    void send_all(const std::vector<uint64_t> &rates, double seconds) {
-        std::vector<std::thread> senders;
-        for (size_t i = 0; i < rates.size(); ++i)
-            if (rates[i])
-                senders.emplace_back([&, i] {
-                    send(static_cast<int>(i), seconds, static_cast<int>(rates[i] / (8 * kIpBytes)));
-                });
-        for (auto &t : senders)
-            t.join();
-    }
     // Samples every 100 ms while @work runs.
     std::vector<Sample> sampled(const std::function<void()> &work) {
         std::vector<Sample> samples;
@@ -267,7 +256,7 @@ TEST_F(Fleet, TwelveHostsShareMaxMinFairlyAndStatusShowsTheShares) {
             for (int i = 0; i < 12; ++i)
                 seen[i] = fleet_policy_stats(*hosts[i])["fleet"];
         });
-        send_all(offer, 4.0);
+        send_steps({offer}, 4.0);
         status.join();
     });
     expect_never_over(samples);
@@ -296,8 +285,7 @@ TEST_F(Fleet, AHostIdleForTenSecondsSendsItsFirstPacketsGreen) {
     cir = 24000000;
     cbs = 65536;
     start_hosts(3);
-    std::thread busy([&] { send_all({30000000, 30000000, 0}, 10.0); });
-    busy.join();
+    send_steps({{30000000, 30000000, 0}}, 10.0);
     uint64_t before = green_bytes(*hosts[2]);
     auto &lab = *labs[2];
     auto r = lab.in_ns(

@@ -57,10 +57,9 @@ FleetLocal Datapath::fleet_local(uint32_t id) const {
         return out;
     const tcm_fleet_lease &g = impl_->fleet[id];
     out.spilled = __atomic_load_n(&g.spilled, __ATOMIC_ACQUIRE);
-    out.rate = __atomic_load_n(&g.rate, __ATOMIC_ACQUIRE);
-    out.cap = __atomic_load_n(&g.cap, __ATOMIC_ACQUIRE);
-    out.until_ns = __atomic_load_n(&g.until_ns, __ATOMIC_ACQUIRE);
-    out.held = std::min<uint64_t>(policy_state(id).meter.c_tokens, out.cap);
+    // C above a lowered cap is cut at the next packet: none of it can be spent.
+    out.held = std::min<uint64_t>(policy_state(id).meter.c_tokens,
+                                  __atomic_load_n(&g.cap, __ATOMIC_ACQUIRE));
     return out;
 }
 

@@ -236,11 +236,10 @@ class Offers {
                 break;
         }
         if (used > 2) {
-            const uint64_t back = used;
             // Looked back past the last two periods: no more than what they held, and one
             // packet, would send at that size: a sender that stopped is at nothing within two
             // periods, not after the whole look back.
-            const Mark &then = ring_[(next_ - 1 - back) % kPeriods];
+            const Mark &then = ring_[(next_ - 1 - used) % kPeriods];
             const Mark &two = ring_[(next_ - 3) % kPeriods];
             uint64_t packets = cur.packets - then.packets;
             uint64_t size = packets ? (cur.bits - then.bits) / packets : 0;
@@ -276,6 +275,7 @@ struct Agent::State {
     uint64_t fleet_cbs = 0;
     // The lease this host runs (what it reports): Redis's, or its fallback's (epoch 0).
     uint64_t rate = 0, cap = 0, epoch = 0;
+    FleetLease lease(uint64_t until_ns) const { return {rate, cap * tokens_per_len, until_ns}; }
     Reply last;
     uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0;
     bool mismatch = false;
@@ -346,7 +346,7 @@ void Agent::enter_fallback(State &s, const std::string &name, const std::string 
             : o_.fallback == Fallback::share ? s.fleet_cbs / n
                                              : s.fleet_cbs;
     s.epoch = 0;
-    dp_.fleet_set_lease(s.policy.id, {s.rate, s.cap * s.tokens_per_len, 0});
+    dp_.fleet_set_lease(s.policy.id, s.lease(0));
     s.fallback = true;
     s.fallbacks++;
     totals_.fallbacks++;
@@ -401,7 +401,7 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
     s.rate = r->rate;
     s.cap = r->cap;
     s.epoch = r->epoch;
-    dp_.fleet_set_lease(s.policy.id, {s.rate, s.cap * s.tokens_per_len, sent_dp + revoke_after_ns});
+    dp_.fleet_set_lease(s.policy.id, s.lease(sent_dp + revoke_after_ns));
     if (s.fallback) {
         s.fallback = false;
         s.recoveries++;

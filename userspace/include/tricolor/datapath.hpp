@@ -36,9 +36,6 @@ struct FleetLocal {
     uint64_t held = 0;    // tokens in C now (what this host may still spend, less what its lease
                           // earns from the last packet on)
     uint64_t spilled = 0; // tokens the lease earned beyond its cap (srtcm: beyond E too)
-    uint64_t rate = 0;    // the lease in force: tokens per ns (bit/s, packet/s)
-    uint64_t cap = 0;     // tokens
-    uint64_t until_ns = 0;
 };
 
 // A fleet policy's lease (docs/fleet.md): C earns @rate tokens per ns (bit/s, packet/s), holds at

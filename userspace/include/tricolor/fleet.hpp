@@ -50,7 +50,7 @@ struct Request {
     uint64_t run_epoch = 0;             // the fleet state that gave it (0: none, or a fallback's)
     uint64_t demand = 0;                // offered, all colours
     uint64_t ttl_us = 1000000;
-    uint64_t settle_us = 150000; // a new state raises no lease this long (leases of before run)
+    uint64_t settle_us = 150000; // a new state settles this long (leases of before may run)
     uint64_t level_us = 50000;   // the fair shares are computed anew at most this often
 };
 struct Reply {
