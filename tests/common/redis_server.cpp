@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 namespace tricolor::test {
@@ -70,6 +71,7 @@ bool RedisServer::start() {
                                       "--dir",
                                       "/tmp"};
     args.insert(args.end(), redis.begin(), redis.end());
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::fflush(nullptr); // the child must not write out the parent's buffered output again
     pid_ = fork();
     if (pid_ == 0) {
@@ -117,6 +119,176 @@ std::string RedisServer::cli(const std::vector<std::string> &args) const {
         pclose(f);
     }
     return out;
+}
+
+// ---- cluster ------------------------------------------------------------------------------
+
+RedisCluster::RedisCluster(int masters, int replicas, int node_timeout_ms, std::string bind,
+                           std::string netns)
+    : masters_(masters), replicas_(replicas), node_timeout_ms_(node_timeout_ms) {
+    for (int i = 0; i < masters * (1 + replicas); ++i) {
+        // Two ports each: the clients' and the cluster bus's (cluster-port, Redis 7).
+        uint16_t port = free_loopback_port(), bus = 0;
+        do
+            bus = free_loopback_port();
+        while (bus == port);
+        auto n = std::make_unique<RedisServer>(bind, netns, port);
+        std::string conf = "/tmp/tricolor-redis-nodes-" + std::to_string(getpid()) + "-" +
+                           std::to_string(port) + ".conf";
+        std::filesystem::remove(conf); // a node with an old config would join an old cluster
+        confs_.push_back(conf);
+        // A replica's first sync at once, not after diskless sync's 5 s wait for more replicas;
+        // and its offset moves within a second, not ten (CLUSTER SLOTS lists a replica once it
+        // has an offset, and an idle master's offset moves only with its pings to replicas).
+        n->extra_args = {"--cluster-enabled",
+                         "yes",
+                         "--cluster-config-file",
+                         conf,
+                         "--cluster-port",
+                         std::to_string(bus),
+                         "--cluster-node-timeout",
+                         std::to_string(node_timeout_ms),
+                         "--repl-diskless-sync-delay",
+                         "0",
+                         "--repl-ping-replica-period",
+                         "1"};
+        nodes_.push_back(std::move(n));
+    }
+}
+
+RedisCluster::~RedisCluster() {
+    nodes_.clear();
+    for (const auto &c : confs_)
+        std::filesystem::remove(c);
+}
+
+std::string RedisCluster::url() const {
+    std::string out = "redis://";
+    for (int i = 0; i < masters_; ++i)
+        out += (i ? "," : "") + nodes_[i]->url().substr(8);
+    return out;
+}
+
+std::string RedisCluster::any_cli(const std::vector<std::string> &args) const {
+    for (const auto &n : nodes_)
+        if (n->pid() > 0)
+            return n->cli(args);
+    return "";
+}
+
+int RedisCluster::index_of(const std::string &addr) const {
+    auto colon = addr.rfind(':');
+    auto at = addr.find('@');
+    if (colon == std::string::npos)
+        return -1;
+    int port = std::atoi(addr.substr(colon + 1, at - colon - 1).c_str());
+    for (size_t i = 0; i < nodes_.size(); ++i)
+        if (nodes_[i]->port() == port)
+            return static_cast<int>(i);
+    return -1;
+}
+
+bool RedisCluster::start() {
+    for (auto &n : nodes_)
+        if (!n->start()) {
+            why_ = "a redis-server of the cluster did not start";
+            return false;
+        }
+    std::vector<std::string> create = {"--cluster", "create"};
+    for (auto &n : nodes_)
+        create.push_back(n->bind() + ":" + std::to_string(n->port()));
+    create.insert(create.end(), {"--cluster-replicas", std::to_string(replicas_), "--cluster-yes"});
+    std::string out = nodes_[0]->cli(create);
+    if (out.find("[OK] All 16384 slots covered") == std::string::npos) {
+        why_ = "redis-cli --cluster create: " + out;
+        return false;
+    }
+    if (!wait_ok(10000)) {
+        why_ = "the cluster did not come up: " + any_cli({"CLUSTER", "INFO"});
+        return false;
+    }
+    // And every replica holds its master's data: every node lists all of them in its slot map
+    // (CLUSTER SLOTS leaves out a replica until it has synced; a client reading the map sooner
+    // would see masters without replicas).
+    for (int tries = 0; tries < 400; ++tries) {
+        size_t listed = nodes_.size();
+        for (auto &n : nodes_) {
+            std::istringstream lines(n->cli({"CLUSTER", "SLOTS"}));
+            size_t ids = 0;
+            for (std::string line; std::getline(lines, line);)
+                ids += line.size() == 40 &&
+                       line.find_first_not_of("0123456789abcdef") == std::string::npos;
+            listed = std::min(listed, ids);
+        }
+        if (listed == nodes_.size())
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    why_ = "the replicas did not sync with their masters: " + any_cli({"CLUSTER", "NODES"});
+    return false;
+}
+
+bool RedisCluster::wait_ok(int timeout_ms) const {
+    for (int waited = 0; waited < timeout_ms; waited += 25) {
+        bool ok = true;
+        for (const auto &n : nodes_)
+            if (n->pid() > 0 &&
+                n->cli({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos)
+                ok = false;
+        if (ok)
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+}
+
+uint16_t RedisCluster::slot(const std::string &key) const {
+    return static_cast<uint16_t>(std::atoi(any_cli({"CLUSTER", "KEYSLOT", key}).c_str()));
+}
+
+// CLUSTER NODES: "<id> <ip:port@bus> <flags> <master id|-> <ping> <pong> <epoch> <link>
+// [<slot>|<first>-<last>]...".
+int RedisCluster::master_of(const std::string &key) const {
+    const int s = slot(key);
+    std::istringstream lines(any_cli({"CLUSTER", "NODES"}));
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream f(line);
+        std::string id, addr, flags, master, ping, pong, epoch, link, range;
+        f >> id >> addr >> flags >> master >> ping >> pong >> epoch >> link;
+        if (flags.find("master") == std::string::npos || flags.find("fail") != std::string::npos)
+            continue;
+        while (f >> range) {
+            auto dash = range.find('-');
+            int first = std::atoi(range.c_str());
+            int last = dash == std::string::npos ? first : std::atoi(range.c_str() + dash + 1);
+            if (s >= first && s <= last)
+                return index_of(addr);
+        }
+    }
+    return -1;
+}
+
+int RedisCluster::replica_of(int master) const {
+    std::istringstream lines(any_cli({"CLUSTER", "NODES"}));
+    std::string master_id;
+    std::vector<std::pair<std::string, std::string>> replicas; // (master id, addr)
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream f(line);
+        std::string id, addr, flags, of;
+        f >> id >> addr >> flags >> of;
+        if (index_of(addr) == master)
+            master_id = id;
+        if (flags.find("slave") != std::string::npos && flags.find("fail") == std::string::npos)
+            replicas.emplace_back(of, addr);
+    }
+    for (const auto &[of, addr] : replicas)
+        if (of == master_id)
+            return index_of(addr);
+    return -1;
+}
+
+bool RedisCluster::is_master(int i) const {
+    return nodes_[i]->pid() > 0 && nodes_[i]->cli({"ROLE"}).starts_with("master");
 }
 
 } // namespace tricolor::test

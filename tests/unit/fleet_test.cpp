@@ -20,10 +20,12 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <set>
 #include <thread>
 
 using namespace tricolor;
 using namespace tricolor::fleet;
+using tricolor::test::RedisCluster;
 using tricolor::test::RedisServer;
 
 namespace {
@@ -391,11 +393,14 @@ TEST(FleetClient, UnreachableRedisIsAnErrorNotAHang) {
 namespace {
 
 // Not a Redis: answers the first command (SCRIPT LOAD) with @first and every later one with
-// @then, raw bytes, on a free loopback port; for what a client must survive.
+// @then, raw bytes, on a free loopback port; for what a client must survive. CLUSTER commands
+// (the client asks which kind of Redis it is) get @cluster, by default what a Redis without
+// cluster support says; ASKING gets OK. "{port}" in a reply is the fake's own port.
 class FakeRedis {
   public:
-    FakeRedis(std::string first, std::string then)
-        : first_(std::move(first)), then_(std::move(then)) {
+    FakeRedis(std::string first, std::string then,
+              std::string cluster = "-ERR This instance has cluster support disabled\r\n")
+        : first_(std::move(first)), then_(std::move(then)), cluster_(std::move(cluster)) {
         fd_ = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -414,6 +419,7 @@ class FakeRedis {
         thread_.join();
     }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+    uint16_t port() const { return port_; }
 
   private:
     void serve() {
@@ -428,19 +434,27 @@ class FakeRedis {
                 pollfd p{c, POLLIN, 0};
                 if (poll(&p, 1, 1000) <= 0)
                     break;
-                if (read(c, buf, sizeof(buf)) <= 0)
+                ssize_t n = read(c, buf, sizeof(buf));
+                if (n <= 0)
                     break;
-                while (poll(&p, 1, 20) > 0 && read(c, buf, sizeof(buf)) > 0) {
-                }
-                const std::string &reply = first ? first_ : then_;
-                first = false;
+                std::string got(buf, static_cast<size_t>(n));
+                while (poll(&p, 1, 20) > 0 && (n = read(c, buf, sizeof(buf))) > 0)
+                    got.append(buf, static_cast<size_t>(n));
+                const bool cluster = got.find("CLUSTER") != std::string::npos;
+                std::string reply = got.find("ASKING") != std::string::npos ? "+OK\r\n"
+                                    : cluster                               ? cluster_
+                                    : first                                 ? first_
+                                                                            : then_;
+                first = first && cluster;
+                for (size_t at; (at = reply.find("{port}")) != std::string::npos;)
+                    reply.replace(at, 6, std::to_string(port_));
                 if (write(c, reply.data(), reply.size()) < 0)
                     break;
             }
             close(c);
         }
     }
-    std::string first_, then_;
+    std::string first_, then_, cluster_;
     int fd_ = -1;
     uint16_t port_ = 0;
     std::atomic<bool> stop_{false};
@@ -480,15 +494,65 @@ TEST(FleetClient, AServerThatAnswersGarbageIsAnErrorThatSaysWhat) {
     }
 }
 
+// A Redis Cluster's hostile or broken answers: a slot map that is no map, a redirection that
+// leads nowhere or in a circle. Each an error naming it, soon, and never a lease.
+TEST(FleetClient, ClusterRedirectLoopsAndBrokenSlotMapsAreErrorsThatSayWhat) {
+    // One node that says it serves every slot, then sends every exchange to itself.
+    const std::string map = "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n"
+                            "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    struct Case {
+        std::string then, cluster, says;
+    };
+    const std::vector<Case> cases = {
+        {"-MOVED 1 127.0.0.1:{port}\r\n", map, "still redirected after 5 hops"},
+        {"-ASK 1 127.0.0.1:{port}\r\n", map, "still redirected after 5 hops"},
+        {"-MOVED 1 nowhere\r\n", map, "a redirection to nowhere"},
+        {"-CLUSTERDOWN The cluster is down\r\n", map, "CLUSTERDOWN"},
+        {"", "+OK\r\n", "unexpected reply to CLUSTER SLOTS (not an array)"},
+        {"", "*1\r\n:5\r\n", "entry 1 is not [first, last, master, ...]"},
+        {"", "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n$1\r\nh\r\n:1\r\n", "slots 9 to 3"},
+        {"", "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$1\r\nh\r\n:0\r\n", "its master is not"},
+        {"", "*0\r\n", "serves no slots"},
+    };
+    for (const auto &k : cases) {
+        FakeRedis fake(kSha, k.then, k.cluster);
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto t = std::chrono::steady_clock::now();
+        auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
+        ASSERT_FALSE(r.has_value()) << k.says;
+        EXPECT_NE(r.error().find(k.says), std::string::npos) << r.error();
+        EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::seconds(2)) << k.says;
+        EXPECT_FALSE(c.cluster() && c.connected()) << "a failed exchange reads the map again";
+    }
+}
+
+// Redis Cluster's slot of a key: the values CLUSTER KEYSLOT gives, the hash tag's rules.
+TEST(FleetClient, KeySlotsAreRedisClusters) {
+    EXPECT_EQ(key_slot("foo"), 12182);
+    EXPECT_EQ(key_slot("bar"), 5061);
+    EXPECT_EQ(key_slot("123456789"), 0x31C3 & 16383); // CRC16/XMODEM's check value
+    EXPECT_EQ(key_slot("{user1000}.following"), key_slot("user1000"));
+    EXPECT_NE(key_slot("foo{}{bar}"), key_slot("bar"));
+    EXPECT_EQ(key_slot("tricolor:{web}:lease"), key_slot("tricolor:{web}:seen"));
+}
+
 TEST(FleetUrl, Parses) {
     auto u = parse_redis_url("redis://127.0.0.1:6380").value();
-    EXPECT_EQ(u.host, "127.0.0.1");
-    EXPECT_EQ(u.port, 6380);
-    EXPECT_EQ(parse_redis_url("redis://[2001:db8::1]:7000").value().host, "2001:db8::1");
-    EXPECT_EQ(parse_redis_url("redis://cache.example").value().port, 6379);
+    ASSERT_EQ(u.nodes.size(), 1u);
+    EXPECT_EQ(u.nodes[0].host, "127.0.0.1");
+    EXPECT_EQ(u.nodes[0].port, 6380);
+    EXPECT_EQ(parse_redis_url("redis://[2001:db8::1]:7000").value().nodes[0].host, "2001:db8::1");
+    EXPECT_EQ(parse_redis_url("redis://cache.example").value().nodes[0].port, 6379);
+    // A cluster's nodes to start from.
+    auto c = parse_redis_url("redis://198.18.0.1:7000,[2001:db8::2]:7001,cache.example").value();
+    ASSERT_EQ(c.nodes.size(), 3u);
+    EXPECT_EQ(c.nodes[1].host, "2001:db8::2");
+    EXPECT_EQ(c.nodes[2].port, 6379);
+    EXPECT_EQ(c.text(), "redis://198.18.0.1:7000,[2001:db8::2]:7001,cache.example:6379");
     for (const char *bad :
          {"127.0.0.1:6379", "http://h:1", "redis://", "redis://h:", "redis://h:0",
-          "redis://h:70000", "redis://h:12x", "redis://[2001:db8::1", "redis://u@h:1"}) {
+          "redis://h:70000", "redis://h:12x", "redis://[2001:db8::1", "redis://u@h:1",
+          "redis://h:1,", "redis://,h:1", "redis://h:1,h:1", "redis://h:1,h:x"}) {
         auto r = parse_redis_url(bad);
         EXPECT_FALSE(r.has_value()) << bad;
     }
@@ -496,4 +560,110 @@ TEST(FleetUrl, Parses) {
     EXPECT_EQ(parse_fallback("closed"), Fallback::closed);
     EXPECT_EQ(parse_fallback("open"), Fallback::open);
     EXPECT_FALSE(parse_fallback("maybe").has_value());
+}
+
+// ---- Redis Cluster: three masters, a replica each, real redis-servers ----------------------
+
+namespace {
+
+class FleetClusterTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (!RedisServer::available())
+            GTEST_SKIP() << "redis-server is not installed (./tricolor.sh build installs it)";
+        ASSERT_TRUE(cluster.start()) << cluster.why();
+        url = parse_redis_url(cluster.url()).value();
+    }
+    std::string addr(int i) {
+        return i < 0 ? "none"
+                     : cluster.node(i).bind() + ":" + std::to_string(cluster.node(i).port());
+    }
+    Request ask_for(const std::string &policy, const Host &h) {
+        Request q = ask("a", 24000000, 65536, h);
+        q.policy = policy;
+        return q;
+    }
+    RedisCluster cluster{3, 1};
+    RedisUrl url;
+};
+
+} // namespace
+
+// Policies spread over the shards by their hash tag; each exchange runs on its slot's master
+// (the keys are there), and a replica holds it (WAIT) before the host may take a raise from it.
+TEST_F(FleetClusterTest, PoliciesSpreadOverTheMastersAndEachRunsOnItsSlotsMaster) {
+    Client c(url, std::chrono::milliseconds(1000));
+    std::set<int> masters;
+    for (int i = 0; i < 12; ++i) {
+        const std::string policy = "web" + std::to_string(i);
+        const std::string key = keys_of(policy)[0];
+        auto r = c.exchange(ask_for(policy, Host{0, 0, 0, 1000000}));
+        ASSERT_TRUE(r.has_value()) << r.error();
+        EXPECT_TRUE(c.cluster());
+        EXPECT_TRUE(r->replicated) << policy;
+        EXPECT_GT(r->rate, 0u);
+        EXPECT_EQ(key_slot(key), cluster.slot(key)) << key;
+        int m = cluster.master_of(key);
+        EXPECT_EQ(c.node_of(policy), addr(m)) << policy;
+        EXPECT_EQ(cluster.node(m).cli({"EXISTS", key}), "1\n") << policy << " on " << addr(m);
+        masters.insert(m);
+    }
+    EXPECT_EQ(masters.size(), 3u) << "twelve policies on every master";
+    // A master whose replica is gone: WAIT says nobody took the lease.
+    const int m = cluster.master_of(keys_of("web0")[0]), rep = cluster.replica_of(m);
+    ASSERT_GE(rep, 0);
+    cluster.node(rep).stop();
+    auto r = c.exchange(ask_for("web0", Host{0, 0, 0, 1000000}));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_FALSE(r->replicated) << addr(m) << " " << addr(rep) << " " << c.node_of("web0") << cluster.node(m).cli({"INFO", "replication"});
+}
+
+// A manual failover (the replica takes over; the old master, now its replica, answers MOVED):
+// the next exchange follows the redirection and finds the policy's state there. Then that new
+// master is killed: exchanges fail until the old one is promoted back, and run there again, with
+// the same state (the same epoch: no "new state" settling).
+TEST_F(FleetClusterTest, AFailoverTakesThePolicyWithItsStateToTheReplica) {
+    Client c(url, std::chrono::milliseconds(300));
+    const std::string policy = "api", key = keys_of(policy)[0];
+    Host h{0, 0, 0, 1000000};
+    auto r = c.exchange(ask_for(policy, h));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    const uint64_t epoch = r->epoch;
+    h = {r->rate, r->cap, r->epoch, h.demand};
+    const int m = cluster.master_of(key), rep = cluster.replica_of(m);
+    ASSERT_GE(m, 0);
+    ASSERT_GE(rep, 0);
+    EXPECT_EQ(c.node_of(policy), addr(m));
+
+    cluster.node(rep).cli({"CLUSTER", "FAILOVER"});
+    for (int i = 0; i < 200 && cluster.master_of(key) != rep; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    ASSERT_EQ(cluster.master_of(key), rep) << "the manual failover did not happen";
+    ASSERT_TRUE(cluster.wait_ok(5000));
+    r = c.exchange(ask_for(policy, h));
+    ASSERT_TRUE(r.has_value()) << "MOVED is followed: " << r.error();
+    EXPECT_EQ(r->epoch, epoch) << "the state came over with the replica";
+    h = {r->rate, r->cap, r->epoch, h.demand};
+    r = c.exchange(ask_for(policy, h));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_EQ(c.node_of(policy), addr(rep)) << "the slot map was read again";
+
+    cluster.node(rep).stop();
+    int failed = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15))
+            << "no promotion: " << (r ? "" : r.error());
+        r = c.exchange(ask_for(policy, h));
+        if (r)
+            break;
+        failed++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::printf("the new master died: %d exchanges failed, answered again after %.1f s\n", failed,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_GT(failed, 0);
+    EXPECT_EQ(r->epoch, epoch) << "the state is the same";
+    EXPECT_EQ(cluster.master_of(key), m);
+    EXPECT_EQ(r->hosts, 1u);
 }

@@ -5,7 +5,6 @@
 #include "tricolor/fleet.hpp"
 
 #include <fmt/format.h>
-#include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <charconv>
@@ -15,63 +14,12 @@
 namespace tricolor::fleet {
 
 namespace {
-#include "fleet_lua.inc" // const char kLua[]
 uint64_t mono_ns() {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 } // namespace
-
-const char *const kScript = kLua;
-
-Result<RedisUrl> parse_redis_url(std::string_view text) {
-    auto bad = [&](std::string_view why) {
-        return std::unexpected(fmt::format("'{}' is not redis://HOST:PORT: {}", text, why));
-    };
-    constexpr std::string_view scheme = "redis://";
-    if (!text.starts_with(scheme))
-        return bad("it must start with redis://");
-    std::string_view rest = text.substr(scheme.size());
-    if (!rest.empty() && rest.back() == '/')
-        rest.remove_suffix(1);
-    RedisUrl u;
-    std::string_view port;
-    if (rest.starts_with("[")) {
-        auto close = rest.find(']');
-        if (close == std::string_view::npos)
-            return bad("an IPv6 address needs its closing ]");
-        u.host = std::string(rest.substr(1, close - 1));
-        rest = rest.substr(close + 1);
-        if (!rest.empty()) {
-            if (rest[0] != ':')
-                return bad("expected :PORT after the address");
-            port = rest.substr(1);
-            if (port.empty())
-                return bad("empty port");
-        }
-    } else {
-        auto colon = rest.find(':');
-        u.host = std::string(rest.substr(0, colon));
-        if (colon != std::string_view::npos) {
-            port = rest.substr(colon + 1);
-            if (port.empty())
-                return bad("empty port");
-        }
-    }
-    if (u.host.empty())
-        return bad("no host");
-    if (u.host.find_first_of("/@?# ") != std::string::npos)
-        return bad("user names, paths and options are not supported");
-    if (!port.empty()) {
-        unsigned p = 0;
-        auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-        if (ec != std::errc{} || end != port.data() + port.size() || p == 0 || p > 65535)
-            return bad(fmt::format("port '{}' is not 1 to 65535", port));
-        u.port = static_cast<uint16_t>(p);
-    }
-    return u;
-}
 
 std::optional<Fallback> parse_fallback(std::string_view t) {
     if (t == "share")
@@ -100,118 +48,6 @@ std::vector<std::string> keys_of(std::string_view policy) {
     // ":lease"/":hosts", not the token leases' ":bucket"/":held" of before: a daemon of that
     // version finds no state of this one (docs/fleet.md, "Redis keys").
     return {tag + ":lease", tag + ":hosts", tag + ":seen"};
-}
-
-// ---- client -------------------------------------------------------------------------------
-
-Client::Client(RedisUrl url, std::chrono::milliseconds timeout)
-    : url_(std::move(url)), timeout_(timeout) {}
-
-Client::~Client() {
-    disconnect();
-}
-
-void Client::disconnect() {
-    if (ctx_)
-        redisFree(ctx_);
-    ctx_ = nullptr;
-}
-
-Result<void> Client::connect() {
-    timeval tv{static_cast<time_t>(timeout_.count() / 1000),
-               static_cast<suseconds_t>(timeout_.count() % 1000 * 1000)};
-    ctx_ = redisConnectWithTimeout(url_.host.c_str(), url_.port, tv);
-    if (!ctx_ || ctx_->err) {
-        std::string why = ctx_ ? ctx_->errstr : "out of memory";
-        disconnect();
-        return std::unexpected(
-            fmt::format("cannot connect to redis://{}:{}: {}", url_.host, url_.port, why));
-    }
-    redisSetTimeout(ctx_, tv);
-    auto *r = static_cast<redisReply *>(redisCommand(ctx_, "SCRIPT LOAD %s", kScript));
-    // A SHA1 in 40 hex digits, or this is no Redis we can use: an error (Redis before 2.6 has
-    // no scripts: "unknown command"), a reply of another kind, or no Redis protocol at all.
-    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-        std::string why = !r                              ? std::string(ctx_->errstr)
-                          : r->type == REDIS_REPLY_ERROR  ? std::string(r->str, r->len)
-                          : r->type == REDIS_REPLY_STRING ? "the reply is not a SHA1"
-                                                          : "the reply is not a string";
-        if (r)
-            freeReplyObject(r);
-        disconnect();
-        return std::unexpected(
-            fmt::format("cannot load the fleet script into redis://{}:{}: {} (Redis 2.6 or later?)",
-                        url_.host, url_.port, why));
-    }
-    sha_.assign(r->str, r->len);
-    freeReplyObject(r);
-    return {};
-}
-
-Result<Reply> Client::exchange(const Request &q) {
-    if (!ctx_)
-        if (auto c = connect(); !c)
-            return std::unexpected(c.error());
-    auto keys = keys_of(q.policy);
-    std::vector<std::string> args = {"EVALSHA",
-                                     sha_,
-                                     "3",
-                                     keys[0],
-                                     keys[1],
-                                     keys[2],
-                                     q.node,
-                                     std::to_string(q.cir),
-                                     std::to_string(q.cbs),
-                                     std::to_string(q.run_rate),
-                                     std::to_string(q.run_cap),
-                                     std::to_string(q.run_epoch),
-                                     std::to_string(q.demand),
-                                     std::to_string(q.ttl_us),
-                                     std::to_string(q.settle_us),
-                                     std::to_string(q.level_us)};
-    std::vector<const char *> argv;
-    std::vector<size_t> lens;
-    for (auto &a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    auto *r = static_cast<redisReply *>(
-        redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (!r) {
-        std::string why = ctx_->errstr;
-        disconnect(); // a reply that comes late is never read
-        return std::unexpected(fmt::format("redis: {}", why));
-    }
-    Reply out;
-    if (r->type == REDIS_REPLY_ERROR) {
-        std::string why(r->str, r->len);
-        freeReplyObject(r);
-        disconnect(); // NOSCRIPT after a restart: load it again on reconnect
-        return std::unexpected(fmt::format("redis: {}", why));
-    }
-    constexpr size_t kFields = 10;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != kFields) {
-        std::string got = r->type == REDIS_REPLY_ARRAY
-                              ? fmt::format("{} fields, not {}", r->elements, kFields)
-                              : "not an array";
-        freeReplyObject(r);
-        disconnect();
-        return std::unexpected(
-            fmt::format("redis: unexpected reply to the fleet script ({})", got));
-    }
-    uint64_t v[kFields];
-    for (size_t i = 0; i < kFields; ++i) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0) {
-            freeReplyObject(r);
-            disconnect();
-            return std::unexpected(
-                fmt::format("redis: field {} of the fleet script's reply is not a count", i + 1));
-        }
-        v[i] = static_cast<uint64_t>(r->element[i]->integer);
-    }
-    freeReplyObject(r);
-    out = {v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9]};
-    return out;
 }
 
 // ---- agent --------------------------------------------------------------------------------
@@ -278,6 +114,7 @@ struct Agent::State {
     FleetLease lease(uint64_t until_ns) const { return {rate, cap * tokens_per_len, until_ns}; }
     Reply last;
     uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0;
+    uint64_t unreplicated = 0; // replies no replica confirmed (Redis Cluster)
     bool mismatch = false;
     uint64_t due_ns = 0; // the next exchange
     Offers offers;
@@ -398,8 +235,20 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
     s.mismatch = r->mismatch;
     // Until a tenth of a lease before Redis forgets us, on the data path's clock, counted from
     // before the exchange was sent.
-    s.rate = r->rate;
-    s.cap = r->cap;
+    // A lease no replica holds yet could be lost to a failover while this host runs it, and
+    // the new master would give it to others: take no raise from it (Redis counts the larger of
+    // what it gave and what the host runs, so running less is always safe).
+    uint64_t rate = r->rate, cap = r->cap;
+    if (!r->replicated && (rate > s.rate || cap > s.cap)) {
+        rate = std::min(rate, s.rate);
+        cap = std::min(cap, s.cap);
+        if (!s.unreplicated++)
+            log(fmt::format("policy '{}': no replica of {} confirmed the lease in time: "
+                            "raises wait until one does",
+                            name, client_.node_of(name)));
+    }
+    s.rate = rate;
+    s.cap = cap;
     s.epoch = r->epoch;
     dp_.fleet_set_lease(s.policy.id, s.lease(sent_dp + revoke_after_ns));
     if (s.fallback) {
@@ -500,6 +349,8 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
             {"spilled", static_cast<double>(local.spilled) * 1e-9},
             {"exchanges", s.exchanges},
             {"failures", s.failures},
+            {"redis_node", client_.node_of(name)},
+            {"unreplicated", s.unreplicated},
             {"fallbacks", s.fallbacks},
             {"recoveries", s.recoveries},
             {"parameters_differ", s.mismatch},
@@ -508,7 +359,13 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
 
 nlohmann::json Agent::status() const {
     Totals t = totals();
-    nlohmann::json j = {{"redis", fmt::format("redis://{}:{}", o_.url.host, o_.url.port)},
+    bool cluster = false;
+    {
+        std::lock_guard lock(mu_);
+        cluster = client_.cluster();
+    }
+    nlohmann::json j = {{"redis", o_.url.text()},
+                        {"redis_cluster", cluster},
                         {"node", o_.node},
                         {"fallback", std::string(to_string(o_.fallback))},
                         {"in_fallback", t.fallback},

@@ -28,12 +28,24 @@ namespace tricolor::fleet {
 
 extern const char *const kScript; // fleet.lua, embedded at build time
 
-struct RedisUrl {
+struct RedisNode {
     std::string host;
     uint16_t port = 6379;
+    std::string text() const; // HOST:PORT, [IPv6]:PORT
+    auto operator<=>(const RedisNode &) const = default;
 };
-// "redis://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]; PORT optional, 6379).
+// The nodes to start from: one Redis, or any nodes of a Redis Cluster (the client learns the
+// others from them).
+struct RedisUrl {
+    std::vector<RedisNode> nodes;
+    std::string text() const; // as parsed
+};
+// "redis://HOST:PORT[,HOST:PORT...]" (HOST a name, an IPv4 address or [IPv6]; PORT optional,
+// 6379).
 Result<RedisUrl> parse_redis_url(std::string_view text);
+
+// The Redis Cluster slot of a key (CRC16 of its hash tag, modulo 16384).
+uint16_t key_slot(std::string_view key);
 
 enum class Fallback { share, closed, open };
 std::optional<Fallback> parse_fallback(std::string_view text);
@@ -60,10 +72,16 @@ struct Reply {
     uint64_t epoch = 0;  // the state's birth time: leases from another epoch are not its own
     uint64_t fair = 0;   // this node's max-min fair share of CIR by demand
     uint64_t leased = 0; // the rates all hosts are counted at, this one's new lease included
+    // A replica of the node that ran the exchange holds it (WAIT), or the node has none we
+    // know of: a failover cannot lose the lease. When false, the host takes no raise from it.
+    bool replicated = true;
 };
 
-// One connection, synchronous, every call bounded by its timeout. After any error the
-// connection is dropped: a late reply can never be applied.
+// Synchronous, every call bounded by its timeout. To one Redis, or to a Redis Cluster (found
+// out from the first node that answers: CLUSTER SLOTS): there each exchange goes to the master
+// of its policy's slot, follows MOVED and ASK (a few hops, then it is an error), and after a
+// failed one the slot map is read again. After any error the connection is dropped: a late
+// reply can never be applied. (userspace/src/fleet_redis.cpp)
 class Client {
   public:
     Client(RedisUrl url, std::chrono::milliseconds timeout);
@@ -71,15 +89,32 @@ class Client {
     Client(const Client &) = delete;
     Client &operator=(const Client &) = delete;
     Result<Reply> exchange(const Request &r);
-    bool connected() const { return ctx_ != nullptr; }
-    void disconnect();
+    bool connected() const { return !conns_.empty(); }
+    void disconnect(); // every connection; the next exchange starts from the URL's nodes
+    bool cluster() const { return mode_ == Mode::cluster; }
+    // The node the policy's exchanges go to ("" until known).
+    std::string node_of(std::string_view policy) const;
 
   private:
-    Result<void> connect();
+    struct Conn;
+    enum class Mode { unknown, single, cluster };
+    struct Range {
+        uint16_t first = 0, last = 0;
+        RedisNode master;
+        size_t replicas = 0;
+    };
+    Result<Conn *> conn(const RedisNode &n, bool script);
+    void drop(const RedisNode &n);
+    Result<void> discover();
+    Result<void> read_slots(Conn &c, const RedisNode &from);
+    const Range *range_of(uint16_t slot) const;
     RedisUrl url_;
     std::chrono::milliseconds timeout_;
-    redisContext *ctx_ = nullptr;
-    std::string sha_;
+    std::map<RedisNode, std::unique_ptr<Conn>> conns_;
+    Mode mode_ = Mode::unknown;
+    RedisNode single_;          // Mode::single: the node
+    std::vector<Range> ranges_; // Mode::cluster: who serves which slots
+    std::chrono::steady_clock::time_point mapped_at_;
 };
 
 struct AgentOptions {
