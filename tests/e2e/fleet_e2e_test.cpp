@@ -83,7 +83,7 @@ class Fleet : public ::testing::Test {
             labs.push_back(std::make_unique<Lab>());
             hosts.push_back(std::make_unique<Daemon>(
                 fmt::format("fleet{}", i),
-                std::vector<std::string>{"--fleet", redis.url(), "--fleet-node",
+                std::vector<std::string>{"--fleet", url.empty() ? redis.url() : url, "--fleet-node",
                                          fmt::format("h{}", i), "--fleet-fallback", fallback,
                                          "--fleet-lease", lease}));
             auto ctl = [&](std::vector<std::string> args) {
@@ -186,6 +186,7 @@ class Fleet : public ::testing::Test {
     }
     uint64_t cir = kCir, cbs = kCbs;
     RedisServer redis;
+    std::string url; // the hosts' --fleet when not the one redis-server's
     std::vector<std::unique_ptr<Lab>> labs;
     std::vector<std::unique_ptr<Daemon>> hosts;
 };
@@ -293,6 +294,62 @@ TEST_F(Fleet, AHostIdleForTenSecondsSendsItsFirstPacketsGreen) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(green_bytes(*hosts[2]) - before, 10u * kIpBytes)
         << fleet_policy_stats(*hosts[2]).dump();
+}
+
+// Redis Cluster: three masters with a replica each, in a network namespace of their own; the
+// hosts name the masters. The master of the policy's slot is killed 3 s into a run at twice the
+// CIR: its replica is promoted (cluster-node-timeout 500 ms), the hosts find it through the
+// slot map, and green never passes CBS + CIR*T, fallback included; from 2 s after the promotion
+// on, every 2-s window uses at least 90% of CIR.
+TEST_F(Fleet, ClusterMasterKilledMidRunTheBoundHoldsAndUseReturnsWithinTwoSeconds) {
+    Lab redis_lab;
+    RedisCluster cluster(3, 1, 500, redis_lab.ns_v4, redis_lab.ns);
+    ASSERT_TRUE(cluster.start()) << cluster.why();
+    url = cluster.url();
+    cir = 24000000;
+    cbs = 65536;
+    start_hosts(3, "share", {}, "1000"); // the default lease
+    const std::string key = "tricolor:{fleet}:lease";
+    const int m = cluster.master_of(key), rep = cluster.replica_of(m);
+    ASSERT_GE(m, 0);
+    ASSERT_GE(rep, 0);
+    auto node = [&](int i) {
+        return redis_lab.ns_v4 + ":" + std::to_string(cluster.node(i).port());
+    };
+    uint64_t killed = 0, promoted = 0;
+    auto samples = sampled([&] {
+        std::thread killer([&] {
+            std::this_thread::sleep_for(std::chrono::seconds(3));
+            cluster.node(m).stop();
+            killed = mono_ns();
+            while (!cluster.is_master(rep) && mono_ns() - killed < 10000000000ull)
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            promoted = mono_ns();
+        });
+        send_steps({{30000000, 15000000, 5000000}}, 10.0);
+        killer.join();
+    });
+    ASSERT_TRUE(cluster.is_master(rep)) << "no replica was promoted";
+    std::printf("master %s killed; replica %s promoted %.2f s later\n", node(m).c_str(),
+                node(rep).c_str(), static_cast<double>(promoted - killed) / 1e9);
+    expect_never_over(samples);
+    auto use = two_second_windows(samples, promoted + 2000000000ull);
+    ASSERT_GE(use.size(), 5u);
+    double low = *std::ranges::min_element(use);
+    std::printf("from 2 s after the promotion: %zu windows of 2 s, green at least %.1f%% of CIR\n",
+                use.size(), low * 100);
+    EXPECT_GE(low, 0.90);
+    for (auto &h : hosts) {
+        auto f = fleet_policy_stats(*h)["fleet"];
+        EXPECT_EQ(f["mode"], "fleet") << f.dump();
+        EXPECT_EQ(f["redis_node"], node(rep)) << f.dump();
+        EXPECT_GT(f["failures"].get<int>(), 0) << f.dump();
+        // Whatever a host did in the gap, its log says it.
+        if (f["fallbacks"].get<int>() > 0)
+            EXPECT_NE(h->log().find("fallback 'share'"), std::string::npos) << h->log();
+        std::printf("  %s\n", f.dump().c_str());
+    }
+    EXPECT_EQ(request(*hosts[0], {{"cmd", "status"}})["fleet"]["redis_cluster"], true);
 }
 
 TEST_F(Fleet, RedisLostAndBackSwitchesToTheFallbackAndReturns) {

@@ -32,10 +32,12 @@ std::string human_rate(double bits) {
 
 std::string fleet_line(const json &f) {
     return fmt::format(
-        "  fleet: {}, {} hosts, demand here {}, lease {} ({:.0f}% of the fleet's CIR "
+        "  fleet: {}{}, {} hosts, demand here {}, lease {} ({:.0f}% of the fleet's CIR "
         "{}; fair share {}) up to {} bytes, holds {:.0f} bits; the fleet's leases "
         "sum to {}{}",
-        f.value("mode", "?"), f.value("hosts_seen", 0), human_rate(f.value("local_demand", 0.0)),
+        f.value("mode", "?"),
+        f.value("redis_node", "").empty() ? "" : " through " + f.value("redis_node", ""),
+        f.value("hosts_seen", 0), human_rate(f.value("local_demand", 0.0)),
         human_rate(f.value("lease_rate", 0.0)), 100 * f.value("local_share", 0.0),
         human_rate(f.value("fleet_cir", 0.0)), human_rate(f.value("fair_share", 0.0)),
         f.value("lease_cap", 0), f.value("local_held", 0.0),

@@ -80,9 +80,10 @@ int run_status(Context &ctx) {
     }
     if (auto f = s.value("fleet", json()); f.is_object()) {
         std::cout << fmt::format(
-            "fleet {} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "
+            "fleet {}{} as {}, fallback {}{}: {} exchanges, {} failed, {} fallbacks, {} "
             "returns\n",
-            f.value("redis", ""), f.value("node", ""), f.value("fallback", ""),
+            f.value("redis", ""), f.value("redis_cluster", false) ? " (a Redis Cluster)" : "",
+            f.value("node", ""), f.value("fallback", ""),
             f.value("in_fallback", false) ? " (IN FALLBACK)" : "", f.value("exchanges", 0),
             f.value("failures", 0), f.value("fallbacks", 0), f.value("recoveries", 0));
         for (const auto &[name, pf] : f["policies"].items())

@@ -39,8 +39,8 @@ struct DaemonOptions {
     double flow_idle_timeout = 300; // seconds without a packet before a flow may go
     uint32_t top_keep = 1024;       // flows --top: heavy hitters a pass keeps (DatapathOptions)
     std::string metrics = "127.0.0.1:9464"; // "none": no metrics endpoint
-    // docs/spec.md §10: redis://HOST:PORT to join a fleet ("" none), this host's name in it, and
-    // what fleet policies do while Redis does not answer.
+    // docs/spec.md §10: redis://HOST:PORT[,HOST:PORT...] to join a fleet ("" none), this host's
+    // name in it, and what fleet policies do while Redis does not answer.
     std::string fleet;
     std::string fleet_node;
     fleet::Fallback fleet_fallback = fleet::Fallback::share;

@@ -107,8 +107,9 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
         ->check(CLI::Range(1u, 1u << 20))
         ->group("");
     app.add_option("--fleet", o.fleet,
-                   "Join a fleet through Redis (redis://HOST:PORT): policies with --fleet share "
-                   "their committed bucket with every host of it");
+                   "Join a fleet through Redis (redis://HOST:PORT), or a Redis Cluster "
+                   "(redis://HOST:PORT,HOST:PORT,...: any of its nodes): policies with --fleet "
+                   "share their committed bucket with every host of it");
     app.add_option("--fleet-node", o.fleet_node,
                    "This host's name in the fleet (default: hostname)");
     app.add_option("--fleet-fallback", cl.fleet_fallback,
