@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -395,12 +397,15 @@ namespace {
 // Not a Redis: answers the first command (SCRIPT LOAD) with @first and every later one with
 // @then, raw bytes, on a free loopback port; for what a client must survive. CLUSTER commands
 // (the client asks which kind of Redis it is) get @cluster, by default what a Redis without
-// cluster support says; ASKING gets OK. "{port}" in a reply is the fake's own port.
+// cluster support says; INFO gets @info (a Redis 7), ASKING gets OK. "{port}" in a reply is the
+// fake's own port.
 class FakeRedis {
   public:
     FakeRedis(std::string first, std::string then,
-              std::string cluster = "-ERR This instance has cluster support disabled\r\n")
-        : first_(std::move(first)), then_(std::move(then)), cluster_(std::move(cluster)) {
+              std::string cluster = "-ERR This instance has cluster support disabled\r\n",
+              std::string info = "redis_version:7.0.15")
+        : first_(std::move(first)), then_(std::move(then)), cluster_(std::move(cluster)),
+          info_(fmt::format("${}\r\n{}\r\n", info.size(), info)) {
         fd_ = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -441,11 +446,13 @@ class FakeRedis {
                 while (poll(&p, 1, 20) > 0 && (n = read(c, buf, sizeof(buf))) > 0)
                     got.append(buf, static_cast<size_t>(n));
                 const bool cluster = got.find("CLUSTER") != std::string::npos;
+                const bool info = got.find("INFO") != std::string::npos;
                 std::string reply = got.find("ASKING") != std::string::npos ? "+OK\r\n"
+                                    : info                                  ? info_
                                     : cluster                               ? cluster_
                                     : first                                 ? first_
                                                                             : then_;
-                first = first && cluster;
+                first = first && (cluster || info);
                 for (size_t at; (at = reply.find("{port}")) != std::string::npos;)
                     reply.replace(at, 6, std::to_string(port_));
                 if (write(c, reply.data(), reply.size()) < 0)
@@ -454,7 +461,7 @@ class FakeRedis {
             close(c);
         }
     }
-    std::string first_, then_, cluster_;
+    std::string first_, then_, cluster_, info_;
     int fd_ = -1;
     uint16_t port_ = 0;
     std::atomic<bool> stop_{false};
@@ -536,6 +543,31 @@ TEST(FleetClient, KeySlotsAreRedisClusters) {
     EXPECT_EQ(key_slot("tricolor:{web}:lease"), key_slot("tricolor:{web}:seen"));
 }
 
+// A Redis too old for the script (it reads TIME before it writes: effects replication, Redis
+// 5.0): said at connection, naming the version; a Redis whose INFO says nothing of a version
+// is left to SCRIPT LOAD and the exchange to judge.
+TEST(FleetClient, ARedisBefore5IsRefusedNamingItsVersion) {
+    {
+        FakeRedis fake(kSha, "", "-ERR This instance has cluster support disabled\r\n",
+                       "# Server\r\nredis_version:4.0.9\r\nredis_mode:standalone");
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
+        ASSERT_FALSE(r.has_value());
+        EXPECT_NE(r.error().find("runs Redis 4.0.9: the fleet needs Redis 5.0 or later"),
+                  std::string::npos)
+            << r.error();
+        EXPECT_FALSE(c.connected());
+    }
+    {
+        FakeRedis fake(kSha, "*3\r\n:1\r\n:2\r\n:3\r\n",
+                       "-ERR This instance has cluster support disabled\r\n", "# Server");
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
+        ASSERT_FALSE(r.has_value());
+        EXPECT_NE(r.error().find("3 fields, not 10"), std::string::npos) << r.error();
+    }
+}
+
 TEST(FleetUrl, Parses) {
     auto u = parse_redis_url("redis://127.0.0.1:6380").value();
     ASSERT_EQ(u.nodes.size(), 1u);
@@ -615,7 +647,8 @@ TEST_F(FleetClusterTest, PoliciesSpreadOverTheMastersAndEachRunsOnItsSlotsMaster
     cluster.node(rep).stop();
     auto r = c.exchange(ask_for("web0", Host{0, 0, 0, 1000000}));
     ASSERT_TRUE(r.has_value()) << r.error();
-    EXPECT_FALSE(r->replicated) << addr(m) << " " << addr(rep) << " " << c.node_of("web0") << cluster.node(m).cli({"INFO", "replication"});
+    EXPECT_FALSE(r->replicated) << addr(m) << " " << addr(rep) << " " << c.node_of("web0")
+                                << cluster.node(m).cli({"INFO", "replication"});
 }
 
 // A manual failover (the replica takes over; the old master, now its replica, answers MOVED):

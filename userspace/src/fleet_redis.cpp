@@ -186,6 +186,30 @@ Result<Client::Conn *> Client::conn(const RedisNode &n, bool script) {
     Conn *c = it->second.get();
     if (!script || !c->sha.empty())
         return c;
+    // The script reads TIME before it writes: Redis replicates a script's effects, not the
+    // script, by default from 5.0 on; before that it refuses those writes. Said plainly here
+    // rather than as the script's error at the first exchange.
+    ReplyPtr info(static_cast<redisReply *>(redisCommand(c->ctx, "INFO server")));
+    if (!info) {
+        std::string why = c->ctx->errstr;
+        drop(n);
+        return std::unexpected(fmt::format("redis://{}: {}", n.text(), why));
+    }
+    if (info->type == REDIS_REPLY_STRING) {
+        std::string text = reply_text(info.get());
+        if (auto at = text.find("redis_version:"); at != std::string::npos) {
+            unsigned major = 0;
+            std::from_chars(text.data() + at + 14, text.data() + text.size(), major);
+            if (major < 5) {
+                std::string version =
+                    text.substr(at + 14, text.find_first_of("\r\n", at) - at - 14);
+                drop(n);
+                return std::unexpected(
+                    fmt::format("redis://{} runs Redis {}: the fleet needs Redis 5.0 or later",
+                                n.text(), version));
+            }
+        }
+    }
     ReplyPtr r(static_cast<redisReply *>(redisCommand(c->ctx, "SCRIPT LOAD %s", kScript)));
     // A SHA1 in 40 hex digits, or this is no Redis we can use: an error (Redis before 2.6 has
     // no scripts: "unknown command"), a reply of another kind, or no Redis protocol at all.
