@@ -162,9 +162,12 @@ class Fleet : public ::testing::Test {
                     << " green bytes in " << static_cast<double>(t) / 1e9 << " s";
             }
     }
-    // Green throughput over each 2-s window from @from_ns on, as a fraction of CIR (conservative:
-    // the window's time from the first sample's first read to the last one's last read).
-    std::vector<double> two_second_windows(const std::vector<Sample> &s, uint64_t from_ns) const {
+    // Green throughput over each 2-s window from @from_ns on that ends by @until_ns (while the
+    // senders still send: a window over their end measures them stopping), as a fraction of CIR
+    // (conservative: the window's time from the first sample's first read to the last one's
+    // last read).
+    std::vector<double> two_second_windows(const std::vector<Sample> &s, uint64_t from_ns,
+                                           uint64_t until_ns = UINT64_MAX) const {
         std::vector<double> out;
         for (size_t i = 0; i < s.size(); ++i) {
             if (s[i].first_ns < from_ns)
@@ -173,6 +176,8 @@ class Fleet : public ::testing::Test {
                 double t = static_cast<double>(s[j].last_ns - s[i].first_ns) / 1e9;
                 if (t < 2.0)
                     continue;
+                if (s[j].last_ns > until_ns)
+                    break;
                 out.push_back(static_cast<double>(s[j].green - s[i].green) * 8 /
                               (static_cast<double>(cir) * t));
                 if (out.back() < 0.95)
@@ -195,14 +200,11 @@ class Fleet : public ::testing::Test {
 
 // docs/fleet.md's use bound: three hosts, CIR 24 Mbit/s, offering twice that together, the
 // demand moving every 3 s (30/15/5 Mbit/s, then 5/15/30, then 15/5/30): green in every 2-s
-// window after the first at least 95% of CIR (the test asks 90% on average and 80% in every
-// window: the senders pace in user space on a machine the test shares, and a sender that stalls
-// for longer than a host's part of a small CBS lasts loses what its bucket could not hold, as
-// under any policer; tests/bench/fleet_bench.sh measures the figures), never above
+// window after the first, while the senders send, at least 95% of CIR, never above
 // CBS + CIR*T. At a CBS of 10 ms of CIR (64 KiB) as at one of 350 ms (1 MiB): the lease is a
 // rate, so what a host may spend between exchanges does not depend on CBS. (Here the lowest
-// window came out at 91-94% at 64 KiB over four runs; the token grants of before gave 57%
-// overall.)
+// window came out at 96.9-97.4% over three runs of each; the token grants of before gave 57%
+// overall. Windows over the senders' end are left out: they measure the senders stopping.)
 class FleetMoving : public Fleet, public ::testing::WithParamInterface<uint64_t> {};
 
 TEST_P(FleetMoving, ThreeHostsUseTheLimitAsDemandMovesAndNeverPassIt) {
@@ -218,7 +220,7 @@ TEST_P(FleetMoving, ThreeHostsUseTheLimitAsDemandMovesAndNeverPassIt) {
         send_steps(phases, 3.0);
     });
     expect_never_over(samples);
-    auto use = two_second_windows(samples, start + 2000000000ull);
+    auto use = two_second_windows(samples, start + 2000000000ull, start + 9000000000ull);
     ASSERT_GE(use.size(), 20u);
     double low = *std::ranges::min_element(use), mean = 0;
     for (double u : use)
@@ -233,8 +235,7 @@ TEST_P(FleetMoving, ThreeHostsUseTheLimitAsDemandMovesAndNeverPassIt) {
         EXPECT_EQ(f["hosts_seen"], 3) << f.dump();
         std::printf("  %s\n", f.dump().c_str());
     }
-    EXPECT_GE(mean, 0.90);
-    EXPECT_GE(low, 0.80);
+    EXPECT_GE(low, 0.95);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cbs, FleetMoving, ::testing::Values(65536, 1048576),
@@ -281,7 +282,7 @@ TEST_F(Fleet, TwelveHostsShareMaxMinFairlyAndStatusShowsTheShares) {
 }
 
 // A host idle for 10 s while the others use the whole limit: its first 10 packets are green
-// (its bucket filled at the floor its lease keeps).
+// (its bucket filled at the floor its lease keeps); then iperf3 UDP starts on every host.
 TEST_F(Fleet, AHostIdleForTenSecondsSendsItsFirstPacketsGreen) {
     cir = 24000000;
     cbs = 65536;
@@ -294,6 +295,38 @@ TEST_F(Fleet, AHostIdleForTenSecondsSendsItsFirstPacketsGreen) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(green_bytes(*hosts[2]) - before, 10u * kIpBytes)
         << fleet_policy_stats(*hosts[2]).dump();
+
+    // And iperf3's UDP test starts on each host after 1.5 s idle while the two others send at
+    // 30 Mbit/s each (the fleet's CIR spent): its first datagram is a handshake, which an empty
+    // bucket would drop ("unable to read from stream socket", as under the token grants of
+    // before).
+    if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
+        GTEST_SKIP() << "iperf3 is not installed";
+    for (int i = 0; i < 3; ++i) {
+        std::vector<uint64_t> offers(3, 30000000);
+        offers[i] = 0;
+        std::thread others([&] { send_steps({offers}, 3.0); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        const Lab &l = *labs[i];
+        const std::string port = std::to_string(free_loopback_port());
+        const std::string pid_file = fmt::format("/tmp/tricolor-e2e-fleet-iperf3-{}.pid", getpid());
+        auto server = run_command({"/usr/bin/iperf3", "-s", "-1", "-D", "-B", l.host_v4, "-p", port,
+                                   "--pidfile", pid_file});
+        RunResult r;
+        // Until the server listens (then the test itself: any failure is one).
+        for (int tries = 0; server.exit_code == 0 && tries < 40; ++tries) {
+            r = l.in_ns({"/usr/bin/iperf3", "-c", l.host_v4, "-p", port, "-u", "-b", "4M", "-l",
+                         "1000", "-t", "1"});
+            if ((r.out + r.err).find("unable to connect to server") == std::string::npos)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        others.join();
+        run_command(
+            {"/bin/sh", "-c", "kill $(cat " + pid_file + ") 2>/dev/null; rm -f " + pid_file});
+        ASSERT_EQ(server.exit_code, 0) << server.err;
+        EXPECT_EQ(r.exit_code, 0) << "iperf3 UDP from host " << i << ": " << r.out << r.err;
+    }
 }
 
 // Redis Cluster: three masters with a replica each, in a network namespace of their own; the
@@ -316,8 +349,9 @@ TEST_F(Fleet, ClusterMasterKilledMidRunTheBoundHoldsAndUseReturnsWithinTwoSecond
     auto node = [&](int i) {
         return redis_lab.ns_v4 + ":" + std::to_string(cluster.node(i).port());
     };
-    uint64_t killed = 0, promoted = 0;
+    uint64_t start = 0, killed = 0, promoted = 0;
     auto samples = sampled([&] {
+        start = mono_ns();
         std::thread killer([&] {
             std::this_thread::sleep_for(std::chrono::seconds(3));
             cluster.node(m).stop();
@@ -333,7 +367,7 @@ TEST_F(Fleet, ClusterMasterKilledMidRunTheBoundHoldsAndUseReturnsWithinTwoSecond
     std::printf("master %s killed; replica %s promoted %.2f s later\n", node(m).c_str(),
                 node(rep).c_str(), static_cast<double>(promoted - killed) / 1e9);
     expect_never_over(samples);
-    auto use = two_second_windows(samples, promoted + 2000000000ull);
+    auto use = two_second_windows(samples, promoted + 2000000000ull, start + 10000000000ull);
     ASSERT_GE(use.size(), 5u);
     double low = *std::ranges::min_element(use);
     std::printf("from 2 s after the promotion: %zu windows of 2 s, green at least %.1f%% of CIR\n",
@@ -526,7 +560,8 @@ TEST_F(Fleet, DISABLED_Bench) {
         }
         expect_never_over(samples);
         bool held = !HasFailure();
-        auto use = two_second_windows(samples, t0 + 2000000000ull);
+        auto use = two_second_windows(samples, t0 + 2000000000ull,
+                                      t0 + static_cast<uint64_t>(phases.size()) * 3000000000ull);
         ASSERT_FALSE(use.empty());
         double mean = 0;
         for (double u : use)
