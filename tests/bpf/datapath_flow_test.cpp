@@ -3,7 +3,10 @@
 // per-key modes, a full table, listing, policy updates that keep tokens and counters, refused
 // applies, table limits, two CPUs on one flow, and pinning across a restart.
 #include "datapath_fixture.hpp"
+#include "tricolor/text.hpp"
 
+#include <bpf/bpf.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -273,6 +276,58 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
     }
     Datapath::remove_pins(pin);
     EXPECT_FALSE(std::filesystem::exists(pin));
+}
+
+// A pin directory of a daemon whose tcm_fleet held the token grants of before (another value
+// size; libbpf would refuse to reuse it): that map alone is replaced at adoption, its leases are
+// renewed at the next exchange; the policies and counters are adopted as ever.
+TEST(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
+    TRICOLOR_REQUIRE_ROOT();
+    quiet_libbpf_logging();
+    std::string pin = "/sys/fs/bpf/tricolor-test-fleet-" + std::to_string(getpid());
+    Datapath::remove_pins(pin);
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 64;
+    o.pin_dir = pin;
+    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
+    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+    {
+        Datapath a(o);
+        ASSERT_TRUE(a.apply({p}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
+    }
+    const std::string fleet = fmt::format("{}/abi{}/tcm_fleet", pin, TCM_ABI_VERSION);
+    auto value_size = [&] {
+        int fd = bpf_obj_get(fleet.c_str());
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        uint32_t size =
+            fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.value_size : 0;
+        if (fd >= 0)
+            close(fd);
+        return std::pair{size, info};
+    };
+    auto [size, info] = value_size();
+    ASSERT_EQ(size, sizeof(tcm_fleet_lease));
+    // The older daemon's map: the same array, entries of another size.
+    ASSERT_EQ(unlink(fleet.c_str()), 0);
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = info.map_flags);
+    int old =
+        bpf_map_create(BPF_MAP_TYPE_ARRAY, "tcm_fleet", info.key_size, 64, info.max_entries, &opts);
+    ASSERT_GE(old, 0) << errno_text(errno);
+    ASSERT_EQ(bpf_obj_pin(old, fleet.c_str()), 0) << errno_text(errno);
+    close(old);
+    ASSERT_EQ(value_size().first, 64u);
+    {
+        Datapath b(o);
+        EXPECT_TRUE(b.adopted());
+        ASSERT_EQ(b.policies().size(), 1u);
+        EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 1u);
+        EXPECT_EQ(value_size().first, sizeof(tcm_fleet_lease));
+    }
+    Datapath::remove_pins(pin);
 }
 
 } // namespace
