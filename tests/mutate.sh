@@ -328,6 +328,22 @@ mutant fleet-lua-lowered-at-once userspace/src/fleet.lua \
     's/rates = others_rate \+ math\.max\(rate, run_rate\)/rates = others_rate + rate/' \
     "fleet script: a lowered lease stops counting before its host runs it" \
     "unit:FleetScriptTest.*"
+mutant fleet-moved-not-followed userspace/src/fleet_redis.cpp \
+    's/const bool moved = why\.starts_with\("MOVED "\)/const bool moved = false/' \
+    "fleet on Redis Cluster: MOVED is an error, not followed (a failover fails every exchange)" \
+    "unit:FleetClusterTest.*"
+mutant fleet-no-wait userspace/src/fleet_redis.cpp \
+    's/if \(replicas > 0\) \{/if (false) {/' \
+    "fleet on Redis Cluster: a lease is taken before any replica holds it (no WAIT)" \
+    "unit:FleetClusterTest.*"
+mutant fleet-redirect-loop userspace/src/fleet_redis.cpp \
+    's/for \(int hop = 0; hop <= kHops; \+\+hop\)/for (int hop = 0; hop <= kHops; hop += (hop < 0))/' \
+    "fleet on Redis Cluster: redirections followed without end" \
+    "unit:FleetClient.ClusterRedirectLoops*"
+mutant fleet-old-layout-kept userspace/src/datapath_load.cpp \
+    's/drop_pin_of_another_layout\(path, sizeof\(tcm_fleet_lease\)\);/(void)path;/' \
+    "pinned state: a tcm_fleet of another layout is not replaced (adoption fails)" \
+    "bpf:DatapathPinning.AFleetMapOfAnotherLayout*"
 mutant state-not-atomic userspace/daemon/state_file.cpp \
     's/if \(rename\(tmp\.c_str\(\), options_\.state\.c_str\(\)\) < 0\)/if (false)/' \
     "state file: the temp file is never renamed over the state (changes lost at restart)" \

@@ -379,8 +379,9 @@ TEST_F(Fleet, ClusterMasterKilledMidRunTheBoundHoldsAndUseReturnsWithinTwoSecond
         EXPECT_EQ(f["redis_node"], node(rep)) << f.dump();
         EXPECT_GT(f["failures"].get<int>(), 0) << f.dump();
         // Whatever a host did in the gap, its log says it.
-        if (f["fallbacks"].get<int>() > 0)
+        if (f["fallbacks"].get<int>() > 0) {
             EXPECT_NE(h->log().find("fallback 'share'"), std::string::npos) << h->log();
+        }
         std::printf("  %s\n", f.dump().c_str());
     }
     EXPECT_EQ(request(*hosts[0], {{"cmd", "status"}})["fleet"]["redis_cluster"], true);
