@@ -228,26 +228,34 @@ TEST_F(DatapathTest, UpsertAndRemoveOnePolicyAtATime) {
     EXPECT_THAT(dp->remove(2).error(), ::testing::HasSubstr("no policy with id 2"));
 }
 
-// What a daemon restart relies on: a new Datapath on the same pin directory finds the active
-// set, every counter and every token where the old one left them.
-TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
-    TRICOLOR_REQUIRE_ROOT();
-    quiet_libbpf_logging();
-    std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
-    Datapath::remove_pins(pin);
-    DatapathOptions o;
-    o.testing = true;
-    o.flow_capacity = 64;
-    o.pin_dir = pin;
-    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
-    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
-    {
+// A pin directory of its own, and a first Datapath on it that applied policy 3 (srTCM, CBS 3000)
+// and passed one 1000-byte packet: what a later one adopts.
+class DatapathPinning : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        quiet_libbpf_logging();
+        Datapath::remove_pins(pin);
+        o.testing = true;
+        o.flow_capacity = 64;
+        o.pin_dir = pin;
         Datapath a(o);
         EXPECT_FALSE(a.adopted());
         ASSERT_TRUE(a.apply({p}).has_value());
         a.set_clock(5000000000);
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 2000 left
     }
+    void TearDown() override { Datapath::remove_pins(pin); }
+    std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
+    DatapathOptions o;
+    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
+    std::vector<uint8_t> frame =
+        Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
+};
+
+// What a daemon restart relies on: a new Datapath on the same pin directory finds the active
+// set, every counter and every token where the old one left them.
+TEST_F(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
     {
         Datapath b(o);
         EXPECT_TRUE(b.adopted());
@@ -281,23 +289,7 @@ TEST(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
 // A pin directory of a daemon whose tcm_fleet held the token grants of before (another value
 // size; libbpf would refuse to reuse it): that map alone is replaced at adoption, its leases are
 // renewed at the next exchange; the policies and counters are adopted as ever.
-TEST(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
-    TRICOLOR_REQUIRE_ROOT();
-    quiet_libbpf_logging();
-    std::string pin = "/sys/fs/bpf/tricolor-test-fleet-" + std::to_string(getpid());
-    Datapath::remove_pins(pin);
-    DatapathOptions o;
-    o.testing = true;
-    o.flow_capacity = 64;
-    o.pin_dir = pin;
-    Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
-    auto frame = Packet().ipv4("198.18.0.1", "198.18.0.2").udp(1, 2).l3_size(1000).build();
-    {
-        Datapath a(o);
-        ASSERT_TRUE(a.apply({p}).has_value());
-        a.set_clock(5000000000);
-        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
-    }
+TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     const std::string fleet = fmt::format("{}/abi{}/tcm_fleet", pin, TCM_ABI_VERSION);
     auto value_size = [&] {
         int fd = bpf_obj_get(fleet.c_str());
@@ -327,7 +319,6 @@ TEST(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
         EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 1u);
         EXPECT_EQ(value_size().first, sizeof(tcm_fleet_lease));
     }
-    Datapath::remove_pins(pin);
 }
 
 } // namespace
