@@ -520,6 +520,12 @@ TEST(FleetClient, ClusterRedirectLoopsAndBrokenSlotMapsAreErrorsThatSayWhat) {
         {"", "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n$1\r\nh\r\n:1\r\n", "slots 9 to 3"},
         {"", "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$1\r\nh\r\n:0\r\n", "its master is not"},
         {"", "*0\r\n", "serves no slots"},
+        {"", "-LOADING Redis is loading the dataset in memory\r\n", "CLUSTER SLOTS: LOADING"},
+        // The policy's slot (11204) on a master of unknown address, the rest elsewhere.
+        {"",
+         "*2\r\n*3\r\n:10000\r\n:16383\r\n*2\r\n$1\r\n?\r\n:7000\r\n"
+         "*3\r\n:0\r\n:9999\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n",
+         "no node serves slot 11204"},
     };
     for (const auto &k : cases) {
         FakeRedis fake(kSha, k.then, k.cluster);
@@ -530,6 +536,34 @@ TEST(FleetClient, ClusterRedirectLoopsAndBrokenSlotMapsAreErrorsThatSayWhat) {
         EXPECT_NE(r.error().find(k.says), std::string::npos) << r.error();
         EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::seconds(2)) << k.says;
         EXPECT_FALSE(c.cluster() && c.connected()) << "a failed exchange reads the map again";
+    }
+}
+
+// A slot map whose master has no address of its own (nil: the node that answered) and a
+// replica: the exchange runs there, and a WAIT answered with anything but a count of replicas
+// leaves the lease unreplicated (the host takes no raise from it). Without a replica in the
+// map, no WAIT: replicated.
+TEST(FleetClient, ClusterNilHostIsTheNodeAskedAndAnUnconfirmedWaitIsNoReplica) {
+    const std::string reply =
+        "*10\r\n:100\r\n:50\r\n:1\r\n:1000\r\n:500\r\n:7\r\n:0\r\n:9\r\n:100\r\n:100\r\n";
+    const std::string master = "*2\r\n$-1\r\n:{port}\r\n";
+    {
+        FakeRedis fake(kSha, reply,
+                       "*1\r\n*4\r\n:0\r\n:16383\r\n" + master + "*2\r\n$1\r\nx\r\n:1\r\n");
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto r = c.exchange(ask("a", 1000, 500, Host{}));
+        ASSERT_TRUE(r.has_value()) << r.error();
+        EXPECT_EQ(r->rate, 100u);
+        EXPECT_TRUE(c.cluster());
+        EXPECT_EQ(c.node_of("model"), "127.0.0.1:" + std::to_string(fake.port()));
+        EXPECT_FALSE(r->replicated);
+    }
+    {
+        FakeRedis fake(kSha, reply, "*1\r\n*3\r\n:0\r\n:16383\r\n" + master);
+        Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
+        auto r = c.exchange(ask("a", 1000, 500, Host{}));
+        ASSERT_TRUE(r.has_value()) << r.error();
+        EXPECT_TRUE(r->replicated);
     }
 }
 

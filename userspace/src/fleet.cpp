@@ -111,6 +111,7 @@ struct Agent::State {
     uint64_t fleet_cbs = 0;
     // The lease this host runs (what it reports): Redis's, or its fallback's (epoch 0).
     uint64_t rate = 0, cap = 0, epoch = 0;
+    uint64_t until_dp = 0; // its deadline in the data path (0: none, a fallback's)
     FleetLease lease(uint64_t until_ns) const { return {rate, cap * tokens_per_len, until_ns}; }
     Reply last;
     uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0;
@@ -183,6 +184,7 @@ void Agent::enter_fallback(State &s, const std::string &name, const std::string 
             : o_.fallback == Fallback::share ? s.fleet_cbs / n
                                              : s.fleet_cbs;
     s.epoch = 0;
+    s.until_dp = 0;
     dp_.fleet_set_lease(s.policy.id, s.lease(0));
     s.fallback = true;
     s.fallbacks++;
@@ -221,7 +223,6 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
         return std::nullopt;
     }
     s.last = *r;
-    s.last_ok_send_ns = sent;
     s.ever_ok = true;
     s.hosts = r->hosts;
     s.fleet_cir = r->cir;
@@ -233,24 +234,31 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
         totals_.mismatches++;
     }
     s.mismatch = r->mismatch;
+    if (!r->replicated) {
+        // A lease no replica holds yet could be lost to a failover while this host runs it,
+        // and the new master would give it to others: take no raise from it and renew nothing
+        // (Redis counts the larger of what it gave and what the host runs, so running less, to
+        // the deadline of a lease a replica did hold, is always safe). On a fallback: stay on it.
+        if (!s.unreplicated++)
+            log(fmt::format("policy '{}': no replica of {} confirmed the lease in time: no "
+                            "raise and no renewal until one does",
+                            name, client_.node_of(name)));
+        if (!s.fallback) {
+            s.rate = std::min(r->rate, s.rate);
+            s.cap = std::min(r->cap, s.cap);
+            s.epoch = r->epoch;
+            dp_.fleet_set_lease(s.policy.id, s.lease(s.until_dp));
+        }
+        return *r;
+    }
     // Until a tenth of a lease before Redis forgets us, on the data path's clock, counted from
     // before the exchange was sent.
-    // A lease no replica holds yet could be lost to a failover while this host runs it, and
-    // the new master would give it to others: take no raise from it (Redis counts the larger of
-    // what it gave and what the host runs, so running less is always safe).
-    uint64_t rate = r->rate, cap = r->cap;
-    if (!r->replicated && (rate > s.rate || cap > s.cap)) {
-        rate = std::min(rate, s.rate);
-        cap = std::min(cap, s.cap);
-        if (!s.unreplicated++)
-            log(fmt::format("policy '{}': no replica of {} confirmed the lease in time: "
-                            "raises wait until one does",
-                            name, client_.node_of(name)));
-    }
-    s.rate = rate;
-    s.cap = cap;
+    s.last_ok_send_ns = sent;
+    s.rate = r->rate;
+    s.cap = r->cap;
     s.epoch = r->epoch;
-    dp_.fleet_set_lease(s.policy.id, s.lease(sent_dp + revoke_after_ns));
+    s.until_dp = sent_dp + revoke_after_ns;
+    dp_.fleet_set_lease(s.policy.id, s.lease(s.until_dp));
     if (s.fallback) {
         s.fallback = false;
         s.recoveries++;

@@ -234,10 +234,16 @@ Result<void> Client::read_slots(Conn &c, const RedisNode &from) {
         return std::unexpected(fmt::format("redis://{}: {}", from.text(), c.ctx->errstr));
     if (r->type == REDIS_REPLY_ERROR) {
         // "ERR This instance has cluster support disabled" (or, before Redis 3, no CLUSTER
-        // command at all): one Redis.
+        // command at all): one Redis. Any other error (LOADING after a restart, NOPERM, BUSY)
+        // says nothing of the kind: ask another node.
+        std::string why = reply_text(r.get());
+        if (why.find("cluster support disabled") == std::string::npos &&
+            why.find("unknown command") == std::string::npos)
+            return std::unexpected(fmt::format("redis://{}: CLUSTER SLOTS: {}", from.text(), why));
         mode_ = Mode::single;
         single_ = from;
         ranges_.clear();
+        std::erase_if(conns_, [&](const auto &kv) { return kv.first != from; });
         return {};
     }
     auto garbage = [&](std::string_view why) {
@@ -258,15 +264,19 @@ Result<void> Client::read_slots(Conn &c, const RedisNode &from) {
             return garbage(fmt::format("entry {}: slots {} to {}", i + 1, first, last));
         const redisReply *m = e->element[2];
         if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-            m->element[0]->type != REDIS_REPLY_STRING ||
+            (m->element[0]->type != REDIS_REPLY_STRING && m->element[0]->type != REDIS_REPLY_NIL) ||
             m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer <= 0 ||
             m->element[1]->integer > 65535)
             return garbage(fmt::format("entry {}: its master is not [host, port, ...]", i + 1));
         Range g;
         g.first = static_cast<uint16_t>(first);
         g.last = static_cast<uint16_t>(last);
-        // An empty host: the node that answered ("?" would be a node of unknown address).
-        g.master.host = reply_text(m->element[0]);
+        // An empty or nil host: the node that answered (cluster-preferred-endpoint-type
+        // unknown-endpoint); "?": a master of unknown address, whose slots no exchange can
+        // reach (they are left out: "no node serves slot N").
+        g.master.host = m->element[0]->type == REDIS_REPLY_NIL ? "" : reply_text(m->element[0]);
+        if (g.master.host == "?")
+            continue;
         if (g.master.host.empty())
             g.master.host = from.host;
         g.master.port = static_cast<uint16_t>(m->element[1]->integer);
@@ -279,20 +289,36 @@ Result<void> Client::read_slots(Conn &c, const RedisNode &from) {
     mode_ = Mode::cluster;
     ranges_ = std::move(ranges);
     mapped_at_ = std::chrono::steady_clock::now();
+    // Connections to nodes that serve nothing now (a failed-over master, a redirection's
+    // target) go: kept, they would only accumulate.
+    std::erase_if(conns_, [&](const auto &kv) {
+        return kv.first != from &&
+               std::ranges::none_of(ranges_, [&](const Range &g) { return g.master == kv.first; });
+    });
     return {};
 }
 
 // Which kind of Redis, and in a cluster who serves what: asked of a node we hold a connection
 // to, else of the URL's nodes, else of the nodes of the last slot map, the first that answers.
+// Each node once; and after a discovery that found no node, none again for a timeout's length
+// (the exchanges of the other policies in the same round fail at once, not a timeout each).
 Result<void> Client::discover() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!undiscovered_.empty() && now - undiscovered_at_ < timeout_)
+        return std::unexpected(undiscovered_);
     std::vector<RedisNode> ask;
+    auto add = [&](const RedisNode &n) {
+        if (std::ranges::find(ask, n) == ask.end())
+            ask.push_back(n);
+    };
     for (auto &[n, c] : conns_)
-        ask.push_back(n);
+        add(n);
     for (const auto &n : url_.nodes)
-        ask.push_back(n);
+        add(n);
     for (const auto &g : ranges_)
-        ask.push_back(g.master);
+        add(g.master);
     std::string why;
+    undiscovered_.clear();
     for (const auto &n : ask) {
         auto c = conn(n, false);
         if (!c) {
@@ -307,6 +333,8 @@ Result<void> Client::discover() {
         return {};
     }
     mode_ = Mode::unknown;
+    undiscovered_ = why;
+    undiscovered_at_ = std::chrono::steady_clock::now();
     return std::unexpected(why);
 }
 
@@ -352,8 +380,7 @@ Result<Reply> Client::exchange(const Request &q) {
     // cluster the slot map is read again before the next exchange (a failover, a reshard).
     auto fail = [&](const RedisNode &n, std::string why) -> Result<Reply> {
         drop(n);
-        if (mode_ == Mode::cluster || conns_.empty())
-            mode_ = Mode::unknown;
+        mode_ = Mode::unknown;
         return std::unexpected(std::move(why));
     };
     bool asking = false;
@@ -430,10 +457,10 @@ Result<Reply> Client::exchange(const Request &q) {
         }
         Reply out{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9]};
         // A master with replicas: the lease is safe from a failover once one of them has it.
-        // WAIT's own timeout stays within the call's (hiredis's) timeout. (After a redirection
-        // the count is the old master's: a new one without a replica says 0, and the host takes
-        // no raise until the map is read again.)
-        if (replicas > 0) {
+        // WAIT's own timeout stays within the call's (hiredis's) timeout. After a redirection
+        // the map's count is not this node's: WAIT in any case (a node without replicas says
+        // 0, and the host takes no raise until the map is read again).
+        if (replicas > 0 || hop > 0) {
             long long ms = std::max<long long>(1, timeout_.count() / 2);
             ReplyPtr w(static_cast<redisReply *>(redisCommand(ctx, "WAIT 1 %lld", ms)));
             if (!w)

@@ -115,6 +115,8 @@ class Client {
     RedisNode single_;          // Mode::single: the node
     std::vector<Range> ranges_; // Mode::cluster: who serves which slots
     std::chrono::steady_clock::time_point mapped_at_;
+    std::string undiscovered_; // why the last discovery found no node ("" it did)
+    std::chrono::steady_clock::time_point undiscovered_at_;
 };
 
 struct AgentOptions {
