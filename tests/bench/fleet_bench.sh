@@ -63,15 +63,15 @@ sha=$($R redis-cli script load "$(cat "$LUA")")
 # One policy: CIR 8 Mbit/s, CBS 100 kB; every node runs no lease yet and offers 10 kbit/s,
 # lease 1 s, the fair shares computed anew every 50 ms (the default period).
 ARGS=(8000000 100000 0 0 0 10000 1000000 0 50000)
-KEYS=('tricolor:{b}:lease' 'tricolor:{b}:hosts' 'tricolor:{b}:seen')
+KEYS=('tricolor:{b}:lease' 'tricolor:{b}:hosts' 'tricolor:{b}:seen' 'tricolor:{b}:bucket')
 for nodes in 1000 10000; do
     $R redis-cli flushall >/dev/null
     # One exchange by hand: the script answers {rate, cap, hosts, ...}, not an error.
-    $R redis-cli evalsha "$sha" 3 "${KEYS[@]}" node:check "${ARGS[@]}" | grep -qv ERR ||
+    $R redis-cli evalsha "$sha" 4 "${KEYS[@]}" node:check "${ARGS[@]}" | grep -qv ERR ||
         { echo "fleet_bench: EVALSHA failed" >&2; exit 1; }
     $R redis-cli config resetstat >/dev/null
     rps=$($R redis-benchmark -c 50 -n "$SCRIPT_REQUESTS" -r "$nodes" --csv \
-        evalsha "$sha" 3 "${KEYS[@]}" 'node:__rand_int__' "${ARGS[@]}" |
+        evalsha "$sha" 4 "${KEYS[@]}" 'node:__rand_int__' "${ARGS[@]}" |
         awk -F'"' 'NR == 2 {print $4}')
     usec=$($R redis-cli info commandstats | sed -n 's/.*cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
     read -r at50 at200 < <(python3 -c "r = $rps; print(f'{r * 0.05:.0f} {r * 0.2:.0f}')")
@@ -128,7 +128,8 @@ for p in "${masters[@]}"; do t0[$p]=$(ticks "$p"); done
 start=$(date +%s.%N)
 # redis-benchmark --cluster replaces {tag} with a tag of each master's slots.
 rps=$($R redis-benchmark --cluster -p "${masters[0]}" -c 50 -n "$SCRIPT_REQUESTS" -r 1000 --csv \
-    evalsha "$sha" 3 'tricolor:{tag}:lease' 'tricolor:{tag}:hosts' 'tricolor:{tag}:seen' \
+    evalsha "$sha" 4 'tricolor:{tag}:lease' 'tricolor:{tag}:hosts' 'tricolor:{tag}:seen' \
+    'tricolor:{tag}:bucket' \
     'node:__rand_int__' "${ARGS[@]}" | awk -F'"' '/^"evalsha/ {print $4}')
 secs=$(python3 -c "import time; print(time.time() - $start)")
 usecs=() cpus=()

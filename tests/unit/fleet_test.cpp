@@ -169,6 +169,7 @@ void expect_same(const Reply &got, const Reply &want, int step) {
     ASSERT_EQ(got.epoch, want.epoch) << "step " << step;
     ASSERT_EQ(got.fair, want.fair) << "step " << step;
     ASSERT_EQ(got.leased, want.leased) << "step " << step;
+    ASSERT_EQ(got.older, want.older) << "step " << step;
 }
 
 // A simulated host: the lease it runs, and the epoch it came from.
@@ -365,6 +366,30 @@ TEST_F(FleetScriptTest, TheFirstWritersParametersStand) {
     EXPECT_FALSE(r2->mismatch);
 }
 
+// Hosts of the token-grant version under the same policy name count only their own: the script
+// tells when that version's bucket was exchanged with within a lease (its 't'), and not after.
+TEST_F(FleetScriptTest, HostsOfTheTokenGrantVersionAreTold) {
+    Client c(url, std::chrono::milliseconds(1000));
+    auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_FALSE(r->older);
+    const std::string bucket = keys_of("model")[3];
+    EXPECT_EQ(bucket, "tricolor:{model}:bucket");
+    auto stamp = [&](const std::string &lua_t) {
+        redis.cli(
+            {"EVAL", "redis.call(\"HSET\", KEYS[1], \"t\", " + lua_t + ") return 1", "1", bucket});
+    };
+    // As that version wrote it: Redis's time in µs, now.
+    stamp("string.format(\"%.0f\", redis.call(\"TIME\")[1] * 1000000)");
+    r = c.exchange(ask("a", 1000000, 1000, Host{}));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_TRUE(r->older);
+    stamp("\"1000\""); // long ago: its hosts are gone, the key only stayed
+    r = c.exchange(ask("a", 1000000, 1000, Host{}));
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_FALSE(r->older);
+}
+
 TEST_F(FleetScriptTest, ASilentHostsLeaseExpires) {
     Client c(url, std::chrono::milliseconds(1000));
     const uint64_t cir = 8000000, cbs = 10000;
@@ -483,11 +508,11 @@ TEST(FleetClient, AServerThatAnswersGarbageIsAnErrorThatSaysWhat) {
         {"+OK\r\n", "", "the reply is not a string"},
         {"$3\r\nabc\r\n", "", "not a SHA1"},
         {"HTTP/1.1 400 Bad Request\r\n\r\n", "", "Protocol error"},
-        {kSha, "*3\r\n:1\r\n:2\r\n:3\r\n", "3 fields, not 10"},
+        {kSha, "*3\r\n:1\r\n:2\r\n:3\r\n", "3 fields, not 11"},
         {kSha, ":42\r\n", "not an array"},
-        {kSha, "*10\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n+x\r\n:10\r\n",
+        {kSha, "*11\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n+x\r\n:10\r\n:0\r\n",
          "field 9 of the fleet script's reply is not a count"},
-        {kSha, "*10\r\n:-1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n",
+        {kSha, "*11\r\n:-1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n:0\r\n",
          "field 1 of the fleet script's reply is not a count"},
         {kSha, "-NOSCRIPT No matching script\r\n", "NOSCRIPT"},
     };
@@ -545,7 +570,7 @@ TEST(FleetClient, ClusterRedirectLoopsAndBrokenSlotMapsAreErrorsThatSayWhat) {
 // map, no WAIT: replicated.
 TEST(FleetClient, ClusterNilHostIsTheNodeAskedAndAnUnconfirmedWaitIsNoReplica) {
     const std::string reply =
-        "*10\r\n:100\r\n:50\r\n:1\r\n:1000\r\n:500\r\n:7\r\n:0\r\n:9\r\n:100\r\n:100\r\n";
+        "*11\r\n:100\r\n:50\r\n:1\r\n:1000\r\n:500\r\n:7\r\n:0\r\n:9\r\n:100\r\n:100\r\n:0\r\n";
     const std::string master = "*2\r\n$-1\r\n:{port}\r\n";
     {
         FakeRedis fake(kSha, reply,
@@ -598,7 +623,7 @@ TEST(FleetClient, ARedisBefore5IsRefusedNamingItsVersion) {
         Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
         auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
         ASSERT_FALSE(r.has_value());
-        EXPECT_NE(r.error().find("3 fields, not 10"), std::string::npos) << r.error();
+        EXPECT_NE(r.error().find("3 fields, not 11"), std::string::npos) << r.error();
     }
 }
 

@@ -34,7 +34,7 @@ std::string fleet_line(const json &f) {
     return fmt::format(
         "  fleet: {}{}, {} hosts, demand here {}, lease {} ({:.0f}% of the fleet's CIR "
         "{}; fair share {}) up to {} bytes, holds {:.0f} bits; the fleet's leases "
-        "sum to {}{}",
+        "sum to {}{}{}",
         f.value("mode", "?"),
         f.value("redis_node", "").empty() ? "" : " through " + f.value("redis_node", ""),
         f.value("hosts_seen", 0), human_rate(f.value("local_demand", 0.0)),
@@ -44,7 +44,10 @@ std::string fleet_line(const json &f) {
         human_rate(f.value("fleet_leased", 0.0)),
         f.value("parameters_differ", false) ? " (this host's CIR/CBS differ: the "
                                               "fleet's stand)"
-                                            : "");
+                                            : "",
+        f.value("older_version_hosts", false) ? " (hosts of an older tricolor run it too: "
+                                                "upgrade them)"
+                                              : "");
 }
 
 std::string match_text(const json &m) {

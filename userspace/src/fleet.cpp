@@ -46,8 +46,9 @@ std::string_view to_string(Fallback f) {
 std::vector<std::string> keys_of(std::string_view policy) {
     std::string tag = fmt::format("tricolor:{{{}}}", policy);
     // ":lease"/":hosts", not the token leases' ":bucket"/":held" of before: a daemon of that
-    // version finds no state of this one (docs/fleet.md, "Redis keys").
-    return {tag + ":lease", tag + ":hosts", tag + ":seen"};
+    // version finds no state of this one (docs/fleet.md, "Redis keys"); ":bucket" is passed
+    // to be read only, to tell that hosts of that version are about.
+    return {tag + ":lease", tag + ":hosts", tag + ":seen", tag + ":bucket"};
 }
 
 // ---- agent --------------------------------------------------------------------------------
@@ -116,6 +117,7 @@ struct Agent::State {
     Reply last;
     uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0;
     uint64_t unreplicated = 0; // replies no replica confirmed (Redis Cluster)
+    bool older = false;        // hosts of the token-grant version seen within a lease
     bool mismatch = false;
     uint64_t due_ns = 0; // the next exchange
     Offers offers;
@@ -234,6 +236,12 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
         totals_.mismatches++;
     }
     s.mismatch = r->mismatch;
+    if (r->older && !s.older)
+        log(fmt::format("policy '{}': hosts of an older tricolor (token grants, key "
+                        "tricolor:{{{}}}:bucket) run this fleet policy too: each version counts "
+                        "only its own hosts, so together they may pass CIR; upgrade every host",
+                        name, name));
+    s.older = r->older;
     if (!r->replicated) {
         // A lease no replica holds yet could be lost to a failover while this host runs it,
         // and the new master would give it to others: take no raise from it and renew nothing
@@ -362,6 +370,7 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
             {"fallbacks", s.fallbacks},
             {"recoveries", s.recoveries},
             {"parameters_differ", s.mismatch},
+            {"older_version_hosts", s.older},
             {"last_error", s.last_error}};
 }
 

@@ -18,10 +18,13 @@
 -- KEYS[2] hash node -> "rate cap run_rate run_cap demand allow_rate allow_cap" (allow: the
 --         largest lease it ran from before this state, see the settling below)
 -- KEYS[3] zset node -> Redis time (us) of the node's last exchange
+-- KEYS[4] the token-grant version's bucket hash (tricolor:{NAME}:bucket), only read: its 't' is
+--         the Redis time of that version's last exchange; within a lease, hosts of that version
+--         share this policy's name and count only their own (the reply's 'older')
 -- ARGV: node, cir, cbs, run_rate, run_cap, run_epoch (the epoch its running lease came from; 0
 --       for none or its own fallback's), demand (bit/s or packet/s offered, all colours),
 --       ttl_us (a host silent this long runs no lease of ours), settle_us, level_us
--- Returns {rate, cap, hosts, cir, cbs, now, mismatch, epoch, fair, leased}
+-- Returns {rate, cap, hosts, cir, cbs, now, mismatch, epoch, fair, leased, older}
 local function num(x) return string.format('%.0f', x) end
 local function fields(rec)
     local f = {}
@@ -140,4 +143,7 @@ redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'born', num(born),
 redis.call('HSET', KEYS[2], node,
            table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand),
                          num(allow_rate), num(allow_cap)}, ' '))
-return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates}
+local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
+local older = 0
+if ot and ot > now - ttl then older = 1 end
+return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates, older}

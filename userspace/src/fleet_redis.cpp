@@ -398,10 +398,11 @@ Result<Reply> Client::exchange(const Request &q) {
         }
         std::vector<std::string> args = {"EVALSHA",
                                          (*c)->sha,
-                                         "3",
+                                         "4",
                                          keys[0],
                                          keys[1],
                                          keys[2],
+                                         keys[3],
                                          q.node,
                                          std::to_string(q.cir),
                                          std::to_string(q.cbs),
@@ -439,7 +440,7 @@ Result<Reply> Client::exchange(const Request &q) {
             // NOSCRIPT after a restart: the script is loaded again on reconnecting.
             return fail(target, fmt::format("redis: {}", why));
         }
-        constexpr size_t kFields = 10;
+        constexpr size_t kFields = 11;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != kFields)
             return fail(target,
                         fmt::format("redis: unexpected reply to the fleet script ({})",
@@ -455,7 +456,7 @@ Result<Reply> Client::exchange(const Request &q) {
                                 i + 1));
             v[i] = static_cast<uint64_t>(r->element[i]->integer);
         }
-        Reply out{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9]};
+        Reply out{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9], v[10] != 0};
         // A master with replicas: the lease is safe from a failover once one of them has it.
         // WAIT's own timeout stays within the call's (hiredis's) timeout. After a redirection
         // the map's count is not this node's: WAIT in any case (a node without replicas says

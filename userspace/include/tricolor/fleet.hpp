@@ -72,6 +72,7 @@ struct Reply {
     uint64_t epoch = 0;  // the state's birth time: leases from another epoch are not its own
     uint64_t fair = 0;   // this node's max-min fair share of CIR by demand
     uint64_t leased = 0; // the rates all hosts are counted at, this one's new lease included
+    bool older = false;  // hosts of the token-grant version exchanged within a lease
     // A replica of the node that ran the exchange holds it (WAIT), or the node has none we
     // know of: a failover cannot lose the lease. When false, the host takes no raise from it.
     bool replicated = true;
