@@ -83,10 +83,15 @@ bool RedisServer::start() {
         execv(argv[0], argv.data());
         _exit(127);
     }
-    // Bounded wait until it answers PING.
+    // Bounded wait until it answers PING; at once when it exited (its port taken meanwhile).
     for (int i = 0; i < 200; ++i) {
         if (cli({"PING"}).find("PONG") != std::string::npos)
             return true;
+        int st = 0;
+        if (waitpid(pid_, &st, WNOHANG) == pid_) {
+            pid_ = -1;
+            return false;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     stop();
@@ -125,35 +130,41 @@ std::string RedisServer::cli(const std::vector<std::string> &args) const {
 
 RedisCluster::RedisCluster(int masters, int replicas, int node_timeout_ms, std::string bind,
                            std::string netns)
-    : masters_(masters), replicas_(replicas), node_timeout_ms_(node_timeout_ms) {
-    for (int i = 0; i < masters * (1 + replicas); ++i) {
-        // Two ports each: the clients' and the cluster bus's (cluster-port, Redis 7).
-        uint16_t port = free_loopback_port(), bus = 0;
-        do
-            bus = free_loopback_port();
-        while (bus == port);
-        auto n = std::make_unique<RedisServer>(bind, netns, port);
-        std::string conf = "/tmp/tricolor-redis-nodes-" + std::to_string(getpid()) + "-" +
-                           std::to_string(port) + ".conf";
-        std::filesystem::remove(conf); // a node with an old config would join an old cluster
-        confs_.push_back(conf);
-        // A replica's first sync at once, not after diskless sync's 5 s wait for more replicas;
-        // and its offset moves within a second, not ten (CLUSTER SLOTS lists a replica once it
-        // has an offset, and an idle master's offset moves only with its pings to replicas).
-        n->extra_args = {"--cluster-enabled",
-                         "yes",
-                         "--cluster-config-file",
-                         conf,
-                         "--cluster-port",
-                         std::to_string(bus),
-                         "--cluster-node-timeout",
-                         std::to_string(node_timeout_ms),
-                         "--repl-diskless-sync-delay",
-                         "0",
-                         "--repl-ping-replica-period",
-                         "1"};
-        nodes_.push_back(std::move(n));
-    }
+    : bind_(std::move(bind)), netns_(std::move(netns)), masters_(masters), replicas_(replicas),
+      node_timeout_ms_(node_timeout_ms) {
+    for (int i = 0; i < masters * (1 + replicas); ++i)
+        nodes_.push_back(make_node());
+}
+
+// A node on two free ports: the clients' and the cluster bus's (cluster-port, Redis 7). Free
+// when asked, which another test running beside may also be told: start() tries again with new
+// ones when a node exits at once.
+std::unique_ptr<RedisServer> RedisCluster::make_node() {
+    uint16_t port = free_loopback_port(), bus = 0;
+    do
+        bus = free_loopback_port();
+    while (bus == port);
+    auto n = std::make_unique<RedisServer>(bind_, netns_, port);
+    std::string conf = "/tmp/tricolor-redis-nodes-" + std::to_string(getpid()) + "-" +
+                       std::to_string(port) + ".conf";
+    std::filesystem::remove(conf); // a node with an old config would join an old cluster
+    confs_.push_back(conf);
+    // A replica's first sync at once, not after diskless sync's 5 s wait for more replicas;
+    // and its offset moves within a second, not ten (CLUSTER SLOTS lists a replica once it
+    // has an offset, and an idle master's offset moves only with its pings to replicas).
+    n->extra_args = {"--cluster-enabled",
+                     "yes",
+                     "--cluster-config-file",
+                     conf,
+                     "--cluster-port",
+                     std::to_string(bus),
+                     "--cluster-node-timeout",
+                     std::to_string(node_timeout_ms_),
+                     "--repl-diskless-sync-delay",
+                     "0",
+                     "--repl-ping-replica-period",
+                     "1"};
+    return n;
 }
 
 RedisCluster::~RedisCluster() {
@@ -189,11 +200,16 @@ int RedisCluster::index_of(const std::string &addr) const {
 }
 
 bool RedisCluster::start() {
-    for (auto &n : nodes_)
-        if (!n->start()) {
-            why_ = "a redis-server of the cluster did not start";
-            return false;
+    for (auto &n : nodes_) {
+        int tries = 0;
+        while (!n->start()) {
+            if (++tries == 5) {
+                why_ = "a redis-server of the cluster did not start";
+                return false;
+            }
+            n = make_node();
         }
+    }
     std::vector<std::string> create = {"--cluster", "create"};
     for (auto &n : nodes_)
         create.push_back(n->bind() + ":" + std::to_string(n->port()));

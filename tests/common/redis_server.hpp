@@ -61,6 +61,8 @@ class RedisCluster {
   private:
     std::string any_cli(const std::vector<std::string> &args) const; // of a running node
     int index_of(const std::string &addr) const;                     // "ip:port@bus" -> node
+    std::unique_ptr<RedisServer> make_node();
+    std::string bind_, netns_;
     std::vector<std::unique_ptr<RedisServer>> nodes_;
     std::vector<std::string> confs_;
     int masters_, replicas_, node_timeout_ms_;
