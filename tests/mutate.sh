@@ -333,7 +333,7 @@ mutant fleet-moved-not-followed userspace/src/fleet_redis.cpp \
     "fleet on Redis Cluster: MOVED is an error, not followed (a failover fails every exchange)" \
     "unit:FleetClusterTest.*"
 mutant fleet-no-wait userspace/src/fleet_redis.cpp \
-    's/if \(replicas > 0\) \{/if (false) {/' \
+    's/if \(replicas > 0 \|\| hop > 0\) \{/if (false) {/' \
     "fleet on Redis Cluster: a lease is taken before any replica holds it (no WAIT)" \
     "unit:FleetClusterTest.*"
 mutant fleet-redirect-loop userspace/src/fleet_redis.cpp \
