@@ -251,21 +251,17 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
             log(fmt::format("policy '{}': no replica of {} confirmed the lease in time: no "
                             "raise and no renewal until one does",
                             name, client_.node_of(name)));
-        if (!s.fallback) {
-            s.rate = std::min(r->rate, s.rate);
-            s.cap = std::min(r->cap, s.cap);
-            s.epoch = r->epoch;
-            dp_.fleet_set_lease(s.policy.id, s.lease(s.until_dp));
-        }
-        return *r;
+        if (s.fallback)
+            return *r;
+    } else {
+        // Until a tenth of a lease before Redis forgets us, on the data path's clock, counted
+        // from before the exchange was sent.
+        s.last_ok_send_ns = sent;
+        s.until_dp = sent_dp + revoke_after_ns;
     }
-    // Until a tenth of a lease before Redis forgets us, on the data path's clock, counted from
-    // before the exchange was sent.
-    s.last_ok_send_ns = sent;
-    s.rate = r->rate;
-    s.cap = r->cap;
+    s.rate = r->replicated ? r->rate : std::min(r->rate, s.rate);
+    s.cap = r->replicated ? r->cap : std::min(r->cap, s.cap);
     s.epoch = r->epoch;
-    s.until_dp = sent_dp + revoke_after_ns;
     dp_.fleet_set_lease(s.policy.id, s.lease(s.until_dp));
     if (s.fallback) {
         s.fallback = false;

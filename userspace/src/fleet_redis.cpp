@@ -30,6 +30,15 @@ struct Freed {
 };
 using ReplyPtr = std::unique_ptr<redisReply, Freed>;
 
+// A port, 1 to 65535, the whole of @text.
+std::optional<uint16_t> parse_port(std::string_view text) {
+    unsigned p = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), p);
+    if (ec != std::errc{} || end != text.data() + text.size() || p == 0 || p > 65535)
+        return std::nullopt;
+    return static_cast<uint16_t>(p);
+}
+
 // "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381" (the address may be [IPv6]:port,
 // or ":port" for the node's own unknown address, which the asking side fills in).
 std::optional<RedisNode> redirect_target(std::string_view e, const RedisNode &from) {
@@ -43,12 +52,10 @@ std::optional<RedisNode> redirect_target(std::string_view e, const RedisNode &fr
         n.host = n.host.substr(1, n.host.size() - 2);
     if (n.host.empty())
         n.host = from.host;
-    std::string_view port = e.substr(colon + 1);
-    unsigned p = 0;
-    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (ec != std::errc{} || end != port.data() + port.size() || p == 0 || p > 65535)
+    auto port = parse_port(e.substr(colon + 1));
+    if (!port)
         return std::nullopt;
-    n.port = static_cast<uint16_t>(p);
+    n.port = *port;
     return n;
 }
 
@@ -112,11 +119,10 @@ Result<RedisUrl> parse_redis_url(std::string_view text) {
         if (n.host.find_first_of("/@?# ") != std::string::npos)
             return bad("user names, paths and options are not supported");
         if (!port.empty()) {
-            unsigned p = 0;
-            auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-            if (ec != std::errc{} || end != port.data() + port.size() || p == 0 || p > 65535)
+            auto p = parse_port(port);
+            if (!p)
                 return bad(fmt::format("port '{}' is not 1 to 65535", port));
-            n.port = static_cast<uint16_t>(p);
+            n.port = *p;
         }
         if (std::ranges::find(u.nodes, n) != u.nodes.end())
             return bad(fmt::format("{} is named twice", n.text()));

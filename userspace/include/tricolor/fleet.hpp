@@ -81,8 +81,9 @@ struct Reply {
 // Synchronous, every call bounded by its timeout. To one Redis, or to a Redis Cluster (found
 // out from the first node that answers: CLUSTER SLOTS): there each exchange goes to the master
 // of its policy's slot, follows MOVED and ASK (a few hops, then it is an error), and after a
-// failed one the slot map is read again. After any error the connection is dropped: a late
-// reply can never be applied. (userspace/src/fleet_redis.cpp)
+// failed one, or 5 s after it was read, the slot map is read again (after a failure a single
+// Redis is looked for again among the URL's nodes). After any error the connection is dropped:
+// a late reply can never be applied. (userspace/src/fleet_redis.cpp)
 class Client {
   public:
     Client(RedisUrl url, std::chrono::milliseconds timeout);
