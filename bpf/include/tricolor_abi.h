@@ -128,12 +128,54 @@ struct tcm_rule_key {
     __u32 set_mask; /* set << 16 | the mask's id (tcm_mask.id) */
     struct tcm_class_key key;
 };
+#define TCM_RULE_KEY_WORDS 13
 
 struct tcm_rule {
     __u32 slot; /* the policy's id: its config is tcm_policy_cfg[set * TCM_MAX_POLICIES + slot] */
     __u32 rank; /* total order of the set's policies: lower wins (priority, then specificity).
                  * Sparse, so that one policy can be added between two without renumbering. */
 };
+
+/* The classifier's rules, tcm_rule_table (bpf/lib/classify.h): for each set an open-addressed
+ * table of TCM_RULE_SLOTS slots (index set * TCM_RULE_SLOTS + i) in an array, so that a probe is
+ * an inlined array access and a hash of our own, not a hash map's jhash of 52 bytes and its
+ * bucket walk (docs/datapath.md, "Where the time went"). A rule sits in the first free slot at or
+ * after its home slot (TCM_RULE_HASH), at most TCM_RULE_PROBES - 1 after it; a lookup stops at
+ * an empty slot. Only user space writes it (userspace/src/rule_table.cpp), and only a set no
+ * packet reads; deletions shift later slots back, so no slot is ever a tombstone. */
+#define TCM_RULE_SLOTS 131072 /* per set: twice the rules a set holds at most */
+#define TCM_RULE_PROBES 64
+struct tcm_rule_slot {
+    struct tcm_rule_key key;
+    struct tcm_rule rule;
+    __u32 used; /* 1: holds a rule; 0: empty, ends every probe sequence through it */
+};
+
+/* The home slot of a rule key, its 13 words (set_mask, then the masked class key) given by W.
+ * Pairs of words are added to constants and multiplied (NH, as UMAC hashes: the products are
+ * independent, so they overlap in the pipeline), summed, and finished by MurmurHash3's 64-bit
+ * mix, so that keys differing in any bit of any word land apart. Not keyed: only the
+ * administrator's policies are inserted, and a lookup probes at most TCM_RULE_PROBES slots
+ * whatever a packet holds. Shared by the data path and user space: they must agree. */
+#define TCM_RULE_NH(W, a, b, ka, kb) ((__u64)(__u32)(W(a) + (ka)) * (__u32)(W(b) + (kb)))
+/* @W(i): word i of the key, an expression (the data path masks the packet's words as it reads
+ * them, with no copy on a stack its call chain has little of). */
+#define TCM_RULE_HASH(W)                                                                           \
+    ({                                                                                             \
+        __u64 h_ = TCM_RULE_NH(W, 0, 1, 0x9e3779b9u, 0x85ebca6bu) +                                \
+                   TCM_RULE_NH(W, 2, 3, 0xc2b2ae35u, 0x27d4eb2fu) +                                \
+                   TCM_RULE_NH(W, 4, 5, 0x165667b1u, 0xd3a2646cu) +                                \
+                   TCM_RULE_NH(W, 6, 7, 0xfd7046c5u, 0xb55a4f09u) +                                \
+                   TCM_RULE_NH(W, 8, 9, 0x7feb352du, 0x846ca68bu) +                                \
+                   TCM_RULE_NH(W, 10, 11, 0x68e31da4u, 0xb5297a4du) +                              \
+                   (__u64)(__u32)(W(12) + 0x1b873593u) * 0xcc9e2d51u;                              \
+        h_ ^= h_ >> 33;                                                                            \
+        h_ *= 0xff51afd7ed558ccdull;                                                               \
+        h_ ^= h_ >> 33;                                                                            \
+        h_ *= 0xc4ceb9fe1a85ec53ull;                                                               \
+        h_ ^= h_ >> 33;                                                                            \
+        (__u32) h_ &(TCM_RULE_SLOTS - 1);                                                          \
+    })
 
 struct tcm_mask {
     struct tcm_class_key mask;
@@ -425,6 +467,10 @@ struct tcm_fleet_lease {
 TCM_ABI_ASSERT(sizeof(struct tcm_meter_state) == 24, "tcm_meter_state: 24 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_class_key) == 4 * TCM_CLASS_KEY_WORDS,
                "tcm_class_key: 48 bytes, masked as 12 words");
+TCM_ABI_ASSERT(sizeof(struct tcm_rule_key) == 4 * TCM_RULE_KEY_WORDS, "tcm_rule_key: 13 words");
+TCM_ABI_ASSERT(sizeof(struct tcm_rule_slot) == 64, "tcm_rule_slot: one cache line");
+TCM_ABI_ASSERT((TCM_RULE_SLOTS & (TCM_RULE_SLOTS - 1)) == 0, "TCM_RULE_SLOTS: a power of two");
+TCM_ABI_ASSERT(TCM_RULE_SLOTS >= TCM_MAX_RULES / TCM_NR_SETS * 2, "a set's table half empty");
 TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state, 48 of counters");
 TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");

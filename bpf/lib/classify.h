@@ -18,9 +18,37 @@ struct tcm_probe_ctx {
     __u32 best_slot;
 };
 
+/* Word @i of the rule key of @key under mask @m in set @set. */
+#define CLASSIFY_WORD(i)                                                                           \
+    ((i) == 0 ? (set & 1) << 16 | m->id                                                            \
+              : ((const __u32 *)key)[(i)-1] & ((const __u32 *)&m->mask)[(i)-1])
+
+/* The rule of @key under mask @m in set @set's table, or NULL: the slots from the home of the
+ * masked key on, to the first empty one (tricolor_abi.h). The masked words are computed where
+ * they are used, not copied to a stack. A bounded loop, not unrolled: the verifier walks its
+ * body once per slot, on few paths (its caller is a bpf_loop callback, checked once). */
+static __always_inline struct tcm_rule *classify_rule(__u32 set, const struct tcm_class_key *key,
+                                                      const struct tcm_mask *m) {
+    __u32 home = TCM_RULE_HASH(CLASSIFY_WORD);
+
+    for (__u32 i = 0; i < TCM_RULE_PROBES; i++) {
+        __u32 idx = (set & 1) * TCM_RULE_SLOTS + ((home + i) & (TCM_RULE_SLOTS - 1));
+        struct tcm_rule_slot *s = bpf_map_lookup_elem(&tcm_rule_table, &idx);
+        if (!s || !s->used)
+            return NULL;
+        const __u32 *sw = (const __u32 *)&s->key;
+        __u32 diff = 0;
+#pragma unroll
+        for (int k = 0; k < TCM_RULE_KEY_WORDS; k++)
+            diff |= sw[k] ^ CLASSIFY_WORD(k);
+        if (!diff)
+            return &s->rule;
+    }
+    return NULL;
+}
+
 static __always_inline long classify_probe_mask(__u32 i, void *arg) {
     struct tcm_probe_ctx *ctx = arg;
-    struct tcm_rule_key rk;
 
     if (i >= ctx->n_masks)
         return 1;
@@ -28,14 +56,7 @@ static __always_inline long classify_probe_mask(__u32 i, void *arg) {
     struct tcm_mask *m = bpf_map_lookup_elem(&tcm_masks, &idx);
     if (!m || m->min_rank > ctx->best_rank)
         return 1; /* shapes are sorted: nothing later can win */
-    const __u32 *words = (const __u32 *)ctx->key;
-    const __u32 *mw = (const __u32 *)&m->mask;
-    __u32 *kw = (__u32 *)&rk.key;
-    rk.set_mask = (ctx->set & 1) << 16 | m->id;
-#pragma unroll
-    for (int w = 0; w < TCM_CLASS_KEY_WORDS; w++)
-        kw[w] = words[w] & mw[w];
-    struct tcm_rule *r = bpf_map_lookup_elem(&tcm_rules, &rk);
+    struct tcm_rule *r = classify_rule(ctx->set, ctx->key, m);
     if (r && r->rank < ctx->best_rank) {
         ctx->best_rank = r->rank;
         ctx->best_slot = r->slot;

@@ -11,14 +11,16 @@
 
 #include "tricolor_abi.h"
 
-/* Classifier: masked keys of both policy sets. Entries are only inserted into the inactive set
- * and deleted after it stops being active, never updated in place, so prealloc is safe. */
+/* Classifier: masked keys of both policy sets, a table of our own per set (tricolor_abi.h,
+ * struct tcm_rule_slot). Mmapable: user space writes a set's slots in place, with no syscall per
+ * rule. (Before it, a hash map named tcm_rules: Datapath carries a pinned one over.) */
 struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, TCM_MAX_RULES);
-    __type(key, struct tcm_rule_key);
-    __type(value, struct tcm_rule);
-} tcm_rules SEC(".maps");
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, TCM_NR_SETS *TCM_RULE_SLOTS);
+    __type(key, __u32);
+    __type(value, struct tcm_rule_slot);
+} tcm_rule_table SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);

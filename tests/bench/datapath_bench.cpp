@@ -477,6 +477,42 @@ void classification(int empty_fd) {
     }
     std::printf("\n");
 }
+// The hot path's four ratios alone (docs/datapath.md, "Against a plain meter"), without the
+// million flows: what a change to the green path is judged by while it is made. More rounds
+// than the full run, the same alternation.
+void hot_path(bench *b) {
+    DatapathOptions o;
+    o.flow_capacity = 1024;
+    Datapath agg(o), per_src(o);
+    if (auto r = agg.apply({always_green(1, TCM_PER_AGGREGATE)}); !r)
+        throw std::runtime_error(r.error());
+    if (auto r = per_src.apply({always_green(1, TCM_PER_SRC)}); !r)
+        throw std::runtime_error(r.error());
+    auto frame = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
+    const std::pair<const char *, int> progs[] = {
+        {"empty_xdp", bpf_program__fd(b->progs.bench_empty)},
+        {"plain_meter_aggregate", bpf_program__fd(b->progs.bench_plain_meter)},
+        {"floor_meter", bpf_program__fd(b->progs.bench_floor_meter)},
+        {"green_aggregate_xdp", agg.xdp_prog_fd()},
+        {"green_per_src_1_flow", per_src.xdp_prog_fd()}};
+    if (const char *spin = std::getenv("TRICOLOR_BENCH_SPIN")) { // one figure, for `perf record`
+        for (const auto &[name, fd] : progs)
+            if (std::string(name) == spin)
+                for (int i = 0; i < 20; ++i)
+                    run_repeat(fd, frame);
+        return;
+    }
+    std::map<std::string, std::vector<double>> ns;
+    for (int round = 0; round < 3 * kRounds; ++round)
+        for (const auto &[name, fd] : progs)
+            ns[name].push_back(run_repeat(fd, frame, kRepeat / 2));
+    for (const auto &[name, fd] : progs)
+        std::printf("%-30s %10.1f\n", name, median(ns[name]));
+    double a = median(ns["green_aggregate_xdp"]);
+    std::printf("aggregate / plain meter %.2f, / floor meter %.2f; one flow / aggregate %.2f\n",
+                a / median(ns["plain_meter_aggregate"]), a / median(ns["floor_meter"]),
+                median(ns["green_per_src_1_flow"]) / a);
+}
 } // namespace
 
 int main() {
@@ -509,6 +545,10 @@ int main() {
         million_flows(baseline);
         classification(empty_fd);
         flows_top(small, big);
+        return 0;
+    }
+    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY"); only && std::string(only) == "hot") {
+        hot_path(baseline);
         return 0;
     }
     if (std::getenv("TRICOLOR_BENCH_CONTROL")) { // only the policy set's figures

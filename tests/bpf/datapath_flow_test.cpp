@@ -3,6 +3,7 @@
 // per-key modes, a full table, listing, policy updates that keep tokens and counters, refused
 // applies, table limits, two CPUs on one flow, and pinning across a restart.
 #include "datapath_fixture.hpp"
+#include "tricolor/rule_table.hpp"
 #include "tricolor/text.hpp"
 
 #include <bpf/bpf.h>
@@ -318,6 +319,41 @@ TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
         ASSERT_EQ(b.policies().size(), 1u);
         EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 1u);
         EXPECT_EQ(value_size().first, sizeof(tcm_fleet_lease));
+    }
+}
+
+// A pin directory of a daemon whose classifier was a hash map, tcm_rules (same keys and values):
+// its rules go into tcm_rule_table before the new program runs, so the active set classifies
+// before anything is applied, and the old pin goes.
+TEST_F(DatapathPinning, AClassifierHashOfBeforeIsCarriedIntoTheTable) {
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    std::vector<std::pair<tcm_rule_key, tcm_rule>> rules;
+    {
+        int fd = bpf_obj_get((dir + "/tcm_rule_table").c_str());
+        ASSERT_GE(fd, 0);
+        RuleTable table(fd);
+        for (uint32_t set = 0; set < TCM_NR_SETS; ++set)
+            for (const auto &k : table.keys(set))
+                rules.emplace_back(k, *table.find(k));
+        close(fd);
+    }
+    ASSERT_FALSE(rules.empty());
+    ASSERT_EQ(unlink((dir + "/tcm_rule_table").c_str()), 0);
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_rules", sizeof(tcm_rule_key), sizeof(tcm_rule),
+                             TCM_MAX_RULES, nullptr);
+    ASSERT_GE(old, 0) << errno_text(errno);
+    for (const auto &[k, r] : rules)
+        ASSERT_EQ(bpf_map_update_elem(old, &k, &r, 0), 0);
+    ASSERT_EQ(bpf_obj_pin(old, (dir + "/tcm_rules").c_str()), 0) << errno_text(errno);
+    close(old);
+    {
+        Datapath b(o);
+        EXPECT_TRUE(b.adopted());
+        EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_rules"));
+        b.set_clock(5000000000);
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS);             // 1000 left
+        EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u); // classified, not passed over
+        EXPECT_EQ(b.global_counters().unclassified_packets, 0u);
     }
 }
 

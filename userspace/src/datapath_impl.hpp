@@ -40,6 +40,7 @@ struct Datapath::Impl {
     tcm_fleet_lease *fleet = nullptr;  // the mmapped tcm_fleet array
     std::map<uint32_t, Policy> active; // id -> policy of the active set
     size_t counted_flows = 0;          // as of the last reclaim pass or count_flows()
+    std::unique_ptr<RuleTable> rules;  // tcm_rule_table, mapped
     std::unique_ptr<PolicySets> sets;  // the model of the set and what each set's maps hold
     // The model is the active set: false after adopting pins, until a change is applied.
     bool in_sync = true;

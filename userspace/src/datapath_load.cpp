@@ -40,6 +40,32 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
         unlink(path.c_str());
 }
 
+// Pins of before tcm_rule_table held the classifier's rules in a hash map, tcm_rules, of the
+// same keys and values: its rules (both sets) go into the table before this program is attached,
+// so that it classifies as the program it replaces did, and the pin goes.
+void carry_over_rule_hash(const std::string &path, RuleTable &table) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return;
+    tcm_rule_key key{}, next{};
+    void *prev = nullptr;
+    size_t lost = 0;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+        tcm_rule rule{};
+        if (bpf_map_lookup_elem(fd, &next, &rule) != 0 || table.put(next, rule) != 0)
+            ++lost;
+        key = next;
+        prev = &key;
+    }
+    close(fd);
+    if (lost)
+        throw std::runtime_error(fmt::format(
+            "cannot carry {} classifier rules of {} over into tcm_rule_table; it is left as it "
+            "was (remove the pins to start afresh)",
+            lost, path));
+    unlink(path.c_str());
+}
+
 } // namespace
 
 Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
@@ -110,9 +136,12 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
     impl_->fleet = static_cast<tcm_fleet_lease *>(mem);
     auto *maps = &impl_->skel->maps;
+    impl_->rules = std::make_unique<RuleTable>(impl_->fd(maps->tcm_rule_table));
+    if (impl_->adopted)
+        carry_over_rule_hash(impl_->pin_path + "/tcm_rules", *impl_->rules);
     impl_->sets = std::make_unique<PolicySets>(
         PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),
-                         impl_->fd(maps->tcm_rules), impl_->fd(maps->tcm_sets)},
+                         impl_->fd(maps->tcm_sets), impl_->rules.get()},
         !impl_->adopted);
     {
         bpf_map_info info{};

@@ -360,14 +360,18 @@ struct PolicySets::Impl {
     Result<void> flush() {
         Pending p = std::move(pending);
         pending = {};
-        writes += p.rule_dels.size();
+        writes += p.rule_dels.size() + p.rule_keys.size();
         for (const auto &k : p.rule_dels)
-            if (int err = bpf_map_delete_elem(maps.rules, &k); err && err != -ENOENT)
+            if (int err = maps.rules->remove(k); err && err != -ENOENT)
                 return fail("delete a classifier rule", err);
         if (int err = update_all(maps.cfg, p.cfg_keys, p.cfgs))
             return fail("write a policy config", err);
-        if (int err = update_all(maps.rules, p.rule_keys, p.rules))
-            return fail("write a classifier rule", err);
+        for (size_t i = 0; i < p.rule_keys.size(); ++i)
+            if (int err = maps.rules->put(p.rule_keys[i], p.rules[i]))
+                return fail(err == -ENOSPC ? "find room for a classifier rule (too many rules "
+                                             "share its slots)"
+                                           : "write a classifier rule",
+                            err);
         return {};
     }
 
@@ -414,16 +418,7 @@ struct PolicySets::Impl {
         Image &im = images[set];
         im = Image{};
         im.known = false; // until it is all written
-        std::vector<tcm_rule_key> stale;
-        tcm_rule_key k{}, next{};
-        void *prev = nullptr;
-        while (bpf_map_get_next_key(maps.rules, prev, &next) == 0) {
-            if ((next.set_mask >> 16) == set)
-                stale.push_back(next);
-            k = next;
-            prev = &k;
-        }
-        pending.rule_dels = std::move(stale);
+        pending.rule_dels = maps.rules->keys(set);
         for (uint32_t slot = 0; slot < TCM_MAX_POLICIES; ++slot) {
             auto it = items.find(slot);
             pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + slot);

@@ -13,6 +13,7 @@
 
 #include "tricolor/policy.hpp"
 #include "tricolor/result.hpp"
+#include "tricolor/rule_table.hpp"
 #include "tricolor/rules.hpp"
 
 #include <cstdint>
@@ -38,7 +39,8 @@ struct SetChange {
 class PolicySets {
   public:
     struct Maps {
-        int cfg, masks, rules, sets;
+        int cfg, masks, sets;
+        RuleTable *rules;
     };
     // @known: the maps are as new (all zero, no rules), so both sets are known to be empty.
     // Otherwise (maps adopted from pins) each set is rewritten whole the first time it is written.
