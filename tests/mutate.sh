@@ -115,6 +115,18 @@ mutant probe-last-match bpf/lib/classify.h \
     's/if \(r && r->rank < ctx->best_rank\)/if (r)/' \
     "classifier keeps the last matching shape, not the best rank" \
     "bpf:*RankOrder*:*ClassificationPrecedence*:*BetterRankWins*"
+mutant table-home-only bpf/lib/classify.h \
+    's/i < TCM_RULE_PROBES; i\+\+\)/i < 1; i++)/' \
+    "classifier table: the data path probes a rule's home slot only, not the slots after it" \
+    "bpf:*ShareASlot*"
+mutant table-no-shift userspace/src/rule_table.cpp \
+    's/if \(dist_hole > dist_now\)\n            continue;/return 0;/' \
+    "classifier table: a removal leaves a hole, the rules after it not shifted back" \
+    "bpf:RuleTableTest.*:*ShareASlot*"
+mutant table-not-carried userspace/src/datapath_load.cpp \
+    's/carry_over_rule_hash\(impl_->pin_path \+ "\/tcm_rules", \*impl_->rules\);/(void)0;/' \
+    "classifier table: a pinned tcm_rules of before is not carried over on adoption" \
+    "bpf:DatapathPinning.AClassifier*"
 mutant cache-set-not-version bpf/lib/classify.h \
     's/c->version == version\)/(c->version \& 1) == (version \& 1))/' \
     "classification cache: an entry serves while its set is active, of whatever version" \
