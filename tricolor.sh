@@ -404,6 +404,8 @@ cmd=${1:-}
 run_benches() {
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
+    echo "== where a green packet's time goes, by part (perf samples): tricolor against the plain meter"
+    BUILD_DIR="$BUILD_DIR" tests/bench/hot_profile.sh
     echo "== packets per second through native XDP on a veth, one receive CPU: tricolor against"
     echo "   an empty program and the plain eBPF meter"
     tests/bench/xdp_rate_bench.sh "$BUILD_DIR"
@@ -498,8 +500,8 @@ test-kernels)
 bench)
     need_root
     # rte_meter; traffic and its JSON for the veth benches; a browser for the whatif picture;
-    # the 6.1 guest for act_police
-    install_deps libdpdk-dev iperf3 python3 ethtool chromium "${KERNEL_PACKAGES[@]}"
+    # the 6.1 guest for act_police; perf for where a packet's time goes
+    install_deps libdpdk-dev iperf3 python3 ethtool chromium linux-perf "${KERNEL_PACKAGES[@]}"
     mount_bpffs
     build
     # Everything the benchmarks print is kept; their RESULT lines become the docs' generated

@@ -5,6 +5,9 @@
 //   RESULT name=<figure> ns=<median> ratio=<to empty XDP>
 // TRICOLOR_BENCH_SCALE=1: only the figures at 2^20 flows and of classification;
 // TRICOLOR_BENCH_ONLY=flows_top: only flows --top at 2^20.
+// TRICOLOR_BENCH_ONLY=hot: only the hot path's ratios to the plain and floor meters (no 2^20
+// flows: a minute), for work on the green path; with TRICOLOR_BENCH_SPIN=<figure>, that one
+// figure repeated for a profiler (tests/bench/hot_profile.sh) and nothing printed.
 #include "bench_meters.h"
 #include "packet.hpp"
 #include "test_util.hpp"
