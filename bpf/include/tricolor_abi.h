@@ -146,10 +146,11 @@ struct tcm_rule {
 #define TCM_RULE_SLOTS 131072 /* per set: twice the rules a set holds at most */
 #define TCM_RULE_PROBES 64
 struct tcm_rule_slot {
+    struct tcm_rule rule; /* first, and the slot 8-byte aligned: user space replaces a rule with
+                             one 8-byte store */
     struct tcm_rule_key key;
-    struct tcm_rule rule;
     __u32 used; /* 1: holds a rule; 0: empty, ends every probe sequence through it */
-};
+} __attribute__((aligned(8)));
 
 /* The home slot of a rule key, its 13 words (set_mask, then the masked class key) given by W.
  * Pairs of words are added to constants and multiplied (NH, as UMAC hashes: the products are
@@ -469,6 +470,7 @@ TCM_ABI_ASSERT(sizeof(struct tcm_class_key) == 4 * TCM_CLASS_KEY_WORDS,
                "tcm_class_key: 48 bytes, masked as 12 words");
 TCM_ABI_ASSERT(sizeof(struct tcm_rule_key) == 4 * TCM_RULE_KEY_WORDS, "tcm_rule_key: 13 words");
 TCM_ABI_ASSERT(sizeof(struct tcm_rule_slot) == 64, "tcm_rule_slot: one cache line");
+TCM_ABI_ASSERT(__builtin_offsetof(struct tcm_rule_slot, rule) == 0, "tcm_rule_slot: rule first");
 TCM_ABI_ASSERT((TCM_RULE_SLOTS & (TCM_RULE_SLOTS - 1)) == 0, "TCM_RULE_SLOTS: a power of two");
 TCM_ABI_ASSERT(TCM_RULE_SLOTS >= TCM_MAX_RULES / TCM_NR_SETS * 2, "a set's table half empty");
 TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");

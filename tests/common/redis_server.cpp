@@ -226,7 +226,10 @@ bool RedisCluster::start() {
     // And every replica holds its master's data: every node lists all of them in its slot map
     // (CLUSTER SLOTS leaves out a replica until it has synced; a client reading the map sooner
     // would see masters without replicas).
-    for (int tries = 0; tries < 400; ++tries) {
+    // A deadline, not a count of tries: each try runs a redis-cli per node, which a loaded
+    // machine (a build beside the suite) slows more than the sync itself.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
         size_t listed = nodes_.size();
         for (auto &n : nodes_) {
             std::istringstream lines(n->cli({"CLUSTER", "SLOTS"}));
