@@ -46,6 +46,7 @@ static __always_inline struct tcm_rule *classify_rule(__u32 set, const struct tc
     }
     return NULL;
 }
+#undef CLASSIFY_WORD
 
 static __always_inline long classify_probe_mask(__u32 i, void *arg) {
     struct tcm_probe_ctx *ctx = arg;

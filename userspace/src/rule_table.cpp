@@ -70,22 +70,24 @@ std::optional<tcm_rule> RuleTable::find(const tcm_rule_key &key) const {
 }
 
 int RuleTable::put(const tcm_rule_key &key, const tcm_rule &rule) {
-    if (tcm_rule_slot *s = lookup(key)) {
-        // One 8-byte store: a reader sees the old rule or the new one.
-        uint64_t v;
-        std::memcpy(&v, &rule, sizeof(v));
-        __atomic_store_n(reinterpret_cast<uint64_t *>(&s->rule), v, __ATOMIC_RELEASE);
-        return 0;
-    }
+    // One walk from the home: with no tombstones, @key is before the first empty slot or nowhere,
+    // and that slot is where it goes.
     uint32_t set = set_of(key), home = rule_home(key);
     for (uint32_t i = 0; i < TCM_RULE_PROBES; ++i) {
         tcm_rule_slot *s = slot(set, home + i);
-        if (s->used)
-            continue;
-        s->key = key;
-        s->rule = rule;
-        mark(s, 1);
-        return 0;
+        if (s->used && same(s->key, key)) {
+            // One 8-byte store: a reader sees the old rule or the new one.
+            uint64_t v;
+            std::memcpy(&v, &rule, sizeof(v));
+            __atomic_store_n(reinterpret_cast<uint64_t *>(&s->rule), v, __ATOMIC_RELEASE);
+            return 0;
+        }
+        if (!s->used) {
+            s->key = key;
+            s->rule = rule;
+            mark(s, 1);
+            return 0;
+        }
     }
     return -ENOSPC;
 }
