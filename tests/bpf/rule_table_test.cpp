@@ -95,7 +95,7 @@ TEST_F(RuleTableTest, RulesSharingAHomeAreFoundThroughEveryRemovalOrder) {
     EXPECT_EQ(table->remove(all[0]), -ENOENT);
 }
 
-TEST_F(RuleTableTest, AFullRunIsRefusedAndChangesNothing) {
+TEST_F(RuleTableTest, AFullRunIsRefusedAndChangesNothingAndASetClearsAlone) {
     auto keys = same_home(0, 1000, TCM_RULE_PROBES + 1);
     for (uint32_t i = 0; i < TCM_RULE_PROBES; ++i)
         ASSERT_EQ(table->put(keys[i], tcm_rule{i, i}), 0);
@@ -109,6 +109,12 @@ TEST_F(RuleTableTest, AFullRunIsRefusedAndChangesNothing) {
     EXPECT_FALSE(table->find(other));
     EXPECT_EQ(table->put(other, tcm_rule{9, 9}), 0);
     EXPECT_EQ(table->keys(1).size(), 1u);
+    // Clearing a set (a set written whole) empties it and leaves the other.
+    EXPECT_EQ(table->clear(0), static_cast<size_t>(TCM_RULE_PROBES));
+    EXPECT_TRUE(table->keys(0).empty());
+    EXPECT_FALSE(table->find(keys[5]));
+    EXPECT_EQ(table->find(other)->slot, 9u);
+    EXPECT_EQ(table->put(keys[TCM_RULE_PROBES], tcm_rule{1, 1}), 0);
 }
 
 // Destinations (198.18.0.0/16, /32 each) whose rules share a home in set @set, the first two

@@ -47,16 +47,12 @@ void carry_over_rule_hash(const std::string &path, RuleTable &table) {
     int fd = bpf_obj_get(path.c_str());
     if (fd < 0)
         return;
-    tcm_rule_key key{}, next{};
-    void *prev = nullptr;
     size_t lost = 0;
-    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-        tcm_rule rule{};
-        if (bpf_map_lookup_elem(fd, &next, &rule) != 0 || table.put(next, rule) != 0)
-            ++lost;
-        key = next;
-        prev = &key;
-    }
+    detail::for_each_entry<tcm_rule_key, tcm_rule>(
+        fd, 1, [&](const tcm_rule_key &key, const tcm_rule *rule) {
+            if (table.put(key, *rule) != 0)
+                ++lost;
+        });
     close(fd);
     if (lost)
         throw std::runtime_error(fmt::format(

@@ -413,12 +413,12 @@ struct PolicySets::Impl {
         return {};
     }
 
-    // Set @set whole: its rules deleted, every slot written, then the model's rules and masks.
+    // Set @set whole: its rules cleared, every slot written, then the model's rules and masks.
     Result<void> rewrite(uint32_t set) {
         Image &im = images[set];
         im = Image{};
         im.known = false; // until it is all written
-        pending.rule_dels = maps.rules->keys(set);
+        writes += maps.rules->clear(set);
         for (uint32_t slot = 0; slot < TCM_MAX_POLICIES; ++slot) {
             auto it = items.find(slot);
             pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + slot);

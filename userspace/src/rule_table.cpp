@@ -120,6 +120,16 @@ int RuleTable::remove(const tcm_rule_key &key) {
     }
 }
 
+size_t RuleTable::clear(uint32_t set) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < TCM_RULE_SLOTS; ++i)
+        if (tcm_rule_slot *s = slot(set, i); s->used) {
+            mark(s, 0);
+            ++n;
+        }
+    return n;
+}
+
 std::vector<tcm_rule_key> RuleTable::keys(uint32_t set) const {
     std::vector<tcm_rule_key> out;
     for (uint32_t i = 0; i < TCM_RULE_SLOTS; ++i)

@@ -6,6 +6,7 @@
 // PolicySets writes only a set no packet reads (the inactive one).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -30,6 +31,8 @@ class RuleTable {
     // Removes @key's rule: 0, or -ENOENT.
     int remove(const tcm_rule_key &key);
     std::optional<tcm_rule> find(const tcm_rule_key &key) const;
+    // Removes every rule of set @set (one pass over its slots, no shifts): how many there were.
+    size_t clear(uint32_t set);
     // The keys of set @set (its bit in set_mask), in slot order.
     std::vector<tcm_rule_key> keys(uint32_t set) const;
 
