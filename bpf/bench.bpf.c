@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "bench_meters.h"
+#include "tricolor_abi.h"
 
 __u64 bench_sink = 0;
 
@@ -83,6 +84,45 @@ BENCH_HASH(bench_hash_k44_v80_locked, 44, 80, BPF_F_NO_PREALLOC, 1, 0)
 BENCH_HASH(bench_hash_k44_v80_locked_clock, 44, 80, BPF_F_NO_PREALLOC, 1, 1)
 BENCH_HASH(bench_hash_k44_v80_clock_first, 44, 80, BPF_F_NO_PREALLOC, 1, 2)
 BENCH_HASH(bench_hash_2e20_clock, 4, 8, BPF_F_NO_PREALLOC, 0, 1)
+
+/* A green packet's memory work in a flow table of tcm_flow values, by key size, without the
+ * rest of the data path (parse, classify, key build, meter arithmetic): the lookup, the flow
+ * lock, the clock into the state, a bucket and the green counters written, the unlock. 44 bytes
+ * is tcm_flow_key; 20 would hold an IPv6 address or an IPv4 5-tuple with the policy id, 8 an IPv4
+ * address with it (docs/datapath.md, "Where the per-flow gap is"). */
+#define BENCH_FLOW(name, key_bytes)                                                                \
+    struct name##_key {                                                                            \
+        __u32 w[(key_bytes) / 4];                                                                  \
+    };                                                                                             \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_HASH);                                                           \
+        __uint(map_flags, BPF_F_NO_PREALLOC);                                                      \
+        __uint(max_entries, 1 << 20);                                                              \
+        __type(key, struct name##_key);                                                            \
+        __type(value, struct tcm_flow);                                                            \
+    } name##_map SEC(".maps");                                                                     \
+    __u32 name##_counter = 0;                                                                      \
+    SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
+        struct name##_key k = {};                                                                  \
+        k.w[0] = 1; /* a policy id */                                                              \
+        k.w[1] = 0x0a000000 | ((name##_counter++ * 2654435761u) & 0xfffff);                        \
+        struct tcm_flow *f = bpf_map_lookup_elem(&name##_map, &k);                                 \
+        if (f) {                                                                                   \
+            __sync_val_compare_and_swap(&f->lock, 0, 1);                                           \
+            f->meter.last_ns = bpf_ktime_get_ns();                                                 \
+            f->meter.c_tokens -= 64;                                                               \
+            f->counters.packets[0] += 1;                                                           \
+            f->counters.bytes[0] += 64;                                                            \
+            __sync_lock_test_and_set(&f->lock, 0);                                                 \
+        } else {                                                                                   \
+            struct tcm_flow fresh = {};                                                            \
+            bpf_map_update_elem(&name##_map, &k, &fresh, BPF_NOEXIST);                             \
+        }                                                                                          \
+        return XDP_PASS;                                                                           \
+    }
+BENCH_FLOW(bench_flow_k44, 44)
+BENCH_FLOW(bench_flow_k20, 20)
+BENCH_FLOW(bench_flow_k8, 8)
 
 /* The meters tricolor's hot path is measured against (docs/datapath.md, "Against a plain
  * meter"). Both are two-rate (trTCM-like: a P and a C bucket), colour-blind, 64-bit tokens in

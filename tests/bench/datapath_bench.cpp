@@ -5,6 +5,7 @@
 //   RESULT name=<figure> ns=<median> ratio=<to empty XDP>
 // TRICOLOR_BENCH_SCALE=1: only the figures at 2^20 flows and of classification;
 // TRICOLOR_BENCH_ONLY=flows_top: only flows --top at 2^20.
+// TRICOLOR_BENCH_ONLY=2e20: only the per-flow figures at 2^20 flows.
 // TRICOLOR_BENCH_ONLY=hot: only the hot path's ratios to the plain and floor meters (no 2^20
 // flows: a minute), for work on the green path; with TRICOLOR_BENCH_SPIN=<figure>, that one
 // figure repeated for a profiler (tests/bench/hot_profile.sh) and nothing printed.
@@ -276,7 +277,11 @@ void million_flows(bench *b) {
         {"hash_k44_v80_locked", b->progs.bench_hash_k44_v80_locked},
         {"hash_k44_v80_locked_clock", b->progs.bench_hash_k44_v80_locked_clock},
         {"hash_k44_v80_clock_first", b->progs.bench_hash_k44_v80_clock_first},
-        {"hash_bare_clock", b->progs.bench_hash_2e20_clock}};
+        {"hash_bare_clock", b->progs.bench_hash_2e20_clock},
+        // A green packet's memory work alone, by key size (bench.bpf.c, BENCH_FLOW).
+        {"flow_k44", b->progs.bench_flow_k44},
+        {"flow_k20", b->progs.bench_flow_k20},
+        {"flow_k8", b->progs.bench_flow_k8}};
     struct Case {
         const char *name;
         tcm_per per;
@@ -303,6 +308,12 @@ void million_flows(bench *b) {
             throw std::runtime_error(r.error());
         run_repeat(dps.back()->xdp_prog_fd(), c.v6 ? v6 : v4, 1 << 20);
     }
+    // One flow per source and the plain meter on one key: the same work without the misses.
+    DatapathOptions one_o;
+    Datapath one_flow(one_o);
+    if (auto r = one_flow.apply({always_green(1, TCM_PER_SRC)}); !r)
+        throw std::runtime_error(r.error());
+    int plain_one_fd = bpf_program__fd(b->progs.bench_plain_meter);
     run_repeat(bare_fd, v4, 1 << 20);
     int plain_fd = bpf_program__fd(b->progs.bench_plain_meter_2e20);
     run_repeat(plain_fd, v4, 1 << 20); // every source once: the table full, as the flows are
@@ -313,6 +324,8 @@ void million_flows(bench *b) {
         ns["empty_xdp"].push_back(run_repeat(empty_fd, v4));
         ns["bare_hash"].push_back(run_repeat(bare_fd, v4));
         ns["plain_meter_2e20"].push_back(run_repeat(plain_fd, v4));
+        ns["plain_meter_one"].push_back(run_repeat(plain_one_fd, v4));
+        ns["one_flow"].push_back(run_repeat(one_flow.xdp_prog_fd(), v4));
         for (const auto &[name, prog] : steps)
             ns[name].push_back(run_repeat(bpf_program__fd(prog), v4));
         for (size_t i = 0; i < std::size(cases); ++i)
@@ -347,6 +360,18 @@ void million_flows(bench *b) {
         std::printf("RESULT name=per_%s_2e20_vs_plain_meter ratio=%.2f plain_ns=%.1f target=1.0\n",
                     c.name, m / plain, plain);
     }
+    // Where the per-key gap is (docs/datapath.md, "Where the per-flow gap is"): what
+    // 2^20 keys add to one key, tricolor's and the plain meter's, and what one key costs each;
+    // and the memory work alone by key size, against the plain meter at 2^20.
+    double one = median(ns["one_flow"]), plain_one = median(ns["plain_meter_one"]);
+    double src = median(ns["src_v4"]);
+    std::printf("%-30s %10.1f\n", "green per src_v4, 1 flow", one);
+    std::printf("%-30s %10.1f\n", "plain eBPF meter, 1 key", plain_one);
+    std::printf("RESULT name=per_src_v4_2e20_split misses_ns=%.1f plain_misses_ns=%.1f "
+                "one_flow_ns=%.1f plain_one_ns=%.1f\n",
+                src - one, plain - plain_one, one, plain_one);
+    for (const char *k : {"flow_k44", "flow_k20", "flow_k8"})
+        std::printf("RESULT name=%s_2e20_vs_plain_meter ratio=%.2f\n", k, median(ns[k]) / plain);
     std::printf("\n");
 }
 
@@ -542,6 +567,11 @@ int main() {
     if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
         only && std::string(only) == "flows_top") {
         flows_top(small, big);
+        return 0;
+    }
+    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
+        only && std::string(only) == "2e20") {
+        million_flows(baseline);
         return 0;
     }
     if (std::getenv("TRICOLOR_BENCH_SCALE")) { // only the figures of scale (issue work)
