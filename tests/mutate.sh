@@ -131,6 +131,10 @@ mutant cache-set-not-version bpf/lib/classify.h \
     's/c->version == version\)/(c->version \& 1) == (version \& 1))/' \
     "classification cache: an entry serves while its set is active, of whatever version" \
     "bpf:ClassCacheTest.*"
+mutant cache-no-door bpf/lib/classify.h \
+    's/if \(cached && classify_door\(&k, version\)\)/if (cached)/' \
+    "classification cache: every key that misses is cached, not only one seen twice" \
+    "bpf:ClassCacheTest.*"
 mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
     's/if \(version == 0\)\s*dp_\.clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \

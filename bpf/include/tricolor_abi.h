@@ -152,7 +152,8 @@ struct tcm_rule_slot {
     __u32 used; /* 1: holds a rule; 0: empty, ends every probe sequence through it */
 } __attribute__((aligned(8)));
 
-/* The home slot of a rule key, its 13 words (set_mask, then the masked class key) given by W.
+/* The home slot of a rule key, its 13 words (set_mask, then the masked class key) given by W
+ * (TCM_KEY_MIX is the whole 64-bit hash, which the classification cache's doorkeeper uses too).
  * Pairs of words are added to constants and multiplied (NH, as UMAC hashes: the products are
  * independent, so they overlap in the pipeline), summed, and finished by MurmurHash3's 64-bit
  * mix, so that keys differing in any bit of any word land apart. Not keyed: only the
@@ -161,7 +162,7 @@ struct tcm_rule_slot {
 #define TCM_RULE_NH(W, a, b, ka, kb) ((__u64)(__u32)(W(a) + (ka)) * (__u32)(W(b) + (kb)))
 /* @W(i): word i of the key, an expression (the data path masks the packet's words as it reads
  * them, with no copy on a stack its call chain has little of). */
-#define TCM_RULE_HASH(W)                                                                           \
+#define TCM_KEY_MIX(W)                                                                             \
     ({                                                                                             \
         __u64 h_ = TCM_RULE_NH(W, 0, 1, 0x9e3779b9u, 0x85ebca6bu) +                                \
                    TCM_RULE_NH(W, 2, 3, 0xc2b2ae35u, 0x27d4eb2fu) +                                \
@@ -175,8 +176,9 @@ struct tcm_rule_slot {
         h_ ^= h_ >> 33;                                                                            \
         h_ *= 0xc4ceb9fe1a85ec53ull;                                                               \
         h_ ^= h_ >> 33;                                                                            \
-        (__u32) h_ &(TCM_RULE_SLOTS - 1);                                                          \
+        h_;                                                                                        \
     })
+#define TCM_RULE_HASH(W) ((__u32)TCM_KEY_MIX(W) & (TCM_RULE_SLOTS - 1))
 
 struct tcm_mask {
     struct tcm_class_key mask;
@@ -200,6 +202,9 @@ struct tcm_class_cache_entry {
     __s32 index;   /* classify_index's answer: tcm_policy_cfg index, or -1 for no policy */
 };
 #define TCM_CLASS_CACHE_ENTRIES 65536
+/* The cache's doorkeeper (bpf/lib/classify.h): per CPU, a fingerprint of each of this many
+ * recent keys that missed the cache once. */
+#define TCM_CLASS_DOOR_SLOTS 4096
 /* With fewer shapes than this the probes cost no more than the cache (measured: docs/datapath.md);
  * the cache is then neither read nor filled. */
 #define TCM_CLASS_CACHE_MIN_MASKS 3

@@ -69,6 +69,29 @@ static long classify_probe_next_mask(__u32 i, void *arg) {
     return classify_probe_mask(i + 1, arg);
 }
 
+/* Word @i of the doorkeeper's key: the version, then the class key's 12 words. */
+#define CLASSIFY_DOOR_WORD(i) ((i) == 0 ? version : ((const __u32 *)key)[(i)-1])
+
+/* Whether @key, which missed the cache under @version, goes into it: on its second miss, as
+ * TinyLFU's doorkeeper admits. An insert into the LRU cache (and the eviction it makes once the
+ * cache is full) costs several times the probes of a few shapes, so a flood of new keys (spoofed
+ * sources) paid it on every packet; a key seen twice is likely to be seen again, and the first
+ * miss costs the probes alone. docs/datapath.md, "Classification as shapes grow". */
+static __always_inline int classify_door(const struct tcm_class_key *key, __u32 version) {
+    __u64 h = TCM_KEY_MIX(CLASSIFY_DOOR_WORD);
+    __u32 slot = (__u32)h & (TCM_CLASS_DOOR_SLOTS - 1), fp = (__u32)(h >> 32) | 1;
+    __u32 *d = bpf_map_lookup_elem(&tcm_class_door, &slot);
+    if (!d)
+        return 0;
+    if (*d == fp) {
+        *d = 0;
+        return 1;
+    }
+    *d = fp;
+    return 0;
+}
+#undef CLASSIFY_DOOR_WORD
+
 /* The index in tcm_policy_cfg of the policy @key falls under in policy version @version (its
  * bit 0 is the set), or -1. @rank and @slot: what the packet's cgroup rule found (~0u: none);
  * an address rule wins over it only with a better rank.
@@ -107,7 +130,7 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     int index = ctx.best_rank == ~0u
                     ? -1
                     : (int)(set * TCM_MAX_POLICIES + (ctx.best_slot & (TCM_MAX_POLICIES - 1)));
-    if (cached) {
+    if (cached && classify_door(&k, version)) {
         struct tcm_class_cache_entry e = {.version = version, .index = index};
         bpf_map_update_elem(&tcm_class_cache, &k, &e, BPF_ANY);
     }

@@ -73,6 +73,16 @@ struct {
     __type(value, struct tcm_class_cache_entry);
 } tcm_class_cache SEC(".maps");
 
+/* The cache's doorkeeper (classify.h): per CPU, by the low bits of a key's hash, the high bits
+ * (| 1: 0 is empty) of the last key that missed the cache there without being admitted. Not
+ * pinned, as the cache. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TCM_CLASS_DOOR_SLOTS);
+    __type(key, __u32);
+    __type(value, __u32);
+} tcm_class_door SEC(".maps");
+
 /* Policy configs by set and slot: index set * TCM_MAX_POLICIES + slot. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);

@@ -6,6 +6,7 @@
 // TRICOLOR_BENCH_SCALE=1: only the figures at 2^20 flows and of classification;
 // TRICOLOR_BENCH_ONLY=flows_top: only flows --top at 2^20.
 // TRICOLOR_BENCH_ONLY=2e20: only the per-flow figures at 2^20 flows.
+// TRICOLOR_BENCH_ONLY=classify: only classification as shapes grow (TRICOLOR_BENCH_SHAPES).
 // TRICOLOR_BENCH_ONLY=hot: only the hot path's ratios to the plain and floor meters (no 2^20
 // flows: a minute), for work on the green path; with TRICOLOR_BENCH_SPIN=<figure>, that one
 // figure repeated for a profiler (tests/bench/hot_profile.sh) and nothing printed.
@@ -437,7 +438,18 @@ void flows_top(const std::vector<uint8_t> &small, const std::vector<uint8_t> &bi
 // misses: the probes' cost plus filling the cache). Ratios to one shape: matched to matched,
 // unmatched (and new keys, also unmatched) to unmatched.
 void classification(int empty_fd) {
-    const int counts[] = {1, 8, 16, 32, 64};
+    // TRICOLOR_BENCH_SHAPES=a,b,...: other counts of shapes (the first should be 1: the ratios'
+    // base).
+    std::vector<int> counts = {1, 8, 16, 32, 64};
+    if (const char *env = std::getenv("TRICOLOR_BENCH_SHAPES")) {
+        counts.clear();
+        std::string list = env;
+        for (size_t at = 0; at < list.size();) {
+            size_t end = list.find(',', at);
+            counts.push_back(std::stoi(list.substr(at, end - at)));
+            at = end == std::string::npos ? list.size() : end + 1;
+        }
+    }
     // 198.19.255.1 is the destination; a shape's prefix differs from it in its last bit.
     const uint32_t dst = 0xc613ff01;
     auto make_set = [&](int n) {
@@ -572,6 +584,11 @@ int main() {
     if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
         only && std::string(only) == "2e20") {
         million_flows(baseline);
+        return 0;
+    }
+    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
+        only && std::string(only) == "classify") {
+        classification(empty_fd);
         return 0;
     }
     if (std::getenv("TRICOLOR_BENCH_SCALE")) { // only the figures of scale (issue work)

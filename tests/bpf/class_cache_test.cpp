@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <linux/bpf.h>
+#include <sched.h>
 
 using namespace tricolor;
 using test::Packet;
@@ -47,6 +49,21 @@ Policy named(uint32_t id, const char *name, const char *src, uint32_t priority) 
 
 class ClassCacheTest : public test::DatapathFixture {
   protected:
+    // On one CPU: the doorkeeper that admits a key on its second miss is per CPU, as a flow's
+    // packets are on one (RSS), and a test run runs on the CPU of its caller.
+    void SetUp() override {
+        sched_getaffinity(0, sizeof(saved_), &saved_);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu(), &one);
+        sched_setaffinity(0, sizeof(one), &one);
+        test::DatapathFixture::SetUp();
+    }
+    void TearDown() override {
+        test::DatapathFixture::TearDown();
+        sched_setaffinity(0, sizeof(saved_), &saved_);
+    }
+    cpu_set_t saved_{};
     uint32_t flow_capacity() const override { return 1024; }
     // The id of the policy the packet from @src fell under, or -1.
     int64_t policy_of(const char *src) {
@@ -67,6 +84,7 @@ std::vector<Policy> ranked(bool a_first) {
 TEST_F(ClassCacheTest, ASwitchNeverServesTheOldSet) {
     apply(ranked(true));
     EXPECT_EQ(policy_of("198.18.0.1"), 1);
+    EXPECT_EQ(policy_of("198.18.0.1"), 1); // the second miss: cached
     EXPECT_EQ(policy_of("198.18.0.1"), 1); // now from the cache
     EXPECT_GE(dp->class_cache_entries(), 1u);
     // Set 1, then set 0 again, then 1: each switch must show at once, though the set index
@@ -76,10 +94,12 @@ TEST_F(ClassCacheTest, ASwitchNeverServesTheOldSet) {
         apply(ranked(a_first));
         EXPECT_EQ(policy_of("198.18.0.1"), a_first ? 1 : 2) << "after switch " << round;
         EXPECT_EQ(policy_of("198.18.0.1"), a_first ? 1 : 2) << "cached, after switch " << round;
+        EXPECT_EQ(policy_of("198.18.0.1"), a_first ? 1 : 2) << "from the cache, switch " << round;
     }
     // Two switches with no packet between them: the set index is the one of the cached entry,
     // the version is not.
     apply(ranked(true));
+    EXPECT_EQ(policy_of("198.18.0.1"), 1);
     EXPECT_EQ(policy_of("198.18.0.1"), 1);
     apply(ranked(true));
     apply(ranked(false));
@@ -90,13 +110,15 @@ TEST_F(ClassCacheTest, ASwitchNeverServesTheOldSet) {
     set.pop_back();
     set.pop_back();
     apply(set);
-    EXPECT_EQ(policy_of("198.18.1.1"), -1);
-    EXPECT_EQ(policy_of("198.18.1.1"), -1);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(policy_of("198.18.1.1"), -1) << "packet " << i;
     set.push_back(named(3, "c", "198.18.1.0/24", 0));
     apply(set);
     EXPECT_EQ(policy_of("198.18.1.1"), 3);
+    EXPECT_EQ(policy_of("198.18.1.1"), 3);
+    EXPECT_EQ(policy_of("198.18.1.1"), 3);
     auto c = dp->policy_counters()[3];
-    EXPECT_EQ(c.packets[TCM_GREEN], 1u); // a cached answer is metered and counted as any other
+    EXPECT_EQ(c.packets[TCM_GREEN], 3u); // a cached answer is metered and counted as any other
 }
 
 TEST_F(ClassCacheTest, AWrapOfTheVersionEmptiesTheCacheFirst) {
@@ -116,16 +138,33 @@ TEST_F(ClassCacheTest, AWrapOfTheVersionEmptiesTheCacheFirst) {
 
 TEST_F(ClassCacheTest, FewShapesProbeWithoutTheCache) {
     // Below TCM_CLASS_CACHE_MIN_MASKS shapes a probe costs no more than the cache: it is neither
-    // read nor filled. From there on, each key seen (matched or not) has its entry.
+    // read nor filled. From there on, each key seen twice (matched or not) has its entry.
     for (int shapes : {TCM_CLASS_CACHE_MIN_MASKS - 1, TCM_CLASS_CACHE_MIN_MASKS}) {
         auto set = with_shapes(shapes - 1);
         set.push_back(named(1, "a", "198.18.0.0/16", 0));
         apply(set);
-        EXPECT_EQ(policy_of("198.18.0.1"), 1);
-        EXPECT_EQ(policy_of("198.19.0.1"), -1);
+        for (int i = 0; i < 2; ++i) {
+            EXPECT_EQ(policy_of("198.18.0.1"), 1);
+            EXPECT_EQ(policy_of("198.19.0.1"), -1);
+        }
         EXPECT_EQ(dp->class_cache_entries(), shapes < TCM_CLASS_CACHE_MIN_MASKS ? 0u : 2u)
             << shapes << " shapes";
     }
+}
+
+TEST_F(ClassCacheTest, AKeyIsCachedOnItsSecondMissOnly) {
+    // The doorkeeper: a flood of keys seen once (spoofed sources) fills nothing; a key seen
+    // again does, and is then answered from the cache.
+    auto set = with_shapes(TCM_CLASS_CACHE_MIN_MASKS);
+    set.push_back(named(1, "a", "198.18.0.0/16", 0));
+    apply(set);
+    for (int i = 0; i < 200; ++i)
+        ASSERT_EQ(policy_of(fmt::format("198.18.{}.{}", i / 250, i % 250 + 1).c_str()), 1);
+    EXPECT_EQ(dp->class_cache_entries(), 0u) << "200 keys seen once";
+    EXPECT_EQ(policy_of("198.18.0.7"), 1);
+    EXPECT_EQ(dp->class_cache_entries(), 1u) << "one of them seen again";
+    EXPECT_EQ(policy_of("198.18.0.7"), 1);
+    EXPECT_EQ(dp->class_cache_entries(), 1u);
 }
 
 } // namespace

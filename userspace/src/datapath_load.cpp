@@ -93,12 +93,12 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
-            // A cache is not state: a new program starts with an empty one. The heavy hitters
-            // go with this program's threshold (in .data, not pinned either); the hot key and
-            // the cgroup bucket are scratch.
+            // A cache (and its doorkeeper) is not state: a new program starts with an empty
+            // one. The heavy hitters go with this program's threshold (in .data, not pinned
+            // either); the hot key and the cgroup bucket are scratch.
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
-                m == impl_->skel->maps.tcm_flow_hot || m == impl_->skel->maps.tcm_hot_key ||
-                m == impl_->skel->maps.tcm_cgroup_bucket)
+                m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
+                m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_cgroup_bucket)
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (m == impl_->skel->maps.tcm_fleet)
