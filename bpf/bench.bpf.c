@@ -89,8 +89,15 @@ BENCH_HASH(bench_hash_2e20_clock, 4, 8, BPF_F_NO_PREALLOC, 0, 1)
  * rest of the data path (parse, classify, key build, meter arithmetic): the lookup, the flow
  * lock, the clock into the state, a bucket and the green counters written, the unlock. 44 bytes
  * is tcm_flow_key; 20 would hold an IPv6 address or an IPv4 5-tuple with the policy id, 8 an IPv4
- * address with it (docs/datapath.md, "Where the per-flow gap is"). */
-#define BENCH_FLOW(name, key_bytes)                                                                \
+ * address with it. @spread 0: one key, the same every packet. @work: 48 dependent rounds of
+ * arithmetic (xorshift-multiply: a chain no compiler folds), 1 before the lookup with the key
+ * depending on them (as a parse), 2 after it depending on the bucket (as a meter), to show
+ * whether such work hides under the misses at 2^20 (docs/datapath.md, "Where the per-flow gap
+ * is"). */
+volatile __u64 bench_flow_zero = 0;
+#define BENCH_FLOW_WORK(x)                                                                         \
+    _Pragma("unroll") for (int i_ = 0; i_ < 48; i_++) x = (x ^ (x >> 29)) * 0x5851f42d4c957f2dull;
+#define BENCH_FLOW(name, key_bytes, spread, work)                                                  \
     struct name##_key {                                                                            \
         __u32 w[(key_bytes) / 4];                                                                  \
     };                                                                                             \
@@ -103,14 +110,23 @@ BENCH_HASH(bench_hash_2e20_clock, 4, 8, BPF_F_NO_PREALLOC, 0, 1)
     } name##_map SEC(".maps");                                                                     \
     __u32 name##_counter = 0;                                                                      \
     SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
+        __u64 x = ctx->data_end - ctx->data;                                                       \
+        if ((work) == 1) {                                                                         \
+            BENCH_FLOW_WORK(x)                                                                     \
+        }                                                                                          \
         struct name##_key k = {};                                                                  \
         k.w[0] = 1; /* a policy id */                                                              \
-        k.w[1] = 0x0a000000 | ((name##_counter++ * 2654435761u) & 0xfffff);                        \
+        k.w[1] = 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0);           \
+        k.w[1] ^= (__u32)(x & bench_flow_zero);                                                    \
         struct tcm_flow *f = bpf_map_lookup_elem(&name##_map, &k);                                 \
         if (f) {                                                                                   \
             __sync_val_compare_and_swap(&f->lock, 0, 1);                                           \
             f->meter.last_ns = bpf_ktime_get_ns();                                                 \
-            f->meter.c_tokens -= 64;                                                               \
+            __u64 c = f->meter.c_tokens;                                                           \
+            if ((work) == 2) {                                                                     \
+                BENCH_FLOW_WORK(c)                                                                 \
+            }                                                                                      \
+            f->meter.c_tokens = c - 64;                                                            \
             f->counters.packets[0] += 1;                                                           \
             f->counters.bytes[0] += 64;                                                            \
             __sync_lock_test_and_set(&f->lock, 0);                                                 \
@@ -118,11 +134,17 @@ BENCH_HASH(bench_hash_2e20_clock, 4, 8, BPF_F_NO_PREALLOC, 0, 1)
             struct tcm_flow fresh = {};                                                            \
             bpf_map_update_elem(&name##_map, &k, &fresh, BPF_NOEXIST);                             \
         }                                                                                          \
+        bench_sink += x;                                                                           \
         return XDP_PASS;                                                                           \
     }
-BENCH_FLOW(bench_flow_k44, 44)
-BENCH_FLOW(bench_flow_k20, 20)
-BENCH_FLOW(bench_flow_k8, 8)
+BENCH_FLOW(bench_flow_k44, 44, 1, 0)
+BENCH_FLOW(bench_flow_k20, 20, 1, 0)
+BENCH_FLOW(bench_flow_k8, 8, 1, 0)
+BENCH_FLOW(bench_flow_k44_one, 44, 0, 0)
+BENCH_FLOW(bench_flow_k44_pre, 44, 1, 1)
+BENCH_FLOW(bench_flow_k44_pre_one, 44, 0, 1)
+BENCH_FLOW(bench_flow_k44_post, 44, 1, 2)
+BENCH_FLOW(bench_flow_k44_post_one, 44, 0, 2)
 
 /* The meters tricolor's hot path is measured against (docs/datapath.md, "Against a plain
  * meter"). Both are two-rate (trTCM-like: a P and a C bucket), colour-blind, 64-bit tokens in
