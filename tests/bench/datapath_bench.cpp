@@ -590,18 +590,17 @@ int main() {
     }
     auto small = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
     auto big = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(1500).build();
-    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
-        only && std::string(only) == "flows_top") {
+    const char *only_env = std::getenv("TRICOLOR_BENCH_ONLY");
+    const std::string only = only_env ? only_env : "";
+    if (only == "flows_top") {
         flows_top(small, big);
         return 0;
     }
-    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
-        only && std::string(only) == "2e20") {
+    if (only == "2e20") {
         million_flows(baseline);
         return 0;
     }
-    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY");
-        only && std::string(only) == "classify") {
+    if (only == "classify") {
         classification(empty_fd);
         return 0;
     }
@@ -611,7 +610,7 @@ int main() {
         flows_top(small, big);
         return 0;
     }
-    if (const char *only = std::getenv("TRICOLOR_BENCH_ONLY"); only && std::string(only) == "hot") {
+    if (only == "hot") {
         hot_path(baseline);
         return 0;
     }
