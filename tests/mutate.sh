@@ -135,6 +135,18 @@ mutant cache-no-door bpf/lib/classify.h \
     's/if \(cached && classify_door\(&k, version\)\)/if (cached)/' \
     "classification cache: every key that misses is cached, not only one seen twice" \
     "bpf:ClassCacheTest.*"
+mutant flow6-no-tuple bpf/lib/flow.h \
+    's/if \(err == 0 && TCM_FLOW_KIND\(fk\.head\) == TCM_FLOW_5TUPLE6\)/if (0)/' \
+    "flow key: an IPv6 5-tuple flow keeps no tuple, so it lists as its hash" \
+    "bpf:DatapathTest.Ipv6FiveTuplesAreFlowsApartAndListedWhole"
+mutant flow6-no-port bpf/include/tricolor_abi.h \
+    's/\(__u32\)\(t\)->sport \| \(__u32\)\(t\)->dport << 16/(__u32)(t)->sport/' \
+    "flow key: the IPv6 5-tuple's hash leaves the destination port out" \
+    "bpf:DatapathTest.Ipv6FiveTuplesAreFlowsApartAndListedWhole"
+mutant flow-tuple-kept userspace/src/datapath_flows.cpp \
+    's/detail::drop_flow_tuple\(fd, tuples, f\.id\);//' \
+    "flow key: a reclaimed IPv6 5-tuple flow leaves its tuple behind" \
+    "bpf:DatapathTest.Ipv6FiveTuplesAreFlowsApartAndListedWhole"
 mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
     's/if \(version == 0\)\s*dp_\.clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \
@@ -152,7 +164,7 @@ mutant sets-orphans-unchecked userspace/src/policy_sets.cpp \
     "policy sets: deleting a parent does not check the children it leaves" \
     "bpf:PolicySetsTest.*"
 mutant per-key-mask bpf/lib/flow.h \
-    's/flow_mask_prefix\(fk->src, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
+    's/flow_mask_prefix\(id->w, v6 \? pol->prefix6 : 96 \+ pol->prefix4\);//' \
     "per-source keys ignore the per-key prefix length" \
     "bpf:*PerKeyModes*"
 mutant gso-headers bpf/lib/chain.h \

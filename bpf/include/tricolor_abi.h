@@ -286,7 +286,9 @@ struct tcm_counters {
     __u64 bytes[TCM_NR_COLORS];
 };
 
-/* Key of the per-flow table; fields the policy's `per` does not use are zero. */
+/* A flow's identity in full, as user space shows it: what the policy's `per` keeps of its packets;
+ * fields the policy's `per` does not use are zero. Not the flow table's key (tcm_flow_id): it is
+ * the value of tcm_flow_tuples and what Datapath::flows() lists. */
 struct tcm_flow_key {
     __u32 policy_id;
     __u8 proto;
@@ -297,6 +299,78 @@ struct tcm_flow_key {
     __u32 src[4];
     __u32 dst[4];
 };
+
+/* The key of the per-flow table (tcm_flows): the policy's id and the kind of key in `head`, and
+ * in `w` what the policy's `per` keeps of the packet:
+ *   TCM_FLOW_SRC, TCM_FLOW_DST  the address under the policy's prefix, as tcm_class_key holds
+ *                               it (16 bytes, IPv4 mapped);
+ *   TCM_FLOW_5TUPLE4            IPv4 source, destination, sport | dport << 16, proto;
+ *   TCM_FLOW_5TUPLE6            an IPv6 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple
+ *                               itself is kept in tcm_flow_tuples for user space;
+ *   TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1].
+ * 20 bytes, not the 44 of a whole tcm_flow_key: the kernel's hash map hashes and compares every
+ * byte of the key at each lookup (jhash: one mixing round per 12 bytes), and a per-flow packet
+ * paid ~25 ns for the 24 bytes a key of the 5-tuple's width wastes on every other kind
+ * (docs/datapath.md, "One flow: the key"). Unused words are zero. */
+struct tcm_flow_id {
+    __u32 head; /* policy id | kind << 24 */
+    __u32 w[4];
+};
+enum tcm_flow_kind {
+    TCM_FLOW_SRC = 1,
+    TCM_FLOW_DST = 2,
+    TCM_FLOW_5TUPLE4 = 3,
+    TCM_FLOW_5TUPLE6 = 4,
+    TCM_FLOW_CGROUP = 5,
+};
+#define TCM_FLOW_HEAD(policy, kind) ((__u32)(policy) | (__u32)(kind) << 24)
+#define TCM_FLOW_POLICY(head) ((head)&0xffffffu)
+#define TCM_FLOW_KIND(head) ((head) >> 24)
+
+/* The secret of tcm_flow_hash6, drawn at random when the pinned maps are created and kept with
+ * them (a flow's key must not change when the daemon restarts). */
+#define TCM_FLOW_SEED_WORDS 20
+struct tcm_flow_seed {
+    __u32 k[TCM_FLOW_SEED_WORDS];
+};
+
+/* An IPv6 5-tuple's key: two NH hashes (as UMAC's: products of word pairs, each word plus a
+ * secret word, summed mod 2^64) with independent secrets, each finished by MurmurHash3's 64-bit
+ * mix. For two different tuples and a secret drawn at random, each hash collides with
+ * probability at most 2^-32, both at once 2^-64: two flows share a bucket only then (and a
+ * shared bucket gives them less, never more). @x: the 10 words (source, destination, ports,
+ * proto); @out: the 4 words of w. Shared by the data path and user space: they must agree. */
+#define TCM_FLOW_NH(X, k, o)                                                                       \
+    ((__u64)(__u32)(X(0) + (k)[(o) + 0]) * (__u32)(X(1) + (k)[(o) + 1]) +                          \
+     (__u64)(__u32)(X(2) + (k)[(o) + 2]) * (__u32)(X(3) + (k)[(o) + 3]) +                          \
+     (__u64)(__u32)(X(4) + (k)[(o) + 4]) * (__u32)(X(5) + (k)[(o) + 5]) +                          \
+     (__u64)(__u32)(X(6) + (k)[(o) + 6]) * (__u32)(X(7) + (k)[(o) + 7]) +                          \
+     (__u64)(__u32)(X(8) + (k)[(o) + 8]) * (__u32)(X(9) + (k)[(o) + 9]))
+#define TCM_FMIX64(h)                                                                              \
+    ({                                                                                             \
+        __u64 m_ = (h);                                                                            \
+        m_ ^= m_ >> 33;                                                                            \
+        m_ *= 0xff51afd7ed558ccdull;                                                               \
+        m_ ^= m_ >> 33;                                                                            \
+        m_ *= 0xc4ceb9fe1a85ec53ull;                                                               \
+        m_ ^ (m_ >> 33);                                                                           \
+    })
+/* @X(i): word i of the tuple, an expression (no copy on a stack the data path has little of):
+ * source (0-3), destination (4-7), sport | dport << 16, proto. @k: the seed's words. */
+#define tcm_flow_hash6(X, k, out)                                                                  \
+    do {                                                                                           \
+        __u64 h1_ = TCM_FMIX64(TCM_FLOW_NH(X, k, 0)), h2_ = TCM_FMIX64(TCM_FLOW_NH(X, k, 10));     \
+        (out)[0] = (__u32)h1_;                                                                     \
+        (out)[1] = (__u32)(h1_ >> 32);                                                             \
+        (out)[2] = (__u32)h2_;                                                                     \
+        (out)[3] = (__u32)(h2_ >> 32);                                                             \
+    } while (0)
+/* Word @i of a tcm_flow_key's (or tcm_class_key's) tuple, for tcm_flow_hash6. */
+#define TCM_FLOW_TUPLE_WORD(t, i)                                                                  \
+    ((i) < 4    ? (t)->src[(i)&3]                                                                  \
+     : (i) < 8  ? (t)->dst[(i)&3]                                                                  \
+     : (i) == 8 ? (__u32)(t)->sport | (__u32)(t)->dport << 16                                      \
+                : (__u32)(t)->proto)
 
 #define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
@@ -373,12 +447,15 @@ struct tcm_sock_shape {
 /* Socket-local storage of a paced socket, beside tcm_sock_shape (a map of its own, so that
  * map's pinned layout stays): the bucket the socket's packets are metered in and the two rates
  * its pacing switches between as that bucket's level crosses half (shape.h). */
+#define TCM_PACE_KEYED 2u /* tcm_sock_pace.keyed: the key is a tcm_flow_id */
 struct tcm_sock_pace {
-    struct tcm_flow_key key; /* the socket's flow in tcm_flows when keyed */
-    __u32 keyed;             /* 1: the bucket is tcm_flows[key]; 0: tcm_policy_state[policy] */
-    __u64 c_half;            /* half the bucket's CBS, in tokens; 0: not set up */
-    __u32 rate_lo;           /* share - share/32: the bucket is under half full */
-    __u32 rate_hi;           /* share + share/64: the bucket is at least half full */
+    struct tcm_flow_id key; /* the socket's flow in tcm_flows when keyed */
+    __u8 pad[24];           /* where a key of 44 bytes ended (the pinned layout) */
+    __u32 keyed;   /* TCM_PACE_KEYED: the bucket is tcm_flows[key]; 0: tcm_policy_state[policy];
+                    * 1: set up by a program of the 44-byte key, read as not set up */
+    __u64 c_half;  /* half the bucket's CBS, in tokens; 0: not set up */
+    __u32 rate_lo; /* share - share/32: the bucket is under half full */
+    __u32 rate_hi; /* share + share/64: the bucket is at least half full */
 };
 
 /* Socket-local storage of a paced socket, a map of its own (the two above keep their pinned
@@ -483,6 +560,8 @@ TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state,
 TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");
 TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
+TCM_ABI_ASSERT(sizeof(struct tcm_flow_id) == 20, "tcm_flow_id: 20 bytes, no hidden padding");
+TCM_ABI_ASSERT(TCM_MAX_POLICIES <= 1 << 24, "a policy id fits tcm_flow_id's head below its kind");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_pace) == 64, "tcm_sock_pace: 64 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_cwnd) == 8, "tcm_sock_cwnd: 8 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_fleet_lease) == 112, "tcm_fleet_lease: 112 bytes");

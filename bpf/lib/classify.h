@@ -139,7 +139,7 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
 
 /* The cgroup rule of @dir for the cgroup @cgroup_of_ names in policy version @version_, if the
  * set has any cgroup rules; NULL otherwise. @cgroup_of_ is evaluated only then: a set without
- * cgroup policies reads no socket's cgroup. Sets tcm_cgroup_bucket for flow_key_fill either way. */
+ * cgroup policies reads no socket's cgroup. Sets tcm_cgroup_bucket for flow_id_fill either way. */
 #define classify_cgroup_by(cgroup_of_, version_, dir_)                                             \
     ({                                                                                             \
         __u32 zero_ = 0, set_ = (version_)&1, at_ = set_ * TCM_CGROUP_NR_DIRS + (dir_);            \

@@ -22,35 +22,48 @@ static __always_inline void flow_mask_prefix(__u32 *addr, __u32 plen) {
     }
 }
 
-/* Fills @fk, zeroed by the caller, with what the policy's `per` keeps of the packet. */
-static __always_inline int flow_key_fill(const struct tcm_policy *pol,
-                                         const struct tcm_class_key *key, struct tcm_flow_key *fk) {
-    if (!pol || !key || !fk)
+/* Fills @id, zeroed by the caller, with what the policy's `per` keeps of the packet
+ * (tcm_flow_id has the layout of each kind). */
+static __always_inline int flow_id_fill(const struct tcm_policy *pol,
+                                        const struct tcm_class_key *key, struct tcm_flow_id *id) {
+    if (!pol || !key || !id)
         return -1;
-    __u32 v6 = key->flags & TCM_KEY_F_IPV6;
-    fk->policy_id = pol->policy_id;
+    __u32 v6 = key->flags & TCM_KEY_F_IPV6, zero = 0;
     switch (pol->per) {
     case TCM_PER_SRC:
-        __builtin_memcpy(fk->src, key->src, 16);
-        flow_mask_prefix(fk->src, v6 ? pol->prefix6 : 96 + pol->prefix4);
+        id->head = TCM_FLOW_HEAD(pol->policy_id, TCM_FLOW_SRC);
+        __builtin_memcpy(id->w, key->src, 16);
+        flow_mask_prefix(id->w, v6 ? pol->prefix6 : 96 + pol->prefix4);
         break;
     case TCM_PER_DST:
-        __builtin_memcpy(fk->dst, key->dst, 16);
-        flow_mask_prefix(fk->dst, v6 ? pol->prefix6 : 96 + pol->prefix4);
+        id->head = TCM_FLOW_HEAD(pol->policy_id, TCM_FLOW_DST);
+        __builtin_memcpy(id->w, key->dst, 16);
+        flow_mask_prefix(id->w, v6 ? pol->prefix6 : 96 + pol->prefix4);
         break;
     case TCM_PER_5TUPLE:
-        __builtin_memcpy(fk->src, key->src, 16);
-        __builtin_memcpy(fk->dst, key->dst, 16);
-        fk->proto = key->proto;
-        fk->sport = key->sport;
-        fk->dport = key->dport;
+        if (!v6) {
+            id->head = TCM_FLOW_HEAD(pol->policy_id, TCM_FLOW_5TUPLE4);
+            id->w[0] = key->src[3];
+            id->w[1] = key->dst[3];
+            id->w[2] = key->sport | (__u32)key->dport << 16;
+            id->w[3] = key->proto;
+        } else {
+            /* 37 bytes do not fit: a keyed hash of them (tricolor_abi.h). */
+            struct tcm_flow_seed *seed = bpf_map_lookup_elem(&tcm_flow_seed, &zero);
+            if (!seed)
+                return -1;
+#define FLOW_TUPLE_WORD(i) TCM_FLOW_TUPLE_WORD(key, i)
+            id->head = TCM_FLOW_HEAD(pol->policy_id, TCM_FLOW_5TUPLE6);
+            tcm_flow_hash6(FLOW_TUPLE_WORD, seed->k, id->w);
+#undef FLOW_TUPLE_WORD
+        }
         break;
     case TCM_PER_CGROUP: {
-        __u32 zero = 0;
         __u64 *bucket = bpf_map_lookup_elem(&tcm_cgroup_bucket, &zero);
+        id->head = TCM_FLOW_HEAD(pol->policy_id, TCM_FLOW_CGROUP);
         if (bucket) {
-            fk->src[0] = (__u32)*bucket;
-            fk->src[1] = (__u32)(*bucket >> 32);
+            id->w[0] = (__u32)*bucket;
+            id->w[1] = (__u32)(*bucket >> 32);
         }
         break;
     }
@@ -58,13 +71,36 @@ static __always_inline int flow_key_fill(const struct tcm_policy *pol,
     return 0;
 }
 
-/* flow_key_fill as a global function: a chain meters up to TCM_MAX_LEVELS keys, and the
+/* flow_id_fill as a global function: a chain meters up to TCM_MAX_LEVELS keys, and the
  * verifier then checks the (mode, family, four prefix words) paths once rather than once per
  * level and per path. */
 __attribute__((noinline)) int flow_key_of(const struct tcm_policy *pol,
-                                          const struct tcm_class_key *key,
-                                          struct tcm_flow_key *fk) {
-    return flow_key_fill(pol, key, fk);
+                                          const struct tcm_class_key *key, struct tcm_flow_id *id) {
+    return flow_id_fill(pol, key, id);
+}
+
+/* Keeps the IPv6 5-tuple of a flow just created under @id for user space (tcm_flow_tuples):
+ * its key is a hash. A global function, its tuple built in a per-CPU scratch slot, as hot_note
+ * (hot.h) and for the same reason: the deepest frame of a chain has no room for it. */
+__attribute__((noinline)) int flow_note_tuple(const struct tcm_class_key *key,
+                                              const struct tcm_flow_id *id) {
+    __u32 zero = 0;
+    if (!key || !id)
+        return 0;
+    struct tcm_flow_key *t = bpf_map_lookup_elem(&tcm_tuple_key, &zero);
+    if (!t)
+        return 0;
+    struct tcm_flow_id k = *id; /* a map key from the stack: Linux 6.1 wants one */
+    t->policy_id = TCM_FLOW_POLICY(k.head);
+    t->proto = key->proto;
+    t->pad = 0;
+    t->sport = key->sport;
+    t->dport = key->dport;
+    t->pad2 = 0;
+    __builtin_memcpy(t->src, key->src, 16);
+    __builtin_memcpy(t->dst, key->dst, 16);
+    bpf_map_update_elem(&tcm_flow_tuples, &k, t, BPF_ANY);
+    return 0;
 }
 
 /* A new flow's value, all zero, in .rodata: up to TCM_MAX_LEVELS inlined copies of
@@ -76,7 +112,7 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
                                                   const struct tcm_class_key *key,
                                                   struct tcm_global_counters *g) {
     __u32 id = pol->policy_id;
-    struct tcm_flow_key fk;
+    struct tcm_flow_id fk;
     struct tcm_flow *f;
 
     if (pol->per == TCM_PER_AGGREGATE)
@@ -93,6 +129,8 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
      * result is not its sign (-EEXIST arrives as 0x00000000ffffffef). Compared as a long, the
      * loser of two CPUs creating one flow at once would take the table-full path on 6.1. */
     int err = (int)bpf_map_update_elem(&tcm_flows, &fk, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
+    if (err == 0 && TCM_FLOW_KIND(fk.head) == TCM_FLOW_5TUPLE6)
+        flow_note_tuple(key, &fk);
     if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
         f = bpf_map_lookup_elem(&tcm_flows, &fk);
         if (f)

@@ -19,7 +19,7 @@ __u64 tcm_hot_overflow = 0;
 
 /* Records the flow of @key under @pol (one level of a chain) as a heavy hitter. A global
  * function, whose key is built in a per-CPU scratch slot (tcm_hot_key) by the inlined
- * flow_key_fill, not on a stack and not through flow_key_of: it is called from the deepest
+ * flow_id_fill, not on a stack and not through flow_key_of: it is called from the deepest
  * frame of a chain (entry point, chain_meter_packet, here), and Linux 6.1 refuses a chain of
  * frames over 512 bytes, each rounded up to 32. With clang 18 and 19 the key on this stack and
  * a fourth frame for flow_key_of come to 544. */
@@ -30,11 +30,11 @@ __attribute__((noinline)) int hot_note(const struct tcm_policy *pol,
 
     if (!pol || !key || pol->per == TCM_PER_AGGREGATE)
         return 0;
-    struct tcm_flow_key *fk = bpf_map_lookup_elem(&tcm_hot_key, &zero);
+    struct tcm_flow_id *fk = bpf_map_lookup_elem(&tcm_hot_key, &zero);
     if (!fk)
         return 0;
     __builtin_memset(fk, 0, sizeof(*fk));
-    if (flow_key_fill(pol, key, fk) < 0)
+    if (flow_id_fill(pol, key, fk) < 0)
         return 0;
     /* A full flow table meters a new flow in the policy's aggregate bucket: no flow to list. */
     if (!bpf_map_lookup_elem(&tcm_flows, fk))

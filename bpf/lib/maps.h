@@ -115,9 +115,28 @@ struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __uint(max_entries, TCM_DEFAULT_FLOWS);
-    __type(key, struct tcm_flow_key);
+    __type(key, struct tcm_flow_id);
     __type(value, struct tcm_flow);
 } tcm_flows SEC(".maps");
+
+/* The secret of the IPv6 5-tuple's key (tcm_flow_hash6): written by user space when the pinned
+ * maps are created, before a program runs, and kept with them. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_flow_seed);
+} tcm_flow_seed SEC(".maps");
+
+/* The IPv6 5-tuple of each TCM_FLOW_5TUPLE6 flow, whose key is a hash: written when the flow is
+ * created, for user space to list it; never read by a packet. Sized as tcm_flows at load. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __uint(max_entries, TCM_DEFAULT_FLOWS);
+    __type(key, struct tcm_flow_id);
+    __type(value, struct tcm_flow_key);
+} tcm_flow_tuples SEC(".maps");
 
 /* The heavy hitters of tcm_flows (hot.h): keys of the flows whose bytes crossed the threshold
  * user space set. A plain preallocated hash, not LRU: a full map refuses an insert, which is
@@ -126,7 +145,7 @@ struct {
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, TCM_FLOW_HOT_ENTRIES);
-    __type(key, struct tcm_flow_key);
+    __type(key, struct tcm_flow_id);
     __type(value, __u8);
 } tcm_flow_hot SEC(".maps");
 
@@ -136,8 +155,16 @@ struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, struct tcm_flow_key);
+    __type(value, struct tcm_flow_id);
 } tcm_hot_key SEC(".maps");
+
+/* flow_note_tuple's tuple, for the same reason (flow.h). Scratch, not pinned. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_flow_key);
+} tcm_tuple_key SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

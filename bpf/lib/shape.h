@@ -149,7 +149,7 @@ static __always_inline int shape_sock_policy(const struct bpf_sock_ops *skops) {
 static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, __u32 id,
                                               struct tcm_sock_pace *sp) {
     struct tcm_class_key k = {};
-    struct tcm_flow_key fk = {};
+    struct tcm_flow_id fk = {};
     __u32 zero = 0;
 
     sp->c_half = 0;
@@ -160,12 +160,11 @@ static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, 
     struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &slot);
     if (!pol || pol->policy_id != id)
         return;
-    sp->keyed = pol->per != TCM_PER_AGGREGATE;
+    sp->keyed = pol->per != TCM_PER_AGGREGATE ? TCM_PACE_KEYED : 0;
     if (pol->per == TCM_PER_CGROUP)
         shape_sock_cgroup_rule(skops, rt->active_set); /* the bucket id, for flow_key_of */
     if (sp->keyed && (shape_sock_key(skops, &k) < 0 || flow_key_of(pol, &k, &fk) < 0))
         return;
-    fk.policy_id = id;
     __builtin_memcpy(&sp->key, &fk, sizeof(fk));
     sp->c_half = (pol->meter.c_size >> 1) | 1; /* never 0, which means "not set up" */
 }
@@ -215,8 +214,11 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
         return;
     rate = sp->rate_lo;
     if (sp->c_half) {
-        struct tcm_flow *f = sp->keyed ? bpf_map_lookup_elem(&tcm_flows, &sp->key)
-                                       : bpf_map_lookup_elem(&tcm_policy_state, &id);
+        /* keyed 1: set up by a program whose flow key was 44 bytes; paced under the share
+         * until the share is read again. */
+        struct tcm_flow *f = sp->keyed == TCM_PACE_KEYED ? bpf_map_lookup_elem(&tcm_flows, &sp->key)
+                             : sp->keyed == 0 ? bpf_map_lookup_elem(&tcm_policy_state, &id)
+                                              : NULL;
         __u64 tokens = f ? *(volatile __u64 *)&f->meter.c_tokens : 0;
         if (tokens >= sp->c_half)
             rate = sp->rate_hi;

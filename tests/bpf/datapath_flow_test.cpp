@@ -11,11 +11,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 using namespace tricolor;
@@ -195,6 +199,84 @@ TEST_F(DatapathTest, PerKeyModes) {
                 dp->run_xdp(Packet().ipv4(src, dst).udp(1, 2).build());
         EXPECT_EQ(dp->flows().size(), m.flows);
     }
+}
+
+// An IPv6 5-tuple does not fit the flow table's 20-byte key (tcm_flow_id in tricolor_abi.h): its
+// key is a keyed hash, and the tuple is kept beside it for listing. Tuples that differ in any
+// one field are flows apart, each listed whole under the key the header describes (the hash of
+// its tuple under the secret the map holds); reclaiming a flow and removing its policy take its
+// tuple too. IPv4 5-tuples, addresses and cgroups fit, and keep no tuple.
+TEST_F(DatapathTest, Ipv6FiveTuplesAreFlowsApartAndListedWhole) {
+    Policy p = policy(1, "5tuple", Algo::srtcm, 8000, 100000, 0);
+    p.per = TCM_PER_5TUPLE;
+    apply({p});
+    struct Tuple {
+        const char *src, *dst;
+        uint16_t sport, dport;
+        uint8_t proto;
+    };
+    const Tuple tuples[] = {{"2001:db8::1", "2001:db8:1::1", 1000, 2000, IPPROTO_UDP},
+                            {"2001:db8::2", "2001:db8:1::1", 1000, 2000, IPPROTO_UDP},
+                            {"2001:db8::1", "2001:db8:1::2", 1000, 2000, IPPROTO_UDP},
+                            {"2001:db8::1", "2001:db8:1::1", 1001, 2000, IPPROTO_UDP},
+                            {"2001:db8::1", "2001:db8:1::1", 1000, 2001, IPPROTO_UDP},
+                            {"2001:db8::1", "2001:db8:1::1", 1000, 2000, IPPROTO_TCP}};
+    auto text = [](const uint32_t src[4], const uint32_t dst[4], unsigned sport, unsigned dport,
+                   unsigned proto) {
+        char a[INET6_ADDRSTRLEN], b[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, src, a, sizeof(a));
+        inet_ntop(AF_INET6, dst, b, sizeof(b));
+        return fmt::format("{} {} {} {} {}", a, b, sport, dport, proto);
+    };
+    std::set<std::string> sent;
+    for (int rep = 0; rep < 2; ++rep)
+        for (const Tuple &t : tuples) {
+            Packet pk;
+            pk.ipv6(t.src, t.dst);
+            if (t.proto == IPPROTO_TCP)
+                pk.tcp(t.sport, t.dport);
+            else
+                pk.udp(t.sport, t.dport);
+            EXPECT_EQ(dp->run_xdp(pk.build()).retval, XDP_PASS);
+            uint32_t s[4], d[4];
+            ASSERT_EQ(inet_pton(AF_INET6, t.src, s), 1);
+            ASSERT_EQ(inet_pton(AF_INET6, t.dst, d), 1);
+            sent.insert(text(s, d, t.sport, t.dport, t.proto));
+        }
+    // One IPv4 5-tuple beside them: its key holds the tuple itself.
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1, 2).build());
+    auto flows = dp->flows();
+    ASSERT_EQ(flows.size(), 7u);
+    const tcm_flow_seed seed = dp->flow_seed();
+    EXPECT_TRUE(std::ranges::any_of(seed.k, [](uint32_t w) { return w != 0; })) << "no secret";
+    std::set<std::string> listed;
+    for (const auto &f : flows) {
+        EXPECT_EQ(TCM_FLOW_POLICY(f.id.head), 1u);
+        EXPECT_EQ(f.key.policy_id, 1u);
+        if (TCM_FLOW_KIND(f.id.head) == TCM_FLOW_5TUPLE4) {
+            EXPECT_EQ(f.id.w[0], f.key.src[3]);
+            continue;
+        }
+        ASSERT_EQ(TCM_FLOW_KIND(f.id.head), TCM_FLOW_5TUPLE6);
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 2u);
+        uint32_t w[4];
+#define TUPLE_WORD(i) TCM_FLOW_TUPLE_WORD(&f.key, i)
+        tcm_flow_hash6(TUPLE_WORD, seed.k, w);
+#undef TUPLE_WORD
+        EXPECT_EQ(std::memcmp(w, f.id.w, sizeof(w)), 0) << "the key is not the tuple's hash";
+        listed.insert(text(f.key.src, f.key.dst, f.key.sport, f.key.dport, f.key.proto));
+    }
+    EXPECT_EQ(listed, sent);
+    EXPECT_EQ(dp->flow_tuple_entries(), 6u);
+    // Full buckets a second later: reclaimed, tuples and all; the policy's removal takes the rest.
+    dp->set_clock(2000000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 7u);
+    EXPECT_EQ(dp->flow_tuple_entries(), 0u);
+    dp->run_xdp(Packet().ipv6("2001:db8::1", "2001:db8:1::1").udp(1000, 2000).build());
+    EXPECT_EQ(dp->flow_tuple_entries(), 1u);
+    apply({});
+    EXPECT_TRUE(dp->flows().empty());
+    EXPECT_EQ(dp->flow_tuple_entries(), 0u);
 }
 
 TEST_F(DatapathTest, ListsMoreFlowsThanOneBatch) {

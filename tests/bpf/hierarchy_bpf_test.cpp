@@ -267,12 +267,12 @@ TEST_F(HierDatapathTest, ALockTimeoutAtTheParentReleasesTheChildsLock) {
     auto parent_key = [&]() {
         for (const auto &f : dp->flows())
             if (f.key.policy_id == 1)
-                return f.key;
+                return f.id;
         ADD_FAILURE() << "no flow of the parent";
-        return tcm_flow_key{};
+        return tcm_flow_id{};
     };
     auto set_lock = [&](uint32_t held) {
-        tcm_flow_key k = parent_key();
+        tcm_flow_id k = parent_key();
         tcm_flow v{};
         ASSERT_EQ(bpf_map_lookup_elem(fd, &k, &v), 0);
         v.lock = held;

@@ -201,11 +201,11 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
     for (uint64_t id : named) {
         CgroupBucket b{cgroup_path(id), id, {}};
         if (it->second.per == TCM_PER_CGROUP) {
-            // The key flow_key_fill makes (bpf/lib/flow.h): the bucket id in src[0..1].
-            tcm_flow_key k{};
-            k.policy_id = policy_id;
-            k.src[0] = static_cast<uint32_t>(id);
-            k.src[1] = static_cast<uint32_t>(id >> 32);
+            // The key flow_id_fill makes (bpf/lib/flow.h): the bucket id in w[0..1].
+            tcm_flow_id k{};
+            k.head = TCM_FLOW_HEAD(policy_id, TCM_FLOW_CGROUP);
+            k.w[0] = static_cast<uint32_t>(id);
+            k.w[1] = static_cast<uint32_t>(id >> 32);
             tcm_flow f{};
             if (bpf_map_lookup_elem(fd, &k, &f) == 0)
                 b.counters = f.counters;

@@ -16,20 +16,21 @@
 namespace tricolor {
 namespace {
 
-// Deletes the flows whose policy id @drop says to.
+// Deletes the flows whose policy id @drop says to, and the tuples of those that have one.
 template <typename Pred>
-void delete_flows_if(int flows_fd, Pred drop) {
-    std::vector<tcm_flow_key> gone;
-    tcm_flow_key k{}, nk{};
+void delete_flows_if(int flows_fd, int tuples_fd, Pred drop) {
+    std::vector<tcm_flow_id> gone;
+    tcm_flow_id k{}, nk{};
     void *prev = nullptr;
     while (bpf_map_get_next_key(flows_fd, prev, &nk) == 0) {
-        if (drop(nk.policy_id))
+        if (drop(TCM_FLOW_POLICY(nk.head)))
             gone.push_back(nk);
         k = nk;
         prev = &k;
     }
     for (const auto &g : gone)
-        bpf_map_delete_elem(flows_fd, &g);
+        if (bpf_map_delete_elem(flows_fd, &g) == 0)
+            detail::drop_flow_tuple(flows_fd, tuples_fd, g);
 }
 
 } // namespace
@@ -216,7 +217,7 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
     // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
     if (impl_.flows_unclean && !fresh.empty())
-        delete_flows_if(fd(skel_->maps.tcm_flows),
+        delete_flows_if(fd(skel_->maps.tcm_flows), fd(skel_->maps.tcm_flow_tuples),
                         [&](uint32_t id) { return !impl_.active.contains(id); });
 }
 
@@ -299,11 +300,13 @@ Datapath::Impl::SetWriter::ActiveChange Datapath::Impl::SetWriter::update_active
 // A scan of the whole flow table, so only when a policy was removed (a plain update keeps every
 // id). After adopting pins, every id no set holds.
 void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &change) {
-    int flows_fd = fd(skel_->maps.tcm_flows);
+    int flows_fd = fd(skel_->maps.tcm_flows), tuples_fd = fd(skel_->maps.tcm_flow_tuples);
     if (impl_.flows_unclean)
-        delete_flows_if(flows_fd, [&](uint32_t id) { return !impl_.active.contains(id); });
+        delete_flows_if(flows_fd, tuples_fd,
+                        [&](uint32_t id) { return !impl_.active.contains(id); });
     else if (!change.removed.empty())
-        delete_flows_if(flows_fd, [&](uint32_t id) { return change.removed.contains(id); });
+        delete_flows_if(flows_fd, tuples_fd,
+                        [&](uint32_t id) { return change.removed.contains(id); });
     impl_.flows_unclean = false;
 }
 

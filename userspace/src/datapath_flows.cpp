@@ -4,6 +4,8 @@
 #include "datapath_impl.hpp"
 #include "tricolor/bpf_load.hpp"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -22,22 +24,75 @@ bool busier(const Flow &a, const Flow &b) {
     return x != y ? x > y : key_less(a.key, b.key);
 }
 
+void v4_mapped(uint32_t out[4], uint32_t addr) {
+    out[0] = out[1] = 0;
+    out[2] = htonl(0xffff);
+    out[3] = addr;
+}
+
 } // namespace
 
 namespace detail {
 
-void sort_unique(std::vector<tcm_flow_key> &keys) {
-    std::ranges::sort(keys, key_less);
-    auto same = [](const tcm_flow_key &a, const tcm_flow_key &b) {
+tcm_flow_key flow_key_of_id(const tcm_flow_id &id, int tuples_fd) {
+    tcm_flow_key k{};
+    k.policy_id = TCM_FLOW_POLICY(id.head);
+    switch (TCM_FLOW_KIND(id.head)) {
+    case TCM_FLOW_SRC:
+    case TCM_FLOW_CGROUP: // the bucket id in the first two words, as flow_key_text reads it
+        std::memcpy(k.src, id.w, sizeof(k.src));
+        break;
+    case TCM_FLOW_DST:
+        std::memcpy(k.dst, id.w, sizeof(k.dst));
+        break;
+    case TCM_FLOW_5TUPLE4:
+        v4_mapped(k.src, id.w[0]);
+        v4_mapped(k.dst, id.w[1]);
+        k.sport = static_cast<uint16_t>(id.w[2]);
+        k.dport = static_cast<uint16_t>(id.w[2] >> 16);
+        k.proto = static_cast<uint8_t>(id.w[3]);
+        break;
+    case TCM_FLOW_5TUPLE6:
+        if (bpf_map_lookup_elem(tuples_fd, &id, &k) != 0) {
+            // Not recorded (tcm_flow_tuples was full): the hash, so that flows stay apart.
+            k = tcm_flow_key{};
+            k.policy_id = TCM_FLOW_POLICY(id.head);
+            std::memcpy(k.src, id.w, sizeof(k.src));
+        }
+        break;
+    }
+    return k;
+}
+
+void drop_flow_tuple(int flows_fd, int tuples_fd, const tcm_flow_id &id) {
+    if (TCM_FLOW_KIND(id.head) != TCM_FLOW_5TUPLE6)
+        return;
+    tcm_flow_key t{};
+    if (bpf_map_lookup_elem(tuples_fd, &id, &t) != 0)
+        return;
+    bpf_map_delete_elem(tuples_fd, &id);
+    // A packet that created the flow again before this delete wrote the same tuple, which the
+    // delete took: put it back (a packet after it writes it itself; then this insert fails).
+    tcm_flow f{};
+    if (bpf_map_lookup_elem(flows_fd, &id, &f) == 0)
+        bpf_map_update_elem(tuples_fd, &id, &t, BPF_NOEXIST);
+}
+
+void sort_unique(std::vector<tcm_flow_id> &keys) {
+    auto less = [](const tcm_flow_id &a, const tcm_flow_id &b) {
+        return std::memcmp(&a, &b, sizeof(a)) < 0;
+    };
+    std::ranges::sort(keys, less);
+    auto same = [](const tcm_flow_id &a, const tcm_flow_id &b) {
         return std::memcmp(&a, &b, sizeof(a)) == 0;
     };
     keys.erase(std::unique(keys.begin(), keys.end(), same), keys.end());
 }
 
-std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain) {
-    std::vector<tcm_flow_key> out;
+std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain) {
+    std::vector<tcm_flow_id> out;
     size_t chunk = 1024;
-    std::vector<tcm_flow_key> keys(chunk);
+    std::vector<tcm_flow_id> keys(chunk);
     std::vector<uint8_t> values(chunk);
     uint32_t in_batch = 0, out_batch = 0;
     bool first = true;
@@ -68,10 +123,11 @@ std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain) {
 
 std::vector<Flow> Datapath::flows() const {
     std::vector<Flow> out;
-    detail::for_each_entry<tcm_flow_key, tcm_flow>(impl_->fd(impl_->skel->maps.tcm_flows), 1,
-                                                   [&](const tcm_flow_key &k, const tcm_flow *v) {
-                                                       out.push_back(Flow{k, *v});
-                                                   });
+    int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
+    detail::for_each_entry<tcm_flow_id, tcm_flow>(
+        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_id &k, const tcm_flow *v) {
+            out.push_back(Flow{detail::flow_key_of_id(k, tuples), *v, k});
+        });
     return out;
 }
 
@@ -153,8 +209,8 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
 
 void Datapath::walk_flow_pass(FlowPass &pass) const {
     auto &top = pass.top;
-    detail::for_each_entry<tcm_flow_key, tcm_flow>(
-        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
+    detail::for_each_entry<tcm_flow_id, tcm_flow>(
+        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_id &k, const tcm_flow *v) {
             ++pass.flows;
             const uint64_t bytes = flow_bytes(*v);
             if (bytes >= pass.threshold) {
@@ -164,7 +220,7 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
                     pass.heavy_over_cap = true;
             }
             if (pass.reclaim) {
-                auto cfg = pass.configs.find(k.policy_id);
+                auto cfg = pass.configs.find(TCM_FLOW_POLICY(k.head));
                 if (cfg != pass.configs.end() && !v->lock) {
                     // Exactly what the next packet would see: the shared refill code on a copy.
                     tcm_meter_state s = v->meter;
@@ -176,9 +232,9 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
                         if (pass.min_idle_ns && started &&
                             pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
                                 pass.min_idle_ns) {
-                            pass.full_recent.push_back({k, *v});
+                            pass.full_recent.push_back({{}, *v, k});
                         } else {
-                            pass.reclaimable.push_back({k, *v});
+                            pass.reclaimable.push_back({{}, *v, k});
                             return; // going: not one of the next threshold's flows
                         }
                     }
@@ -210,18 +266,21 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
         return false;
     }
     int fd = impl_->fd(impl_->skel->maps.tcm_flows);
+    int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
     const size_t end =
         todo.size() - pass.next_reclaim > max ? pass.next_reclaim + max : todo.size();
     for (; pass.next_reclaim < end; ++pass.next_reclaim) {
         // Only if no packet came since the walk read it: one that did may have taken tokens.
         const Flow &f = todo[pass.next_reclaim];
         tcm_flow now{};
-        if (bpf_map_lookup_elem(fd, &f.key, &now) != 0 || now.lock ||
+        if (bpf_map_lookup_elem(fd, &f.id, &now) != 0 || now.lock ||
             now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
             std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
             continue;
-        if (bpf_map_delete_elem(fd, &f.key) == 0)
+        if (bpf_map_delete_elem(fd, &f.id) == 0) {
             ++pass.reclaimed;
+            detail::drop_flow_tuple(fd, tuples, f.id);
+        }
     }
     return pass.next_reclaim < todo.size();
 }
@@ -281,15 +340,18 @@ std::vector<Flow> Datapath::top_flows(size_t k, const std::function<bool(uint32_
         // A full map may have refused an insert whose count is not visible yet.
         if (!live || live->size() >= impl_->hot_capacity || foreign_flow_writers())
             return false;
-        std::vector<tcm_flow_key> candidates = hot.keys;
+        std::vector<tcm_flow_id> candidates = hot.keys;
         candidates.insert(candidates.end(), live->begin(), live->end());
         detail::sort_unique(candidates);
         int fd = impl_->fd(impl_->skel->maps.tcm_flows);
-        for (const auto &key : candidates) {
-            Flow f{key, {}};
-            if (wanted(key.policy_id) && bpf_map_lookup_elem(fd, &key, &f.state) == 0 &&
-                flow_bytes(f.state) >= hot.threshold)
+        int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
+        for (const auto &id : candidates) {
+            Flow f{{}, {}, id};
+            if (wanted(TCM_FLOW_POLICY(id.head)) && bpf_map_lookup_elem(fd, &id, &f.state) == 0 &&
+                flow_bytes(f.state) >= hot.threshold) {
+                f.key = detail::flow_key_of_id(id, tuples);
                 out.push_back(f);
+            }
         }
         // Read after the candidates: an insert refused before them has been counted by now.
         if (__atomic_load_n(&impl_->skel->bss->tcm_hot_overflow, __ATOMIC_SEQ_CST) != 0 ||

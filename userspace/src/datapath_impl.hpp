@@ -50,11 +50,11 @@ struct Datapath::Impl {
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;
     struct Hot {
-        bool valid = false;             // the keys below and tcm_flow_hot hold every flow
-                                        // with at least `threshold` bytes
-        uint64_t threshold = ~0ull;     // installed in the data path
-        std::vector<tcm_flow_key> keys; // sorted: read at or above it, or drained from the map
-        uint64_t next = ~0ull;          // for the next pass
+        bool valid = false;            // the keys below and tcm_flow_hot hold every flow
+                                       // with at least `threshold` bytes
+        uint64_t threshold = ~0ull;    // installed in the data path
+        std::vector<tcm_flow_id> keys; // sorted: read at or above it, or drained from the map
+        uint64_t next = ~0ull;         // for the next pass
     } hot;
     // --match cgroup: the tree as last scanned (with its paths by id), and the cgroup rules each
     // set holds as written (unknown after adopting pins: the first write deletes what is there).
@@ -97,11 +97,19 @@ struct Datapath::Impl {
 namespace detail {
 
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
-void sort_unique(std::vector<tcm_flow_key> &keys);
+void sort_unique(std::vector<tcm_flow_id> &keys);
 
 // The keys of the heavy-hitter map, deleting them if @drain; nullopt if the map could not be
 // read whole (datapath_flows.cpp).
-std::optional<std::vector<tcm_flow_key>> hot_map_keys(int fd, bool drain);
+std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain);
+
+// The flow of @id in full (tcm_flow_id's layout); an IPv6 5-tuple from @tuples_fd
+// (tcm_flow_tuples), its hash words as its addresses if that has none.
+tcm_flow_key flow_key_of_id(const tcm_flow_id &id, int tuples_fd);
+
+// After the flow @id was deleted from tcm_flows (@flows_fd): its tuple from @tuples_fd, unless
+// a packet has created the flow again meanwhile (datapath_flows.cpp).
+void drop_flow_tuple(int flows_fd, int tuples_fd, const tcm_flow_id &id);
 
 // Reads every entry of @fd in batches of keys K and values V (V per CPU: @values_per_key of
 // them), calling @each(key, values). Falls back to one lookup a key where batching is missing.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -62,6 +63,21 @@ void carry_over_rule_hash(const std::string &path, RuleTable &table) {
     unlink(path.c_str());
 }
 
+// The secret of the IPv6 5-tuple's flow key (tcm_flow_hash6), drawn once: a map just created
+// holds zeros; one adopted from pins keeps the secret its flows were keyed with. Before any
+// program runs, so no flow is keyed with zeros.
+void draw_flow_seed(int fd) {
+    uint32_t zero = 0;
+    tcm_flow_seed seed{};
+    if (bpf_map_lookup_elem(fd, &zero, &seed) != 0)
+        throw std::runtime_error(fmt::format("cannot read tcm_flow_seed: {}", errno_text(errno)));
+    if (std::ranges::any_of(seed.k, [](uint32_t w) { return w != 0; }))
+        return;
+    if (getrandom(seed.k, sizeof(seed.k), 0) != static_cast<ssize_t>(sizeof(seed.k)) ||
+        bpf_map_update_elem(fd, &zero, &seed, 0) != 0)
+        throw std::runtime_error(fmt::format("cannot set tcm_flow_seed: {}", errno_text(errno)));
+}
+
 } // namespace
 
 Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
@@ -72,9 +88,10 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             fmt::format("cannot open the BPF data path: {}", errno_text(errno)));
     if (o.flow_capacity == 0)
         throw std::runtime_error("the flow table needs a capacity of at least 1");
-    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows, o.flow_capacity); err < 0)
-        throw std::runtime_error(
-            fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
+    for (bpf_map *m : {impl_->skel->maps.tcm_flows, impl_->skel->maps.tcm_flow_tuples})
+        if (int err = bpf_map__set_max_entries(m, o.flow_capacity); err < 0)
+            throw std::runtime_error(fmt::format("cannot size the flow table to {}: {}",
+                                                 o.flow_capacity, errno_text(err)));
     if (o.hot_capacity == 0)
         throw std::runtime_error("the heavy-hitter map needs a capacity of at least 1");
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
@@ -95,10 +112,11 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         bpf_object__for_each_map(m, impl_->skel->obj) {
             // A cache (and its doorkeeper) is not state: a new program starts with an empty
             // one. The heavy hitters go with this program's threshold (in .data, not pinned
-            // either); the hot key and the cgroup bucket are scratch.
+            // either); the hot key, the tuple key and the cgroup bucket are scratch.
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
                 m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
-                m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_cgroup_bucket)
+                m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_tuple_key ||
+                m == impl_->skel->maps.tcm_cgroup_bucket)
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (m == impl_->skel->maps.tcm_fleet)
@@ -121,6 +139,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                                impl_->pin_path);
         throw std::runtime_error(loaded.error() + hint);
     }
+    draw_flow_seed(impl_->fd(impl_->skel->maps.tcm_flow_seed));
     void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
                      impl_->fd(impl_->skel->maps.tcm_runtime), 0);
     if (mem == MAP_FAILED)

@@ -99,6 +99,23 @@ size_t Datapath::class_cache_entries() const {
     return n;
 }
 
+size_t Datapath::flow_tuple_entries() const {
+    int fd = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
+    tcm_flow_id key{}, next{};
+    size_t n = 0;
+    for (void *prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key, ++n)
+        key = next;
+    return n;
+}
+
+tcm_flow_seed Datapath::flow_seed() const {
+    uint32_t zero = 0;
+    tcm_flow_seed seed{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flow_seed), &zero, &seed) != 0)
+        throw std::runtime_error("cannot read tcm_flow_seed");
+    return seed;
+}
+
 size_t Datapath::last_set_writes() const {
     return impl_->sets->last_map_writes();
 }
@@ -110,11 +127,14 @@ void Datapath::set_hot_threshold_for_test(uint64_t bytes) {
 }
 
 std::vector<tcm_flow_key> Datapath::hot_keys() const {
-    auto keys = detail::hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), false);
-    if (!keys)
+    auto ids = detail::hot_map_keys(impl_->fd(impl_->skel->maps.tcm_flow_hot), false);
+    if (!ids)
         throw std::runtime_error("cannot read tcm_flow_hot");
-    detail::sort_unique(*keys);
-    return *keys;
+    detail::sort_unique(*ids);
+    std::vector<tcm_flow_key> keys;
+    for (const auto &id : *ids)
+        keys.push_back(detail::flow_key_of_id(id, impl_->fd(impl_->skel->maps.tcm_flow_tuples)));
+    return keys;
 }
 
 uint64_t Datapath::hot_overflow() const {

@@ -65,8 +65,9 @@ struct DatapathOptions {
 struct SetChange; // policy_sets.hpp
 
 struct Flow {
-    tcm_flow_key key;
+    tcm_flow_key key; // the flow's identity in full (tcm_flow_tuples for an IPv6 5-tuple)
     tcm_flow state;
+    tcm_flow_id id{}; // its key in tcm_flows
 };
 
 // A flow's bytes, all colours: what flows --top orders by.
@@ -89,7 +90,7 @@ struct FlowPass {
     size_t flows = 0;                             // read by the walk
     std::vector<Flow> reclaimable;                // full now (and idle long enough): to delete
     std::vector<Flow> full_recent;                // full now, seen recently: under pressure only
-    std::vector<tcm_flow_key> heavy;              // read at or above the threshold
+    std::vector<tcm_flow_id> heavy;               // read at or above the threshold
     bool heavy_over_cap = false;
     std::vector<uint64_t> top; // the top_keep largest byte counts read (a min-heap)
     size_t reclaimed = 0, next_reclaim = 0;
@@ -222,6 +223,10 @@ class Datapath {
     void set_version_for_test(uint32_t version);
     // Entries in the classification cache (tcm_class_cache).
     size_t class_cache_entries() const;
+    // Entries in tcm_flow_tuples (the IPv6 5-tuples of flows keyed by their hash); the secret
+    // of that hash.
+    size_t flow_tuple_entries() const;
+    tcm_flow_seed flow_seed() const;
     // Map entries the last change wrote into the policy sets (updates and deletes).
     size_t last_set_writes() const;
     // The heavy-hitter threshold as the data path reads it, set directly; the keys in
