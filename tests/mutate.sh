@@ -147,6 +147,14 @@ mutant flow-tuple-kept userspace/src/datapath_flows.cpp \
     's/detail::drop_flow_tuple\(fd, tuples, f\.id\);//' \
     "flow key: a reclaimed IPv6 5-tuple flow leaves its tuple behind" \
     "bpf:DatapathTest.Ipv6FiveTuplesAreFlowsApartAndListedWhole"
+mutant flow-move-skipped userspace/src/datapath_load.cpp \
+    's/rodata->tcm_flows_moving = impl_->flows_moving;/rodata->tcm_flows_moving = 0;/' \
+    "flow key: flows of the 44-byte table of before start afresh instead of moving" \
+    "bpf:DatapathPinning.FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket"
+mutant flow-move-left-locked bpf/lib/flow.h \
+    's/if \(f\)\s*__sync_lock_test_and_set\(&f->lock, 0\);//' \
+    "flow key: a flow moved out of the table of before stays locked" \
+    "bpf:DatapathPinning.FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket"
 mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
     's/if \(version == 0\)\s*dp_\.clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \

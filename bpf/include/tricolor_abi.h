@@ -372,6 +372,10 @@ struct tcm_flow_seed {
      : (i) == 8 ? (__u32)(t)->sport | (__u32)(t)->dport << 16                                      \
                 : (__u32)(t)->proto)
 
+/* tcm_flows_old (the flow table of before tcm_flow_id): a lock word that says the flow is in
+ * tcm_flows now (flow_move_old in bpf/lib/flow.h). */
+#define TCM_FLOW_MOVED 2u
+
 #define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
 /* Capacity of tcm_flow_hot (bpf/lib/hot.h), the flows whose bytes crossed the threshold user

@@ -119,6 +119,18 @@ struct {
     __type(value, struct tcm_flow);
 } tcm_flows SEC(".maps");
 
+/* The flow table of a tricolor whose key was the whole tcm_flow_key (44 bytes), while its flows
+ * move into tcm_flows: a packet whose flow tcm_flows lacks looks here before starting a new one
+ * (flow_move_old, flow.h). User space renames that pin tcm_flows_old and reuses it; otherwise
+ * this is an empty map of one entry that no packet reads (tcm_flows_moving is 0). */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __uint(max_entries, 1);
+    __type(key, struct tcm_flow_key);
+    __type(value, struct tcm_flow);
+} tcm_flows_old SEC(".maps");
+
 /* The secret of the IPv6 5-tuple's key (tcm_flow_hash6): written by user space when the pinned
  * maps are created, before a program runs, and kept with them. */
 struct {

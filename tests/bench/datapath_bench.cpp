@@ -679,6 +679,14 @@ int main() {
         ns["green_aggregate_xdp_aqm_ecn"].push_back(run_repeat(agg_aqm.xdp_prog_fd(), frame));
         ns["green_per_src_1_flow"].push_back(run_repeat(per_src.xdp_prog_fd(), frame));
         ns["green_per_src_1M_flows"].push_back(run_repeat(million.xdp_prog_fd(), frame));
+        // One flow's memory work alone by key size (bpf/bench.bpf.c, BENCH_FLOW): what the
+        // kernel's hash of a 44-, 20- or 8-byte key costs a packet (docs/datapath.md, "One
+        // flow: the key").
+        for (const auto &[name, prog] :
+             {std::pair{"flow_k44_one", baseline->progs.bench_flow_k44_one},
+              std::pair{"flow_k20_one", baseline->progs.bench_flow_k20_one},
+              std::pair{"flow_k8_one", baseline->progs.bench_flow_k8_one}})
+            ns[name].push_back(run_repeat(bpf_program__fd(prog), frame));
         for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels)
             ns[fmt::format("green_chain_{}_levels", levels)].push_back(
                 run_repeat(chains[levels - 2]->xdp_prog_fd(), frame));

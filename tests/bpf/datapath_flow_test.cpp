@@ -369,6 +369,78 @@ TEST_F(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
     EXPECT_FALSE(std::filesystem::exists(pin));
 }
 
+// A pin directory of a daemon whose flow table was keyed by the whole tcm_flow_key (44 bytes):
+// that table is set aside (tcm_flows_old) and each flow moves into the new table at its next
+// packet, under its lock, with its tokens and counters: a flow that had 2000 of 3000 tokens
+// passes two more 1000-byte packets, not three. Until then the old flows are listed and
+// reclaimed from there, and the old pin goes once it is empty.
+TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+    ps.per = TCM_PER_SRC;
+    auto from = [](const char *src) {
+        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
+    };
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    std::vector<Flow> before;
+    {
+        Datapath a(o);
+        ASSERT_TRUE(a.apply({ps}).has_value());
+        a.set_clock(5000000000);
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+            EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS); // 2000 of 3000 left each
+        before = a.flows();
+    }
+    ASSERT_EQ(before.size(), 3u);
+    // The daemon of before: its table keyed by the whole key (what flows() lists), and no
+    // tcm_flow_seed or tcm_flow_tuples.
+    for (const char *gone : {"tcm_flows", "tcm_flow_seed", "tcm_flow_tuples"})
+        ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_key), sizeof(tcm_flow),
+                             o.flow_capacity, &opts);
+    ASSERT_GE(old, 0) << errno_text(errno);
+    for (const auto &f : before)
+        ASSERT_EQ(bpf_map_update_elem(old, &f.key, &f.state, BPF_NOEXIST), 0);
+    ASSERT_EQ(bpf_obj_pin(old, (dir + "/tcm_flows").c_str()), 0) << errno_text(errno);
+    close(old);
+
+    Datapath b(o);
+    EXPECT_TRUE(b.adopted());
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flows_old"));
+    b.set_clock(5000000000);
+    auto flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows) {
+        EXPECT_EQ(f.id.head, 0u) << "not moved yet: listed from the table of before";
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 1u);
+    }
+    // Source 1 moves at its next packet: 2000 tokens, two packets.
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_DROP);
+    flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    size_t moved = 0;
+    for (const auto &f : flows) {
+        if (f.id.head == 0)
+            continue;
+        ++moved;
+        EXPECT_EQ(TCM_FLOW_KIND(f.id.head), TCM_FLOW_SRC);
+        EXPECT_EQ(f.key.src[3], inet_addr("198.18.0.1"));
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 3u) << "one counted before, two after";
+        EXPECT_EQ(f.state.counters.packets[TCM_RED], 1u);
+        EXPECT_EQ(f.state.lock, 0u);
+    }
+    EXPECT_EQ(moved, 1u);
+    // A second later every bucket is full: reclaimed from both tables, and the old pin goes.
+    b.set_clock(6000000000);
+    EXPECT_EQ(b.reclaim_idle_flows(), 3u);
+    EXPECT_TRUE(b.flows().empty());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows_old"));
+    EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_PASS);
+    EXPECT_EQ(b.flows().size(), 1u);
+}
+
 // A pin directory of a daemon whose tcm_fleet held the token grants of before (another value
 // size; libbpf would refuse to reuse it): that map alone is replaced at adoption, its leases are
 // renewed at the next exchange; the policies and counters are adopted as ever.

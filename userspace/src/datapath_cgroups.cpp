@@ -162,6 +162,7 @@ int Datapath::cgroup_in_prog_fd() {
         }
     }
     s->rodata->tcm_test_clock = im.testing ? 1 : 0;
+    s->rodata->tcm_flows_moving = im.flows_moving;
     if (auto loaded =
             load_bpf("the cgroup ingress program", [&] { return tricolor_cgin::load(s); });
         !loaded) {
@@ -207,7 +208,14 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
             k.w[0] = static_cast<uint32_t>(id);
             k.w[1] = static_cast<uint32_t>(id >> 32);
             tcm_flow f{};
-            if (bpf_map_lookup_elem(fd, &k, &f) == 0)
+            tcm_flow_key whole{}; // its key in the flow table of before, not moved yet
+            whole.policy_id = policy_id;
+            whole.src[0] = k.w[0];
+            whole.src[1] = k.w[1];
+            if (bpf_map_lookup_elem(fd, &k, &f) == 0 ||
+                (impl_->flows_moving &&
+                 bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_old), &whole, &f) == 0 &&
+                 f.lock != TCM_FLOW_MOVED))
                 b.counters = f.counters;
         }
         out.push_back(std::move(b));

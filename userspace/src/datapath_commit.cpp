@@ -33,6 +33,22 @@ void delete_flows_if(int flows_fd, int tuples_fd, Pred drop) {
             detail::drop_flow_tuple(flows_fd, tuples_fd, g);
 }
 
+// The same in the flow table of before (tcm_flows_old), keyed by the whole tcm_flow_key.
+template <typename Pred>
+void delete_old_flows_if(int old_fd, Pred drop) {
+    std::vector<tcm_flow_key> gone;
+    tcm_flow_key k{}, nk{};
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(old_fd, prev, &nk) == 0) {
+        if (drop(nk.policy_id))
+            gone.push_back(nk);
+        k = nk;
+        prev = &k;
+    }
+    for (const auto &g : gone)
+        bpf_map_delete_elem(old_fd, &g);
+}
+
 } // namespace
 
 Result<void> Datapath::check(const std::vector<Policy> &policies) const {
@@ -216,9 +232,12 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
         }
     // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
-    if (impl_.flows_unclean && !fresh.empty())
-        delete_flows_if(fd(skel_->maps.tcm_flows), fd(skel_->maps.tcm_flow_tuples),
-                        [&](uint32_t id) { return !impl_.active.contains(id); });
+    if (impl_.flows_unclean && !fresh.empty()) {
+        auto gone = [&](uint32_t id) { return !impl_.active.contains(id); };
+        delete_flows_if(fd(skel_->maps.tcm_flows), fd(skel_->maps.tcm_flow_tuples), gone);
+        if (impl_.flows_moving)
+            delete_old_flows_if(fd(skel_->maps.tcm_flows_old), gone);
+    }
 }
 
 Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
@@ -301,12 +320,16 @@ Datapath::Impl::SetWriter::ActiveChange Datapath::Impl::SetWriter::update_active
 // id). After adopting pins, every id no set holds.
 void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &change) {
     int flows_fd = fd(skel_->maps.tcm_flows), tuples_fd = fd(skel_->maps.tcm_flow_tuples);
+    auto unclean = [&](uint32_t id) { return !impl_.active.contains(id); };
+    auto removed = [&](uint32_t id) { return change.removed.contains(id); };
     if (impl_.flows_unclean)
-        delete_flows_if(flows_fd, tuples_fd,
-                        [&](uint32_t id) { return !impl_.active.contains(id); });
+        delete_flows_if(flows_fd, tuples_fd, unclean);
     else if (!change.removed.empty())
-        delete_flows_if(flows_fd, tuples_fd,
-                        [&](uint32_t id) { return change.removed.contains(id); });
+        delete_flows_if(flows_fd, tuples_fd, removed);
+    if (impl_.flows_moving && impl_.flows_unclean)
+        delete_old_flows_if(fd(skel_->maps.tcm_flows_old), unclean);
+    else if (impl_.flows_moving && !change.removed.empty())
+        delete_old_flows_if(fd(skel_->maps.tcm_flows_old), removed);
     impl_.flows_unclean = false;
 }
 

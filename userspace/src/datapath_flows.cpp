@@ -128,6 +128,15 @@ std::vector<Flow> Datapath::flows() const {
         impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_id &k, const tcm_flow *v) {
             out.push_back(Flow{detail::flow_key_of_id(k, tuples), *v, k});
         });
+    // Flows of the table of before that no packet has moved yet: their key is the whole one;
+    // an id of 0 says where they are.
+    if (impl_->flows_moving)
+        detail::for_each_entry<tcm_flow_key, tcm_flow>(
+            impl_->fd(impl_->skel->maps.tcm_flows_old), 1,
+            [&](const tcm_flow_key &k, const tcm_flow *v) {
+                if (v->lock != TCM_FLOW_MOVED)
+                    out.push_back(Flow{k, *v, {}});
+            });
     return out;
 }
 
@@ -209,48 +218,62 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
 
 void Datapath::walk_flow_pass(FlowPass &pass) const {
     auto &top = pass.top;
-    detail::for_each_entry<tcm_flow_id, tcm_flow>(
-        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_id &k, const tcm_flow *v) {
-            ++pass.flows;
-            const uint64_t bytes = flow_bytes(*v);
-            if (bytes >= pass.threshold) {
-                if (pass.heavy.size() < pass.heavy_cap)
-                    pass.heavy.push_back(k);
-                else
-                    pass.heavy_over_cap = true;
-            }
-            if (pass.reclaim) {
-                auto cfg = pass.configs.find(TCM_FLOW_POLICY(k.head));
-                if (cfg != pass.configs.end() && !v->lock) {
-                    // Exactly what the next packet would see: the shared refill code on a copy.
-                    tcm_meter_state s = v->meter;
-                    meter_refill(&cfg->second, &s, pass.now);
-                    const bool started = v->flags & TCM_FLOW_F_STARTED;
-                    if (!started ||
-                        (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size)) {
-                        // Seen recently: left for an operator to look at, unless under pressure.
-                        if (pass.min_idle_ns && started &&
-                            pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
-                                pass.min_idle_ns) {
-                            pass.full_recent.push_back({{}, *v, k});
-                        } else {
-                            pass.reclaimable.push_back({{}, *v, k});
-                            return; // going: not one of the next threshold's flows
-                        }
+    // @key: the flow's whole key if it is in tcm_flows_old (its @k is then 0), else unused.
+    auto each = [&](const tcm_flow_id &k, const tcm_flow_key &key, const tcm_flow *v) {
+        ++pass.flows;
+        const uint64_t bytes = flow_bytes(*v);
+        if (bytes >= pass.threshold) {
+            if (k.head == 0)
+                pass.heavy_over_cap = true; // not tracked there: flows --top walks
+            else if (pass.heavy.size() < pass.heavy_cap)
+                pass.heavy.push_back(k);
+            else
+                pass.heavy_over_cap = true;
+        }
+        if (pass.reclaim) {
+            auto cfg = pass.configs.find(k.head ? TCM_FLOW_POLICY(k.head) : key.policy_id);
+            if (cfg != pass.configs.end() && !v->lock) {
+                // Exactly what the next packet would see: the shared refill code on a copy.
+                tcm_meter_state s = v->meter;
+                meter_refill(&cfg->second, &s, pass.now);
+                const bool started = v->flags & TCM_FLOW_F_STARTED;
+                if (!started ||
+                    (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size)) {
+                    // Seen recently: left for an operator to look at, unless under pressure.
+                    if (pass.min_idle_ns && started &&
+                        pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
+                            pass.min_idle_ns) {
+                        pass.full_recent.push_back({key, *v, k});
+                    } else {
+                        pass.reclaimable.push_back({key, *v, k});
+                        return; // going: not one of the next threshold's flows
                     }
                 }
             }
-            if (pass.top_keep == 0)
-                return;
-            if (top.size() < pass.top_keep) {
-                top.push_back(bytes);
-                std::ranges::push_heap(top, std::greater<>());
-            } else if (bytes > top.front()) {
-                std::ranges::pop_heap(top, std::greater<>());
-                top.back() = bytes;
-                std::ranges::push_heap(top, std::greater<>());
-            }
-        });
+        }
+        if (pass.top_keep == 0)
+            return;
+        if (top.size() < pass.top_keep) {
+            top.push_back(bytes);
+            std::ranges::push_heap(top, std::greater<>());
+        } else if (bytes > top.front()) {
+            std::ranges::pop_heap(top, std::greater<>());
+            top.back() = bytes;
+            std::ranges::push_heap(top, std::greater<>());
+        }
+    };
+    detail::for_each_entry<tcm_flow_id, tcm_flow>(
+        impl_->fd(impl_->skel->maps.tcm_flows), 1,
+        [&](const tcm_flow_id &k, const tcm_flow *v) { each(k, tcm_flow_key{}, v); });
+    if (impl_->flows_moving)
+        detail::for_each_entry<tcm_flow_key, tcm_flow>(
+            impl_->fd(impl_->skel->maps.tcm_flows_old), 1,
+            [&](const tcm_flow_key &key, const tcm_flow *v) {
+                if (v->lock == TCM_FLOW_MOVED)
+                    return; // in tcm_flows now (its delete is on its way)
+                ++pass.old_flows;
+                each(tcm_flow_id{}, key, v);
+            });
     if (pass.pressure_at && pass.flows > pass.pressure_at)
         pass.reclaimable.insert(pass.reclaimable.end(), pass.full_recent.begin(),
                                 pass.full_recent.end());
@@ -267,19 +290,26 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
     }
     int fd = impl_->fd(impl_->skel->maps.tcm_flows);
     int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
+    int old_fd = impl_->fd(impl_->skel->maps.tcm_flows_old);
     const size_t end =
         todo.size() - pass.next_reclaim > max ? pass.next_reclaim + max : todo.size();
     for (; pass.next_reclaim < end; ++pass.next_reclaim) {
         // Only if no packet came since the walk read it: one that did may have taken tokens.
         const Flow &f = todo[pass.next_reclaim];
         tcm_flow now{};
-        if (bpf_map_lookup_elem(fd, &f.id, &now) != 0 || now.lock ||
+        // In the table of before (id 0): by its whole key there.
+        const int in = f.id.head ? fd : old_fd;
+        const void *key = f.id.head ? static_cast<const void *>(&f.id) : &f.key;
+        if (bpf_map_lookup_elem(in, key, &now) != 0 || now.lock ||
             now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
             std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
             continue;
-        if (bpf_map_delete_elem(fd, &f.id) == 0) {
+        if (bpf_map_delete_elem(in, key) == 0) {
             ++pass.reclaimed;
-            detail::drop_flow_tuple(fd, tuples, f.id);
+            if (in == old_fd)
+                --pass.old_flows;
+            else
+                detail::drop_flow_tuple(fd, tuples, f.id);
         }
     }
     return pass.next_reclaim < todo.size();
@@ -287,6 +317,11 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
 
 void Datapath::end_flow_pass(FlowPass &pass) {
     impl_->counted_flows = pass.flows - std::min(pass.flows, pass.reclaimed);
+    // The table of before is empty: its pin goes (the programs keep the map until replaced).
+    if (impl_->flows_moving && pass.old_flows == 0 && !impl_->pin_path.empty()) {
+        unlink((impl_->pin_path + "/tcm_flows_old").c_str());
+        impl_->flows_moving = false;
+    }
     auto &hot = impl_->hot;
     // The next threshold: the bytes of the top_keep-th busiest flow read (none: tracking off,
     // a walk is cheap then), unless that lowers it while enough flows stand at or above it.

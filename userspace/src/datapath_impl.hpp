@@ -46,6 +46,10 @@ struct Datapath::Impl {
     bool in_sync = true;
     // Adopted pins: the flow table may hold flows of ids no set holds.
     bool flows_unclean = false;
+    // tcm_flows_old is the pinned flow table of before (keyed by the whole tcm_flow_key), whose
+    // flows move at their next packet: listed and reclaimed from there meanwhile, and its pin
+    // removed once it is empty (datapath_flows.cpp).
+    bool flows_moving = false;
     uint32_t shaping = 0; // active policies with --shape sockets
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;

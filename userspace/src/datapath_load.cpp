@@ -41,6 +41,35 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
         unlink(path.c_str());
 }
 
+// The entries of the pinned map at @path: its max_entries and key size (0, 0: no such map).
+std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return {0, 0};
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    std::pair<uint32_t, uint32_t> out{0, 0};
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+        out = {info.max_entries, info.key_size};
+    close(fd);
+    return out;
+}
+
+// Pins of before tcm_flow_id keyed the flow table by the whole tcm_flow_key: that table becomes
+// tcm_flows_old, whose flows the data path moves into the new tcm_flows at their next packet
+// (flow_move_old in bpf/lib/flow.h) and user space lists and reclaims meanwhile. Returns the old
+// table's capacity, 0 if there is none.
+uint32_t set_aside_old_flow_table(const std::string &pin_path) {
+    const std::string path = pin_path + "/tcm_flows", old = pin_path + "/tcm_flows_old";
+    if (auto [entries, key_size] = pinned_map_size(path);
+        entries && key_size == sizeof(tcm_flow_key) && !std::filesystem::exists(old)) {
+        if (rename(path.c_str(), old.c_str()) != 0)
+            throw std::runtime_error(fmt::format(
+                "cannot move the flow table of before {} to {}: {}", path, old, errno_text(errno)));
+    }
+    return pinned_map_size(old).first;
+}
+
 // Pins of before tcm_rule_table held the classifier's rules in a hash map, tcm_rules, of the
 // same keys and values: its rules (both sets) go into the table before this program is attached,
 // so that it classifies as the program it replaces did, and the pin goes.
@@ -108,6 +137,12 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
                                                  impl_->pin_path, ec.message()));
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
+        if (uint32_t old = set_aside_old_flow_table(impl_->pin_path)) {
+            if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows_old, old); err < 0)
+                throw std::runtime_error(
+                    fmt::format("cannot size tcm_flows_old to {}: {}", old, errno_text(err)));
+            impl_->flows_moving = true;
+        }
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
             // A cache (and its doorkeeper) is not state: a new program starts with an empty
@@ -116,7 +151,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
                 m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
                 m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_tuple_key ||
-                m == impl_->skel->maps.tcm_cgroup_bucket)
+                m == impl_->skel->maps.tcm_cgroup_bucket ||
+                (m == impl_->skel->maps.tcm_flows_old && !impl_->flows_moving))
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (m == impl_->skel->maps.tcm_fleet)
@@ -128,6 +164,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     }
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
+    impl_->skel->rodata->tcm_flows_moving = impl_->flows_moving;
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF data path: " + problem);
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });

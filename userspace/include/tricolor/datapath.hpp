@@ -88,6 +88,7 @@ struct FlowPass {
     size_t heavy_cap = 0;       // most flows at or above the threshold it keeps
     std::map<uint32_t, tcm_meter_config> configs; // of the active policies, by id
     size_t flows = 0;                             // read by the walk
+    size_t old_flows = 0;                         // of them in tcm_flows_old, not reclaimed
     std::vector<Flow> reclaimable;                // full now (and idle long enough): to delete
     std::vector<Flow> full_recent;                // full now, seen recently: under pressure only
     std::vector<tcm_flow_id> heavy;               // read at or above the threshold
