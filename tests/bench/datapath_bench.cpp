@@ -548,7 +548,10 @@ void hot_path(bench *b) {
         {"plain_meter_aggregate", bpf_program__fd(b->progs.bench_plain_meter)},
         {"floor_meter", bpf_program__fd(b->progs.bench_floor_meter)},
         {"green_aggregate_xdp", agg.xdp_prog_fd()},
-        {"green_per_src_1_flow", per_src.xdp_prog_fd()}};
+        {"green_per_src_1_flow", per_src.xdp_prog_fd()},
+        {"flow_k44_one", bpf_program__fd(b->progs.bench_flow_k44_one)},
+        {"flow_k20_one", bpf_program__fd(b->progs.bench_flow_k20_one)},
+        {"flow_k8_one", bpf_program__fd(b->progs.bench_flow_k8_one)}};
     if (const char *spin = std::getenv("TRICOLOR_BENCH_SPIN")) { // one figure, for `perf record`
         for (const auto &[name, fd] : progs)
             if (std::string(name) == spin)
