@@ -152,7 +152,7 @@ mutant flow-move-skipped userspace/src/datapath_load.cpp \
     "flow key: flows of the 44-byte table of before start afresh instead of moving" \
     "bpf:DatapathPinning.FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket"
 mutant flow-move-left-locked bpf/lib/flow.h \
-    's/if \(f\)\s*__sync_lock_test_and_set\(&f->lock, 0\);//' \
+    's/if \(f\)\s*__sync_lock_test_and_set\(&f->lock, 0\);/if (f) __sync_lock_test_and_set(&f->lock, 1);/' \
     "flow key: a flow moved out of the table of before stays locked" \
     "bpf:DatapathPinning.FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket"
 mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
