@@ -208,15 +208,18 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
             k.w[0] = static_cast<uint32_t>(id);
             k.w[1] = static_cast<uint32_t>(id >> 32);
             tcm_flow f{};
-            tcm_flow_key whole{}; // its key in the flow table of before, not moved yet
-            whole.policy_id = policy_id;
-            whole.src[0] = k.w[0];
-            whole.src[1] = k.w[1];
-            if (bpf_map_lookup_elem(fd, &k, &f) == 0 ||
-                (impl_->flows_moving &&
-                 bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_old), &whole, &f) == 0 &&
-                 f.lock != TCM_FLOW_MOVED))
+            if (bpf_map_lookup_elem(fd, &k, &f) == 0) {
                 b.counters = f.counters;
+            } else if (impl_->flows_moving) {
+                tcm_flow_key whole{}; // its key in the flow table of before, not moved yet
+                whole.policy_id = policy_id;
+                whole.src[0] = k.w[0];
+                whole.src[1] = k.w[1];
+                if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_old), &whole, &f) ==
+                        0 &&
+                    f.lock != TCM_FLOW_MOVED)
+                    b.counters = f.counters;
+            }
         }
         out.push_back(std::move(b));
     }

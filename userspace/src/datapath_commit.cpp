@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <set>
 
+#include <functional>
+
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 
@@ -16,37 +18,19 @@
 namespace tricolor {
 namespace {
 
-// Deletes the flows whose policy id @drop says to, and the tuples of those that have one.
-template <typename Pred>
-void delete_flows_if(int flows_fd, int tuples_fd, Pred drop) {
-    std::vector<tcm_flow_id> gone;
-    tcm_flow_id k{}, nk{};
+// The keys K of @fd whose policy id (@policy_of the key) @drop says to delete.
+template <typename K, typename PolicyOf, typename Pred>
+std::vector<K> keys_to_drop(int fd, PolicyOf policy_of, Pred drop) {
+    std::vector<K> gone;
+    K k{}, nk{};
     void *prev = nullptr;
-    while (bpf_map_get_next_key(flows_fd, prev, &nk) == 0) {
-        if (drop(TCM_FLOW_POLICY(nk.head)))
+    while (bpf_map_get_next_key(fd, prev, &nk) == 0) {
+        if (drop(policy_of(nk)))
             gone.push_back(nk);
         k = nk;
         prev = &k;
     }
-    for (const auto &g : gone)
-        if (bpf_map_delete_elem(flows_fd, &g) == 0)
-            detail::drop_flow_tuple(flows_fd, tuples_fd, g);
-}
-
-// The same in the flow table of before (tcm_flows_old), keyed by the whole tcm_flow_key.
-template <typename Pred>
-void delete_old_flows_if(int old_fd, Pred drop) {
-    std::vector<tcm_flow_key> gone;
-    tcm_flow_key k{}, nk{};
-    void *prev = nullptr;
-    while (bpf_map_get_next_key(old_fd, prev, &nk) == 0) {
-        if (drop(nk.policy_id))
-            gone.push_back(nk);
-        k = nk;
-        prev = &k;
-    }
-    for (const auto &g : gone)
-        bpf_map_delete_elem(old_fd, &g);
+    return gone;
 }
 
 } // namespace
@@ -137,6 +121,7 @@ class Datapath::Impl::SetWriter {
     ActiveChange update_active_policies();
     // 5. The flows of policies that are gone.
     void delete_flows_of_removed(const ActiveChange &change);
+    void delete_flows_if(const std::function<bool(uint32_t)> &drop);
     // 6. --shape sockets: each policy's pacing rate.
     void write_socket_shaping(const ActiveChange &change);
     // 7. The set that was active caught up with the new one, once no packet reads it.
@@ -232,12 +217,24 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
         }
     // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
-    if (impl_.flows_unclean && !fresh.empty()) {
-        auto gone = [&](uint32_t id) { return !impl_.active.contains(id); };
-        delete_flows_if(fd(skel_->maps.tcm_flows), fd(skel_->maps.tcm_flow_tuples), gone);
-        if (impl_.flows_moving)
-            delete_old_flows_if(fd(skel_->maps.tcm_flows_old), gone);
-    }
+    if (impl_.flows_unclean && !fresh.empty())
+        delete_flows_if([&](uint32_t id) { return !impl_.active.contains(id); });
+}
+
+// Deletes the flows whose policy id @drop says to, from tcm_flows with their tuples and from
+// the table of before while it holds flows.
+void Datapath::Impl::SetWriter::delete_flows_if(const std::function<bool(uint32_t)> &drop) {
+    int flows_fd = fd(skel_->maps.tcm_flows), tuples_fd = fd(skel_->maps.tcm_flow_tuples);
+    auto policy = [](const tcm_flow_id &k) { return TCM_FLOW_POLICY(k.head); };
+    for (const auto &g : keys_to_drop<tcm_flow_id>(flows_fd, policy, drop))
+        if (bpf_map_delete_elem(flows_fd, &g) == 0)
+            detail::drop_flow_tuple(flows_fd, tuples_fd, g);
+    if (!impl_.flows_moving)
+        return;
+    int old_fd = fd(skel_->maps.tcm_flows_old);
+    auto old_policy = [](const tcm_flow_key &k) { return k.policy_id; };
+    for (const auto &g : keys_to_drop<tcm_flow_key>(old_fd, old_policy, drop))
+        bpf_map_delete_elem(old_fd, &g);
 }
 
 Result<void> Datapath::Impl::SetWriter::write_inactive_set() {
@@ -319,17 +316,10 @@ Datapath::Impl::SetWriter::ActiveChange Datapath::Impl::SetWriter::update_active
 // A scan of the whole flow table, so only when a policy was removed (a plain update keeps every
 // id). After adopting pins, every id no set holds.
 void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &change) {
-    int flows_fd = fd(skel_->maps.tcm_flows), tuples_fd = fd(skel_->maps.tcm_flow_tuples);
-    auto unclean = [&](uint32_t id) { return !impl_.active.contains(id); };
-    auto removed = [&](uint32_t id) { return change.removed.contains(id); };
     if (impl_.flows_unclean)
-        delete_flows_if(flows_fd, tuples_fd, unclean);
+        delete_flows_if([&](uint32_t id) { return !impl_.active.contains(id); });
     else if (!change.removed.empty())
-        delete_flows_if(flows_fd, tuples_fd, removed);
-    if (impl_.flows_moving && impl_.flows_unclean)
-        delete_old_flows_if(fd(skel_->maps.tcm_flows_old), unclean);
-    else if (impl_.flows_moving && !change.removed.empty())
-        delete_old_flows_if(fd(skel_->maps.tcm_flows_old), removed);
+        delete_flows_if([&](uint32_t id) { return change.removed.contains(id); });
     impl_.flows_unclean = false;
 }
 

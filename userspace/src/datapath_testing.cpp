@@ -90,22 +90,26 @@ void Datapath::set_version_for_test(uint32_t version) {
     __atomic_store_n(&impl_->runtime->active_set, version, __ATOMIC_RELEASE);
 }
 
-size_t Datapath::class_cache_entries() const {
-    int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
-    tcm_class_key key{}, next{};
+namespace {
+
+// The keys (of type K) in the map @fd.
+template <typename K>
+size_t count_keys(int fd) {
+    K key{}, next{};
     size_t n = 0;
     for (void *prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key, ++n)
         key = next;
     return n;
 }
 
+} // namespace
+
+size_t Datapath::class_cache_entries() const {
+    return count_keys<tcm_class_key>(impl_->fd(impl_->skel->maps.tcm_class_cache));
+}
+
 size_t Datapath::flow_tuple_entries() const {
-    int fd = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
-    tcm_flow_id key{}, next{};
-    size_t n = 0;
-    for (void *prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key, ++n)
-        key = next;
-    return n;
+    return count_keys<tcm_flow_id>(impl_->fd(impl_->skel->maps.tcm_flow_tuples));
 }
 
 tcm_flow_seed Datapath::flow_seed() const {
