@@ -186,17 +186,19 @@ static __always_inline void chain_done(const struct tcm_policy *lvl, struct tcm_
  * every path of the parser that leads to it. Inlined, the product of the parser's paths with
  * the flow key's (mode, family, four prefix words) and the meter's takes Linux 6.1's verifier
  * past its million-instruction limit (6.18 prunes better). The levels are
- * written out rather than looped over: four at most, and each step is a few calls. */
+ * written out rather than looped over: four at most, and each step is a few calls. @g: the
+ * global counters, which the caller has looked up already (never NULL: a per-CPU array's one
+ * element). */
 __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
                                                  const struct tcm_class_key *key,
-                                                 const struct tcm_chain_in *in) {
+                                                 const struct tcm_chain_in *in,
+                                                 struct tcm_global_counters *g) {
     const struct tcm_policy *lp[TCM_MAX_LEVELS] = {};
     struct tcm_flow *lf[TCM_MAX_LEVELS] = {};
-    __u32 zero = 0, n = 1, color;
+    __u32 n = 1, color;
 
-    if (!pol || !key || !in)
+    if (!pol || !key || !in || !g)
         return TCM_NR_COLORS;
-    struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
     struct tcm_flow *f0 = flow_find(pol, key, g);
     if (!f0)
         return TCM_NR_COLORS;
