@@ -148,6 +148,71 @@ BENCH_FLOW(bench_flow_k44_pre_one, 44, 0, 1)
 BENCH_FLOW(bench_flow_k44_post, 44, 1, 2)
 BENCH_FLOW(bench_flow_k44_post_one, 44, 0, 2)
 
+/* BENCH_FLOW's work with the flows in an array of slots probed by our own hash, as the
+ * classifier's rule table (tcm_rule_table) holds rules: a keyed NH hash of the 20-byte key's
+ * five words (the secret read from memory, as tcm_flow_seed would be) finished by MurmurHash3's
+ * mix picks the home slot; the key is compared word by word in the slot itself, which holds the
+ * flow's state beside it, where the kernel's hash reads a bucket and then an element elsewhere;
+ * a key not found takes the first empty slot probed (cmpxchg on its first word). A measurement
+ * of what such a table could cost a packet (docs/datapath.md, "Where the per-flow gap is"), not
+ * a design: deletion, tombstones and listing are not modelled. */
+struct bench_slot {
+    __u32 key[5];
+    __u32 pad;
+    struct tcm_flow flow;
+};
+__u32 bench_slot_seed[6] = {0x9e3779b9u, 0x85ebca6bu, 0xc2b2ae35u,
+                            0x27d4eb2fu, 0x165667b1u, 0xd3a2646cu};
+#define BENCH_SLOT_PROBES 8
+#define BENCH_SLOT_NH(a, b, i)                                                                     \
+    ((__u64)(__u32)((a) + bench_slot_seed[i]) * (__u32)((b) + bench_slot_seed[(i) + 1]))
+#define BENCH_SLOTS(name, spread, log2_slots)                                                      \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
+        __uint(max_entries, 1u << (log2_slots));                                                   \
+        __type(key, __u32);                                                                        \
+        __type(value, struct bench_slot);                                                          \
+    } name##_map SEC(".maps");                                                                     \
+    __u32 name##_counter = 0;                                                                      \
+    SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
+        __u64 x = ctx->data_end - ctx->data;                                                       \
+        __u32 k[5] = {1, 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0)};  \
+        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
+        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
+                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
+        h ^= h >> 33;                                                                              \
+        h *= 0xff51afd7ed558ccdull;                                                                \
+        h ^= h >> 33;                                                                              \
+        struct tcm_flow *f = NULL;                                                                 \
+        for (__u32 i = 0; i < BENCH_SLOT_PROBES; i++) {                                            \
+            __u32 idx = ((__u32)h + i) & ((1u << (log2_slots)) - 1);                               \
+            struct bench_slot *s = bpf_map_lookup_elem(&name##_map, &idx);                         \
+            if (!s)                                                                                \
+                break;                                                                             \
+            if (((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |                    \
+                 (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                                  \
+                f = &s->flow;                                                                      \
+                break;                                                                             \
+            }                                                                                      \
+            if (s->key[0] == 0 && __sync_val_compare_and_swap(&s->key[0], 0, k[0]) == 0) {         \
+                s->key[1] = k[1];                                                                  \
+                break; /* created: metered from its next packet, as BENCH_FLOW's */                \
+            }                                                                                      \
+        }                                                                                          \
+        if (f) {                                                                                   \
+            __sync_val_compare_and_swap(&f->lock, 0, 1);                                           \
+            f->meter.last_ns = bpf_ktime_get_ns();                                                 \
+            f->meter.c_tokens -= 64;                                                               \
+            f->counters.packets[0] += 1;                                                           \
+            f->counters.bytes[0] += 64;                                                            \
+            __sync_lock_test_and_set(&f->lock, 0);                                                 \
+        }                                                                                          \
+        bench_sink += x;                                                                           \
+        return XDP_PASS;                                                                           \
+    }
+BENCH_SLOTS(bench_flow_slots, 1, 21)
+BENCH_SLOTS(bench_flow_slots_one, 0, 10)
+
 /* The meters tricolor's hot path is measured against (docs/datapath.md, "Against a plain
  * meter"). Both are two-rate (trTCM-like: a P and a C bucket), colour-blind, 64-bit tokens in
  * bytes, and take no decision beyond green or not.

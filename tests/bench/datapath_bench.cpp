@@ -283,6 +283,8 @@ void million_flows(bench *b) {
         {"flow_k44", b->progs.bench_flow_k44},
         {"flow_k20", b->progs.bench_flow_k20},
         {"flow_k8", b->progs.bench_flow_k8},
+        // The 20-byte key in an array of slots probed by our own hash (BENCH_SLOTS).
+        {"flow_slots", b->progs.bench_flow_slots},
         // The same with work before or after the lookup, and on one key (BENCH_FLOW's @work).
         {"flow_k44_one", b->progs.bench_flow_k44_one},
         {"flow_k44_pre", b->progs.bench_flow_k44_pre},
@@ -377,7 +379,7 @@ void million_flows(bench *b) {
     std::printf("RESULT name=per_src_v4_2e20_split misses_ns=%.1f plain_misses_ns=%.1f "
                 "one_flow_ns=%.1f plain_one_ns=%.1f\n",
                 src - one, plain - plain_one, one, plain_one);
-    for (const char *k : {"flow_k44", "flow_k20", "flow_k8"})
+    for (const char *k : {"flow_k44", "flow_k20", "flow_k8", "flow_slots"})
         std::printf("RESULT name=%s_2e20_vs_plain_meter ratio=%.2f\n", k, median(ns[k]) / plain);
     // What work costs on one key and at 2^20 keys: the mock's added before and after its lookup,
     // and the plain meter's beyond the mock's (its spin lock, divisions and compares).
@@ -551,7 +553,8 @@ void hot_path(bench *b) {
         {"green_per_src_1_flow", per_src.xdp_prog_fd()},
         {"flow_k44_one", bpf_program__fd(b->progs.bench_flow_k44_one)},
         {"flow_k20_one", bpf_program__fd(b->progs.bench_flow_k20_one)},
-        {"flow_k8_one", bpf_program__fd(b->progs.bench_flow_k8_one)}};
+        {"flow_k8_one", bpf_program__fd(b->progs.bench_flow_k8_one)},
+        {"flow_slots_one", bpf_program__fd(b->progs.bench_flow_slots_one)}};
     if (const char *spin = std::getenv("TRICOLOR_BENCH_SPIN")) { // one figure, for `perf record`
         for (const auto &[name, fd] : progs)
             if (std::string(name) == spin)
@@ -688,7 +691,8 @@ int main() {
         for (const auto &[name, prog] :
              {std::pair{"flow_k44_one", baseline->progs.bench_flow_k44_one},
               std::pair{"flow_k20_one", baseline->progs.bench_flow_k20_one},
-              std::pair{"flow_k8_one", baseline->progs.bench_flow_k8_one}})
+              std::pair{"flow_k8_one", baseline->progs.bench_flow_k8_one},
+              std::pair{"flow_slots_one", baseline->progs.bench_flow_slots_one}})
             ns[name].push_back(run_repeat(bpf_program__fd(prog), frame));
         for (int levels = 2; levels <= TCM_MAX_LEVELS; ++levels)
             ns[fmt::format("green_chain_{}_levels", levels)].push_back(
