@@ -300,18 +300,16 @@ struct tcm_flow_key {
     __u32 dst[4];
 };
 
-/* The key of the per-flow table (tcm_flows): the policy's id and the kind of key in `head`, and
- * in `w` what the policy's `per` keeps of the packet:
- *   TCM_FLOW_SRC, TCM_FLOW_DST  the address under the policy's prefix, as tcm_class_key holds
- *                               it (16 bytes, IPv4 mapped);
- *   TCM_FLOW_5TUPLE4            IPv4 source, destination, sport | dport << 16, proto;
- *   TCM_FLOW_5TUPLE6            an IPv6 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple
- *                               itself is kept in tcm_flow_tuples for user space;
- *   TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1].
- * 20 bytes, not the 44 of a whole tcm_flow_key: the kernel's hash map hashes and compares every
- * byte of the key at each lookup (jhash: one mixing round per 12 bytes), and a per-flow packet
- * paid ~25 ns for the 24 bytes a key of the 5-tuple's width wastes on every other kind
- * (docs/datapath.md, "One flow: the key"). Unused words are zero. */
+/* The key of the per-flow table (tcm_flow_slots): the policy's id and the kind of key in `head`,
+ * and in `w` what the policy's `per` keeps of the packet: TCM_FLOW_SRC, TCM_FLOW_DST  the address
+ * under the policy's prefix, as tcm_class_key holds it (16 bytes, IPv4 mapped); TCM_FLOW_5TUPLE4
+ * IPv4 source, destination, sport | dport << 16, proto; TCM_FLOW_5TUPLE6            an IPv6
+ * 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple itself is kept in tcm_flow_tuples for
+ * user space; TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1]. 20 bytes, not
+ * the 44 of a whole tcm_flow_key: the kernel's hash map hashes and compares every byte of the key
+ * at each lookup (jhash: one mixing round per 12 bytes), and a per-flow packet paid ~25 ns for the
+ * 24 bytes a key of the 5-tuple's width wastes on every other kind (docs/datapath.md, "One flow:
+ * the key"). Unused words are zero. */
 struct tcm_flow_id {
     __u32 head; /* policy id | kind << 24 */
     __u32 w[4];
@@ -372,9 +370,12 @@ struct tcm_flow_seed {
      : (i) == 8 ? (__u32)(t)->sport | (__u32)(t)->dport << 16                                      \
                 : (__u32)(t)->proto)
 
-/* tcm_flows_old (the flow table of before tcm_flow_id): a lock word that says the flow is in
- * tcm_flows now (flow_move_old in bpf/lib/flow.h). */
+/* tcm_flows_old and tcm_flows_prev (the flow tables of before): a lock word that says the flow
+ * is in tcm_flow_slots now (flow_move_old in bpf/lib/flow.h). */
 #define TCM_FLOW_MOVED 2u
+/* tcm_flows_moving (.rodata): which tables of before hold flows that move at their next packet. */
+#define TCM_MOVING_OLD 1u  /* tcm_flows_old: keyed by the whole tcm_flow_key (44 bytes) */
+#define TCM_MOVING_PREV 2u /* tcm_flows_prev: a hash map keyed by tcm_flow_id */
 
 #define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
@@ -390,6 +391,56 @@ struct tcm_flow {
     struct tcm_meter_state meter;
     struct tcm_counters counters;
 };
+
+/* The per-key flow table, tcm_flow_slots (bpf/lib/flow.h): an open-addressed table in an array
+ * of 2^k slots, at least twice the flows it may hold, each slot a flow's id and its tcm_flow side
+ * by side, so that a packet's flow is one array access at its home slot (TCM_SLOT_HOME) where
+ * the kernel's hash map reads a bucket and then an element elsewhere (docs/datapath.md, "The
+ * flow table"). A flow sits in the first free slot at or after its home, at most
+ * TCM_FLOW_PROBES - 1 after it; a lookup stops at an empty slot. Deleted flows leave their slot
+ * dying (no packet finds it, none may take it) and, once no packet can still hold it (an RCU
+ * grace period), free: a new flow may take it, a lookup passes over it, so the probe sequences
+ * through it stay whole. id.head tells the slot's state: */
+#define TCM_SLOT_EMPTY 0u            /* never held a flow: ends every probe sequence */
+#define TCM_SLOT_CLAIMED 0xfffffffdu /* a packet is writing the flow it creates here */
+#define TCM_SLOT_DYING 0xfffffffeu   /* deleted; packets that found it before may still hold it */
+#define TCM_SLOT_FREE 0xffffffffu    /* deleted, and free for a new flow */
+#define TCM_SLOT_LIVE(head) ((head) != TCM_SLOT_EMPTY && (head) < TCM_SLOT_CLAIMED)
+#define TCM_FLOW_PROBES 32
+struct tcm_flow_slot {
+    struct tcm_flow flow;  /* first: a slot's address is its flow's, with no offset that a
+                              compiler may add before the lookup's NULL check (the verifier
+                              refuses arithmetic on a pointer that may be NULL) */
+    struct tcm_flow_id id; /* written before head is set to the flow's (never TCM_SLOT_*) */
+    __u32 guard;           /* taken (1) by a packet creating a flow whose home is this slot:
+                              two packets of one new flow cannot both create it */
+};
+
+/* tcm_flow_meta: what the table's layout depends on, kept with its pin (and, for the data path,
+ * in its .rodata as tcm_slot_mask and tcm_slot_seed), and the flows it holds. */
+#define TCM_SLOT_SEED_WORDS 6
+struct tcm_flow_meta {
+    __u64 live;     /* flows in the table: added to by the data path, taken from by user space */
+    __u32 capacity; /* at most this many live flows (a new one beyond: table_full) */
+    __u32 slots;    /* a power of two, >= 2 * capacity */
+    __u32 seed[TCM_SLOT_SEED_WORDS]; /* the secret of TCM_SLOT_HOME */
+    __u32 pad[2];
+};
+
+/* The home slot of a flow id under @k (the seed) and @mask (slots - 1): an NH hash of its five
+ * words under a secret (a packet chooses its flow's id, so it must not be able to choose where
+ * it lands: a flood of ids of one home would make every probe long), finished by MurmurHash3's
+ * mix. Shared by the data path and user space: they must agree. */
+#define TCM_SLOT_HOME(id, k, mask)                                                                 \
+    ({                                                                                             \
+        __u64 h_ = (__u64)(__u32)((id)->head + (k)[0]) * (__u32)((id)->w[0] + (k)[1]) +            \
+                   (__u64)(__u32)((id)->w[1] + (k)[2]) * (__u32)((id)->w[2] + (k)[3]) +            \
+                   (__u64)(__u32)((id)->w[3] + (k)[4]) * (__u32)(k)[5];                            \
+        h_ ^= h_ >> 33;                                                                            \
+        h_ *= 0xff51afd7ed558ccdull;                                                               \
+        h_ ^= h_ >> 33;                                                                            \
+        (__u32) h_ &(mask);                                                                        \
+    })
 
 /* Per-CPU counters of traffic that no policy metered. */
 struct tcm_global_counters {
@@ -453,9 +504,9 @@ struct tcm_sock_shape {
  * its pacing switches between as that bucket's level crosses half (shape.h). */
 #define TCM_PACE_KEYED 2u /* tcm_sock_pace.keyed: the key is a tcm_flow_id */
 struct tcm_sock_pace {
-    struct tcm_flow_id key; /* the socket's flow in tcm_flows when keyed */
+    struct tcm_flow_id key; /* the socket's flow in tcm_flow_slots when keyed */
     __u8 pad[24];           /* where a key of 44 bytes ended (the pinned layout) */
-    __u32 keyed;   /* TCM_PACE_KEYED: the bucket is tcm_flows[key]; 0: tcm_policy_state[policy];
+    __u32 keyed;   /* TCM_PACE_KEYED: the bucket is key's flow; 0: tcm_policy_state[policy];
                     * 1: set up by a program of the 44-byte key, read as not set up */
     __u64 c_half;  /* half the bucket's CBS, in tokens; 0: not set up */
     __u32 rate_lo; /* share - share/32: the bucket is under half full */
@@ -566,6 +617,12 @@ TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_id) == 20, "tcm_flow_id: 20 bytes, no hidden padding");
 TCM_ABI_ASSERT(TCM_MAX_POLICIES <= 1 << 24, "a policy id fits tcm_flow_id's head below its kind");
+TCM_ABI_ASSERT(sizeof(struct tcm_flow_slot) == 104, "tcm_flow_slot: tcm_flow, id, guard");
+TCM_ABI_ASSERT(__builtin_offsetof(struct tcm_flow_slot, flow) == 0, "tcm_flow_slot: flow first");
+TCM_ABI_ASSERT(sizeof(struct tcm_flow_meta) == 48, "tcm_flow_meta: 48 bytes");
+TCM_ABI_ASSERT(TCM_FLOW_HEAD(TCM_MAX_POLICIES - 1, TCM_FLOW_CGROUP) < TCM_SLOT_CLAIMED &&
+                   TCM_FLOW_HEAD(0, TCM_FLOW_SRC) != TCM_SLOT_EMPTY,
+               "a flow's head (kind 1-5) is never one of TCM_SLOT_*");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_pace) == 64, "tcm_sock_pace: 64 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_sock_cwnd) == 8, "tcm_sock_cwnd: 8 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_fleet_lease) == 112, "tcm_fleet_lease: 112 bytes");

@@ -103,8 +103,43 @@ __attribute__((noinline)) int flow_note_tuple(const struct tcm_class_key *key,
     return 0;
 }
 
-/* 1: tcm_flows_old is the pinned table of before, whose flows move at their next packet. Set at
- * load; 0 removes the branch (the verifier knows .rodata). */
+/* The flow table's layout, from tcm_flow_meta (datapath_load.cpp), frozen at load. */
+const volatile __u32 tcm_slot_mask = 63;
+const volatile __u32 tcm_slot_capacity = 32;
+const volatile __u32 tcm_slot_seed[TCM_SLOT_SEED_WORDS] = {};
+
+/* The slot of @id's flow, or -1: the slots from its home on, to the first empty one. No lock:
+ * a slot's id is written before its head is set to the flow's, and a deleted flow's slot is
+ * taken by another only once no packet can still hold it (tricolor_abi.h). A bounded loop, not
+ * unrolled: its callers are global functions, each verified once. */
+static __always_inline int flow_slot_lookup(const struct tcm_flow_id *id) {
+    __u32 home = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_mask);
+
+    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
+        __u32 idx = (home + i) & tcm_slot_mask;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+        if (!s)
+            return -1;
+        __u32 head = s->id.head;
+        if (head == TCM_SLOT_EMPTY)
+            return -1;
+        if (((head ^ id->head) | (s->id.w[0] ^ id->w[0]) | (s->id.w[1] ^ id->w[1]) |
+             (s->id.w[2] ^ id->w[2]) | (s->id.w[3] ^ id->w[3])) == 0)
+            return (int)idx;
+    }
+    return -1;
+}
+
+/* What flow_slot_get returns when it finds no slot (a slot's index otherwise). */
+enum tcm_slot_miss {
+    TCM_SLOT_FULL = -1,  /* the table holds its capacity, or the probes found no free slot */
+    TCM_SLOT_STUCK = -2, /* a lock could not be had: the guard, or a flow's of before */
+    TCM_SLOT_ERROR = -3, /* a map lookup failed */
+    TCM_SLOT_NEW = -4,   /* flow_slot_get: not there; flow_slot_create makes it */
+};
+
+/* Which tables of before hold flows that move at their next packet (TCM_MOVING_*). Set at load;
+ * 0 removes the branches (the verifier knows .rodata). */
 const volatile __u8 tcm_flows_moving = 0;
 
 /* Fills @fk, zeroed by the caller, with the flow's key in tcm_flows_old: the whole
@@ -142,114 +177,224 @@ static __always_inline void flow_old_key_fill(const struct tcm_policy *pol,
 }
 
 enum tcm_move_result {
-    TCM_MOVE_NONE = 0,  /* not in tcm_flows_old: a new flow */
-    TCM_MOVE_DONE = 1,  /* in tcm_flows now, moved here or by another CPU */
-    TCM_MOVE_STUCK = 2, /* its lock could not be had, or tcm_flows is full: the aggregate bucket */
+    TCM_MOVE_NONE = 0,  /* in no table of before: a new flow */
+    TCM_MOVE_DONE = 1,  /* moved into the slot, which is published and still locked */
+    TCM_MOVE_STUCK = 2, /* its lock could not be had: the aggregate bucket */
 };
 
-struct tcm_move_ctx {
-    struct tcm_flow *old;
-    __u32 seen; /* the lock word the last attempt found */
-};
-
-static long flow_move_try(__u32 index, void *arg) {
-    struct tcm_move_ctx *ctx = arg;
-
-    ctx->seen = __sync_val_compare_and_swap(&ctx->old->lock, 0, 1);
-    return ctx->seen != 1; /* stop once it was free (now ours) or moved */
-}
-
-/* Moves the flow of @key under @pol, @id in tcm_flows, out of tcm_flows_old if it is there:
- * under the old entry's lock, which the program of before takes too, a copy goes into tcm_flows
- * still locked, the old entry is marked moved (a program of before, still running on another
- * CPU for a moment after the swap, then cannot lock it and colours its packet red), and the copy
- * is unlocked. Every packet is thus metered in one place: nothing lost, nothing given twice.
- * A global function, its old key in a per-CPU scratch slot, as hot_note (hot.h). */
+/* Moves the flow of @key under @pol, @id, out of a table of before if it is there, into @s, a
+ * slot claimed for it: under the old entry's lock, which the program of before takes too, its
+ * state is copied into the slot still locked, the slot is published, the old entry is marked
+ * moved (a program of before, still running on another CPU for a moment after the swap, then
+ * cannot lock it and colours its packet red) and deleted; the caller unlocks the slot. Every
+ * packet is thus metered in one place: nothing lost, nothing given twice. A global function, the
+ * old key in a per-CPU scratch slot, as hot_note (hot.h). Returns enum tcm_move_result. */
 __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
                                             const struct tcm_class_key *key,
-                                            const struct tcm_flow_id *id) {
+                                            struct tcm_flow_slot *s) {
     __u32 zero = 0;
-    if (!pol || !key || !id)
+    if (!pol || !key || !s)
         return TCM_MOVE_NONE;
-    struct tcm_flow_key *ok = bpf_map_lookup_elem(&tcm_tuple_key, &zero);
-    if (!ok)
+    /* The id flow_slot_create filled, as a map key: a map value is one on Linux 6.1 too, where
+     * a pointer passed to a global function is not. */
+    struct tcm_flow_id *id = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!id)
         return TCM_MOVE_NONE;
-    __builtin_memset(ok, 0, sizeof(*ok));
-    flow_old_key_fill(pol, key, ok);
-    struct tcm_flow *old = bpf_map_lookup_elem(&tcm_flows_old, ok);
+    struct tcm_flow_key *ok = NULL;
+    struct tcm_flow *old = NULL;
+    if (tcm_flows_moving & TCM_MOVING_PREV)
+        old = bpf_map_lookup_elem(&tcm_flows_prev, id);
+    if (!old && (tcm_flows_moving & TCM_MOVING_OLD)) {
+        ok = bpf_map_lookup_elem(&tcm_tuple_key, &zero);
+        if (!ok)
+            return TCM_MOVE_NONE;
+        __builtin_memset(ok, 0, sizeof(*ok));
+        flow_old_key_fill(pol, key, ok);
+        old = bpf_map_lookup_elem(&tcm_flows_old, ok);
+    }
     if (!old)
         return TCM_MOVE_NONE;
-    struct tcm_move_ctx ctx = {.old = old, .seen = 1};
-    bpf_loop(TCM_LOCK_SPINS, flow_move_try, &ctx, 0);
-    if (ctx.seen == TCM_FLOW_MOVED)
-        return TCM_MOVE_DONE;
-    if (ctx.seen != 0)
+    /* One attempt, no spin: the lock is held only by a packet of the program of before, for a
+     * moment, while the programs are swapped; this packet then goes to the aggregate bucket and
+     * the flow moves at the next. (A bpf_loop here would cost a frame that a chain on Linux 6.1,
+     * which counts every frame as at least 32 bytes, cannot spare.) Moved (TCM_FLOW_MOVED): by
+     * a program of before, from tcm_flows_old into what is tcm_flows_prev now, after this
+     * packet looked there; the next packet finds it there. */
+    if (__sync_val_compare_and_swap(&old->lock, 0, 1) != 0)
         return TCM_MOVE_STUCK;
-    struct tcm_flow_id k = *id; /* a map key from the stack: Linux 6.1 wants one */
-    /* The copy holds the lock word 1, as the old entry does now: ours until released below. */
-    if (bpf_map_update_elem(&tcm_flows, &k, old, BPF_NOEXIST) != 0) {
-        __sync_lock_test_and_set(&old->lock, 0);
-        return TCM_MOVE_STUCK;
-    }
-    struct tcm_flow *f = bpf_map_lookup_elem(&tcm_flows, &k);
+    /* The copy holds the lock word 1, as the old entry does now: ours until the caller's. */
+    s->flow = *old;
+    s->id.w[0] = id->w[0];
+    s->id.w[1] = id->w[1];
+    s->id.w[2] = id->w[2];
+    s->id.w[3] = id->w[3];
+    __sync_lock_test_and_set(&s->id.head, id->head);
     __sync_lock_test_and_set(&old->lock, TCM_FLOW_MOVED);
-    bpf_map_delete_elem(&tcm_flows_old, ok);
-    if (f)
-        __sync_lock_test_and_set(&f->lock, 0);
-    /* After the delete: the tuple is built in the scratch slot the old key was. */
-    if (TCM_FLOW_KIND(k.head) == TCM_FLOW_5TUPLE6)
-        flow_note_tuple(key, &k);
+    if (ok)
+        bpf_map_delete_elem(&tcm_flows_old, ok);
+    else
+        bpf_map_delete_elem(&tcm_flows_prev, id);
     return TCM_MOVE_DONE;
 }
 
-/* A new flow's value, all zero, in .rodata: up to TCM_MAX_LEVELS inlined copies of
- * flow_find would otherwise each want 80 bytes of a stack a chain already strains. */
+/* A new flow's value, all zero, in .rodata: 80 bytes of a stack a chain already strains. */
 const volatile struct tcm_flow tcm_flow_fresh = {};
 
-/* The bucket pair the packet is metered in; NULL only if a map lookup failed. */
+struct tcm_guard_ctx {
+    __u32 *guard;
+    int held;
+};
+
+static long flow_guard_try(__u32 index, void *arg) {
+    struct tcm_guard_ctx *ctx = arg;
+
+    if (__sync_val_compare_and_swap(ctx->guard, 0, 1) == 0) {
+        ctx->held = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Creates the flow of @key under @pol, which flow_slot_get did not find: under its home
+ * slot's guard (two packets of one new flow on two CPUs: the second finds what the first
+ * created), looks again, then takes the first free slot of the probe sequence (a cmpxchg on its
+ * head: another home's creator may want it too) and fills it with the flow moved from a table of
+ * before, or a fresh one (buckets fill at its first packet, under the lock), and publishes it.
+ * Returns the slot's index or enum tcm_slot_miss. A global function, verified once. */
+__attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
+                                               const struct tcm_class_key *key) {
+    __u32 zero = 0;
+    if (!pol || !key)
+        return TCM_SLOT_ERROR;
+    struct tcm_flow_id *id = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!id)
+        return TCM_SLOT_ERROR;
+    __builtin_memset(id, 0, sizeof(*id));
+    if (flow_id_fill(pol, key, id) < 0)
+        return TCM_SLOT_ERROR;
+    __u32 home = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_mask);
+    struct tcm_flow_slot *hs = bpf_map_lookup_elem(&tcm_flow_slots, &home);
+    struct tcm_flow_meta *meta = bpf_map_lookup_elem(&tcm_flow_meta, &zero);
+    if (!hs || !meta)
+        return TCM_SLOT_ERROR;
+    if (__sync_val_compare_and_swap(&hs->guard, 0, 1) != 0) {
+        struct tcm_guard_ctx g = {.guard = &hs->guard, .held = 0};
+        bpf_loop(TCM_LOCK_SPINS, flow_guard_try, &g, 0);
+        if (!g.held)
+            return TCM_SLOT_STUCK;
+    }
+    int found = -1, claimed = -1;
+    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
+        __u32 idx = (home + i) & tcm_slot_mask;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+        if (!s)
+            break;
+        __u32 head = s->id.head;
+        if (((head ^ id->head) | (s->id.w[0] ^ id->w[0]) | (s->id.w[1] ^ id->w[1]) |
+             (s->id.w[2] ^ id->w[2]) | (s->id.w[3] ^ id->w[3])) == 0) {
+            found = (int)idx;
+            break;
+        }
+        if (claimed < 0 && (head == TCM_SLOT_EMPTY || head == TCM_SLOT_FREE) &&
+            __sync_val_compare_and_swap(&s->id.head, head, TCM_SLOT_CLAIMED) == head)
+            claimed = (int)idx;
+        /* Nothing of this home lies beyond a slot that was empty (another's claim of it
+         * since changes nothing: ours is excluded by the guard). */
+        if (head == TCM_SLOT_EMPTY)
+            break;
+    }
+    int ret = found;
+    __u32 release = ~0u; /* a slot claimed but not used: free again, never empty (another
+                            home's flow may have been placed beyond it, which empty would hide) */
+    if (found >= 0) {
+        if (claimed >= 0)
+            release = (__u32)claimed;
+    } else if (claimed < 0) {
+        ret = TCM_SLOT_FULL;
+    } else {
+        __u32 c = (__u32)claimed;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &c);
+        if (!s) {
+            ret = TCM_SLOT_ERROR;
+        } else if (__sync_fetch_and_add(&meta->live, 1) >= tcm_slot_capacity) {
+            __sync_fetch_and_add(&meta->live, -1);
+            ret = TCM_SLOT_FULL;
+            release = c;
+        } else {
+            int moved = tcm_flows_moving ? flow_move_old(pol, key, s) : TCM_MOVE_NONE;
+            if (moved == TCM_MOVE_STUCK) {
+                __sync_fetch_and_add(&meta->live, -1);
+                ret = TCM_SLOT_STUCK;
+                release = c;
+            } else if (moved == TCM_MOVE_DONE) {
+                __sync_lock_test_and_set(&s->flow.lock, 0);
+                ret = claimed;
+            } else {
+                s->flow = *(const struct tcm_flow *)&tcm_flow_fresh;
+                s->id.w[0] = id->w[0];
+                s->id.w[1] = id->w[1];
+                s->id.w[2] = id->w[2];
+                s->id.w[3] = id->w[3];
+                __sync_lock_test_and_set(&s->id.head, id->head);
+                ret = claimed;
+            }
+        }
+    }
+    if (release != ~0u) {
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &release);
+        if (s)
+            __sync_lock_test_and_set(&s->id.head, TCM_SLOT_FREE);
+    }
+    __sync_lock_test_and_set(&hs->guard, 0);
+    if (ret >= 0 && found < 0 && TCM_FLOW_KIND(id->head) == TCM_FLOW_5TUPLE6)
+        flow_note_tuple(key, id);
+    return ret;
+}
+
+/* The slot of the packet's flow under @pol (per key): its index, TCM_SLOT_NEW if there is none,
+ * or TCM_SLOT_ERROR. A global function: a chain finds up to TCM_MAX_LEVELS flows, and the
+ * verifier then checks the (mode, family, four prefix words) paths and the probes once rather
+ * than once per level and per path. flow_find calls flow_slot_create on a miss, not this: the
+ * two frames together would not fit under a chain's. */
+__attribute__((noinline)) int flow_slot_get(const struct tcm_policy *pol,
+                                            const struct tcm_class_key *key) {
+    struct tcm_flow_id id;
+
+    if (!pol || !key)
+        return TCM_SLOT_ERROR;
+    __builtin_memset(&id, 0, sizeof(id));
+    if (flow_id_fill(pol, key, &id) < 0)
+        return TCM_SLOT_ERROR;
+    int idx = flow_slot_lookup(&id);
+    return idx >= 0 ? idx : TCM_SLOT_NEW;
+}
+
+/* The bucket pair the packet is metered in; NULL only if a map lookup failed. A new flow that
+ * finds no room, or a lock it cannot have, is metered in the policy's aggregate bucket (counted):
+ * policed, never given a new burst, never passed unmetered. */
 static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
                                                   const struct tcm_class_key *key,
                                                   struct tcm_global_counters *g) {
     __u32 id = pol->policy_id;
-    struct tcm_flow_id fk;
-    struct tcm_flow *f;
 
     if (pol->per == TCM_PER_AGGREGATE)
         return bpf_map_lookup_elem(&tcm_policy_state, &id);
-    __builtin_memset(&fk, 0, sizeof(fk));
-    if (flow_key_of(pol, key, &fk) < 0)
+    int got = flow_slot_get(pol, key);
+    if (got == TCM_SLOT_NEW)
+        got = flow_slot_create(pol, key);
+    if (got >= 0) {
+        __u32 idx = (__u32)got;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+        return s ? &s->flow : NULL;
+    }
+    if (got == TCM_SLOT_ERROR)
         return NULL;
-    f = bpf_map_lookup_elem(&tcm_flows, &fk);
-    if (f)
-        return f;
-    if (tcm_flows_moving) {
-        int moved = flow_move_old(pol, key, &fk);
-        if (moved == TCM_MOVE_DONE) {
-            f = bpf_map_lookup_elem(&tcm_flows, &fk);
-            if (f)
-                return f;
-        }
-        if (moved != TCM_MOVE_NONE) {
-            if (g)
-                g->lock_timeouts++;
-            return bpf_map_lookup_elem(&tcm_policy_state, &id);
-        }
+    if (g) {
+        if (got == TCM_SLOT_STUCK)
+            g->lock_timeouts++;
+        else
+            g->table_full++;
     }
-    /* Not started: buckets fill at its first packet, under the lock. */
-    /* The error is compared as an int: before Linux 6.4 the verifier turned this helper into a
-     * direct call of the map's update, which returns an int, so the upper half of the 64-bit
-     * result is not its sign (-EEXIST arrives as 0x00000000ffffffef). Compared as a long, the
-     * loser of two CPUs creating one flow at once would take the table-full path on 6.1. */
-    int err = (int)bpf_map_update_elem(&tcm_flows, &fk, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
-    if (err == 0 && TCM_FLOW_KIND(fk.head) == TCM_FLOW_5TUPLE6)
-        flow_note_tuple(key, &fk);
-    if (err == 0 || err == -17 /* EEXIST: another CPU created it */) {
-        f = bpf_map_lookup_elem(&tcm_flows, &fk);
-        if (f)
-            return f;
-    }
-    if (g)
-        g->table_full++;
     return bpf_map_lookup_elem(&tcm_policy_state, &id);
 }
 

@@ -37,7 +37,7 @@ __attribute__((noinline)) int hot_note(const struct tcm_policy *pol,
     if (flow_id_fill(pol, key, fk) < 0)
         return 0;
     /* A full flow table meters a new flow in the policy's aggregate bucket: no flow to list. */
-    if (!bpf_map_lookup_elem(&tcm_flows, fk))
+    if (flow_slot_lookup(fk) < 0)
         return 0;
     if (bpf_map_update_elem(&tcm_flow_hot, fk, &one, BPF_ANY))
         __sync_fetch_and_add(&tcm_hot_overflow, 1);

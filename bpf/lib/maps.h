@@ -107,22 +107,44 @@ struct {
     __type(value, struct tcm_counters);
 } tcm_policy_stats SEC(".maps");
 
-/* Per-key buckets. Exact, not LRU: evicting a busy flow would hand it a fresh burst. The
- * capacity is set at load time (bpf_map__set_max_entries). Not preallocated: the daemon deletes
- * idle flows, and a deleted element must not be reused while a packet on another CPU may still
- * hold it (without prealloc, elements are freed after an RCU grace period). */
+/* Per-key buckets (tricolor_abi.h, struct tcm_flow_slot). Exact, not LRU: evicting a busy flow
+ * would hand it a fresh burst. Sized at load (bpf_map__set_max_entries: tcm_flow_meta.slots).
+ * Mmapable: user space lists flows in place and deletes idle ones under their locks. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 64);
+    __type(key, __u32);
+    __type(value, struct tcm_flow_slot);
+} tcm_flow_slots SEC(".maps");
+
+/* The flow table's size, secret and count of live flows (tricolor_abi.h). Mmapable: user space
+ * takes deleted flows off the count. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_flow_meta);
+} tcm_flow_meta SEC(".maps");
+
+/* The flow table of a tricolor whose flows were in a hash map keyed by tcm_flow_id (pinned as
+ * tcm_flows), while they move into tcm_flow_slots: a packet whose flow the slots lack looks here
+ * before starting a new one (flow_move_old, flow.h). User space renames that pin tcm_flows_prev
+ * and reuses it; otherwise this is an empty map of one entry that no packet reads
+ * (tcm_flows_moving has no TCM_MOVING_PREV). */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
-    __uint(max_entries, TCM_DEFAULT_FLOWS);
+    __uint(max_entries, 1);
     __type(key, struct tcm_flow_id);
     __type(value, struct tcm_flow);
-} tcm_flows SEC(".maps");
+} tcm_flows_prev SEC(".maps");
 
 /* The flow table of a tricolor whose key was the whole tcm_flow_key (44 bytes), while its flows
- * move into tcm_flows: a packet whose flow tcm_flows lacks looks here before starting a new one
- * (flow_move_old, flow.h). User space renames that pin tcm_flows_old and reuses it; otherwise
- * this is an empty map of one entry that no packet reads (tcm_flows_moving is 0). */
+ * move into tcm_flow_slots, as tcm_flows_prev's do. User space renames that pin tcm_flows_old
+ * and reuses it; otherwise this is an empty map of one entry that no packet reads
+ * (tcm_flows_moving has no TCM_MOVING_OLD). */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
@@ -141,7 +163,8 @@ struct {
 } tcm_flow_seed SEC(".maps");
 
 /* The IPv6 5-tuple of each TCM_FLOW_5TUPLE6 flow, whose key is a hash: written when the flow is
- * created, for user space to list it; never read by a packet. Sized as tcm_flows at load. */
+ * created, for user space to list it; never read by a packet. Sized at load to the flow
+ * table's capacity. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
@@ -150,7 +173,7 @@ struct {
     __type(value, struct tcm_flow_key);
 } tcm_flow_tuples SEC(".maps");
 
-/* The heavy hitters of tcm_flows (hot.h): keys of the flows whose bytes crossed the threshold
+/* The heavy hitters of tcm_flow_slots (hot.h): keys of the flows whose bytes crossed the threshold
  * user space set. A plain preallocated hash, not LRU: a full map refuses an insert, which is
  * counted, where an LRU would forget a heavy hitter without a word. Sized at load
  * (bpf_map__set_max_entries). Not pinned: it goes with this program's threshold. */
@@ -169,6 +192,15 @@ struct {
     __type(key, __u32);
     __type(value, struct tcm_flow_id);
 } tcm_hot_key SEC(".maps");
+
+/* The id of the flow flow_slot_create makes, which flow_move_old reads too (flow.h): a chain's
+ * deepest frames have no room for it. Scratch, not pinned. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_flow_id);
+} tcm_slot_key SEC(".maps");
 
 /* flow_note_tuple's tuple, for the same reason (flow.h). Scratch, not pinned. */
 struct {

@@ -46,7 +46,8 @@ double median(std::vector<double> v) {
 
 // The daemon's XDP program: the one named tricolor_xdp that uses the flow table pinned in @pin.
 int find_xdp_prog(const std::string &pin) {
-    int map = bpf_obj_get((pin + "/abi" + std::to_string(TCM_ABI_VERSION) + "/tcm_flows").c_str());
+    int map =
+        bpf_obj_get((pin + "/abi" + std::to_string(TCM_ABI_VERSION) + "/tcm_flow_slots").c_str());
     if (map < 0)
         throw std::runtime_error("no pinned flow table under " + pin);
     bpf_map_info minfo{};

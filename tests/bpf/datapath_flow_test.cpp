@@ -362,7 +362,7 @@ TEST_F(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
             Datapath c(bigger);
             ADD_FAILURE() << "a pinned table of another capacity must be refused";
         } catch (const std::runtime_error &e) {
-            EXPECT_THAT(e.what(), ::testing::HasSubstr("do not match this build"));
+            EXPECT_THAT(e.what(), ::testing::HasSubstr("another --flows"));
         }
     }
     Datapath::remove_pins(pin);
@@ -393,7 +393,7 @@ TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
     ASSERT_EQ(before.size(), 3u);
     // The daemon of before: its table keyed by the whole key (what flows() lists), and no
     // tcm_flow_seed or tcm_flow_tuples.
-    for (const char *gone : {"tcm_flows", "tcm_flow_seed", "tcm_flow_tuples"})
+    for (const char *gone : {"tcm_flow_slots", "tcm_flow_meta", "tcm_flow_seed", "tcm_flow_tuples"})
         ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;
     LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
     int old = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_key), sizeof(tcm_flow),
@@ -437,6 +437,77 @@ TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
     EXPECT_EQ(b.reclaim_idle_flows(), 3u);
     EXPECT_TRUE(b.flows().empty());
     EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows_old"));
+    EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_PASS);
+    EXPECT_EQ(b.flows().size(), 1u);
+}
+
+// A pin directory of a daemon whose flows were in a hash map keyed by tcm_flow_id (tcm_flows,
+// before tcm_flow_slots): that table is set aside (tcm_flows_prev) and each flow moves into the
+// slots at its next packet, under its lock, with its tokens and counters, as above; an IPv6
+// 5-tuple keeps its tuple (tcm_flow_tuples is kept). Until then the flows are listed from there
+// with their ids, and the pin goes once the table is empty.
+TEST_F(DatapathPinning, FlowsOfTheHashTableMoveAtTheirNextPacket) {
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+    ps.per = TCM_PER_SRC;
+    auto from = [](const char *src) {
+        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
+    };
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    std::vector<Flow> before;
+    {
+        Datapath a(o);
+        ASSERT_TRUE(a.apply({ps}).has_value());
+        a.set_clock(5000000000);
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+            EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS); // 2000 of 3000 left each
+        before = a.flows();
+    }
+    ASSERT_EQ(before.size(), 3u);
+    for (const char *gone : {"tcm_flow_slots", "tcm_flow_meta"})
+        ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+    int prev = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_id), sizeof(tcm_flow),
+                              o.flow_capacity, &opts);
+    ASSERT_GE(prev, 0) << errno_text(errno);
+    for (const auto &f : before)
+        ASSERT_EQ(bpf_map_update_elem(prev, &f.id, &f.state, BPF_NOEXIST), 0);
+    ASSERT_EQ(bpf_obj_pin(prev, (dir + "/tcm_flows").c_str()), 0) << errno_text(errno);
+    close(prev);
+
+    Datapath b(o);
+    EXPECT_TRUE(b.adopted());
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flows_prev"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows"));
+    b.set_clock(5000000000);
+    auto flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows) {
+        EXPECT_EQ(f.slot, Flow::kInPrev) << "not moved yet: listed from the table of before";
+        EXPECT_EQ(TCM_FLOW_KIND(f.id.head), TCM_FLOW_SRC);
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 1u);
+    }
+    // Source 1 moves at its next packet: 2000 tokens, two packets.
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_DROP);
+    flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    size_t moved = 0;
+    for (const auto &f : flows) {
+        if (f.slot == Flow::kInPrev)
+            continue;
+        ++moved;
+        EXPECT_EQ(f.key.src[3], inet_addr("198.18.0.1"));
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 3u) << "one counted before, two after";
+        EXPECT_EQ(f.state.counters.packets[TCM_RED], 1u);
+        EXPECT_EQ(f.state.lock, 0u);
+    }
+    EXPECT_EQ(moved, 1u);
+    // A second later every bucket is full: reclaimed from both tables, and the old pin goes.
+    b.set_clock(6000000000);
+    EXPECT_EQ(b.reclaim_idle_flows(), 3u);
+    EXPECT_TRUE(b.flows().empty());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows_prev"));
     EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_PASS);
     EXPECT_EQ(b.flows().size(), 1u);
 }

@@ -246,7 +246,7 @@ int flows_map_fd(int prog_fd) {
         bpf_map_info m{};
         uint32_t mlen = sizeof(m);
         if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &m, &mlen) == 0 &&
-            std::string(m.name) == "tcm_flows")
+            std::string(m.name) == "tcm_flow_slots")
             return fd;
         if (fd >= 0)
             close(fd);
@@ -263,19 +263,19 @@ TEST_F(HierDatapathTest, ALockTimeoutAtTheParentReleasesTheChildsLock) {
            level(2, "conn", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_5TUPLE, "site")});
     ASSERT_EQ(send("198.18.7.1", 100).color, Color::green);
     int fd = flows_map_fd(dp->xdp_prog_fd());
-    ASSERT_GE(fd, 0) << "no tcm_flows map on the XDP program";
-    auto parent_key = [&]() {
+    ASSERT_GE(fd, 0) << "no tcm_flow_slots map on the XDP program";
+    auto parent_slot = [&]() {
         for (const auto &f : dp->flows())
             if (f.key.policy_id == 1)
-                return f.id;
+                return f.slot;
         ADD_FAILURE() << "no flow of the parent";
-        return tcm_flow_id{};
+        return uint32_t{0};
     };
     auto set_lock = [&](uint32_t held) {
-        tcm_flow_id k = parent_key();
-        tcm_flow v{};
+        uint32_t k = parent_slot();
+        tcm_flow_slot v{};
         ASSERT_EQ(bpf_map_lookup_elem(fd, &k, &v), 0);
-        v.lock = held;
+        v.flow.lock = held;
         ASSERT_EQ(bpf_map_update_elem(fd, &k, &v, BPF_EXIST), 0);
     };
     uint64_t timeouts = dp->global_counters().lock_timeouts;

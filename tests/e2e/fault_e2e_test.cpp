@@ -155,12 +155,12 @@ TEST_F(Fault, UpgradeFromAbi1KeepsCountersAndPolicies) {
     }
     fs::remove(pin + "/abi2");
     ASSERT_GE(moved, 10u);
-    ASSERT_TRUE(fs::exists(pin + "/abi1/tc_flows"));
+    ASSERT_TRUE(fs::exists(pin + "/abi1/tc_flow_slots"));
     daemon->start();
     EXPECT_THAT(daemon->log(),
                 HasSubstr(fmt::format("moved {} pinned objects of tricolor's ABI 1", moved)));
     EXPECT_FALSE(fs::exists(pin + "/abi1"));
-    EXPECT_TRUE(fs::exists(pin + "/abi2/tcm_flows"));
+    EXPECT_TRUE(fs::exists(pin + "/abi2/tcm_flow_slots"));
     send(30);
     nothing_lost(expected); // every packet counted once: the ABI 1 counters were adopted
 }

@@ -162,7 +162,7 @@ int Datapath::cgroup_in_prog_fd() {
         }
     }
     s->rodata->tcm_test_clock = im.testing ? 1 : 0;
-    s->rodata->tcm_flows_moving = im.flows_moving;
+    detail::set_flow_layout(s->rodata, *im.meta, im.flows_moving);
     if (auto loaded =
             load_bpf("the cgroup ingress program", [&] { return tricolor_cgin::load(s); });
         !loaded) {
@@ -198,7 +198,6 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
     std::set<uint64_t> named;
     for (const auto &hit : match_cgroups(*it->second.match.cgroup, impl_->cgroup_tree))
         named.insert(hit.bucket);
-    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
     for (uint64_t id : named) {
         CgroupBucket b{cgroup_path(id), id, {}};
         if (it->second.per == TCM_PER_CGROUP) {
@@ -208,10 +207,17 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
             k.w[0] = static_cast<uint32_t>(id);
             k.w[1] = static_cast<uint32_t>(id >> 32);
             tcm_flow f{};
-            if (bpf_map_lookup_elem(fd, &k, &f) == 0) {
+            tcm_flow_id read{};
+            const int64_t slot = impl_->find_slot(k);
+            if (slot >= 0 && impl_->read_slot(static_cast<uint32_t>(slot), read, f)) {
                 b.counters = f.counters;
-            } else if (impl_->flows_moving) {
-                tcm_flow_key whole{}; // its key in the flow table of before, not moved yet
+            } else if ((impl_->flows_moving & TCM_MOVING_PREV) &&
+                       bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_prev), &k, &f) ==
+                           0 &&
+                       f.lock != TCM_FLOW_MOVED) {
+                b.counters = f.counters; // in the flow table of before, not moved yet
+            } else if (impl_->flows_moving & TCM_MOVING_OLD) {
+                tcm_flow_key whole{}; // its key in the flow table of before that, not moved yet
                 whole.policy_id = policy_id;
                 whole.src[0] = k.w[0];
                 whole.src[1] = k.w[1];

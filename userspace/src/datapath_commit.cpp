@@ -221,20 +221,30 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
         delete_flows_if([&](uint32_t id) { return !impl_.active.contains(id); });
 }
 
-// Deletes the flows whose policy id @drop says to, from tcm_flows with their tuples and from
-// the table of before while it holds flows.
+// Deletes the flows whose policy id @drop says to, from tcm_flow_slots with their tuples and
+// from the tables of before while they hold flows.
 void Datapath::Impl::SetWriter::delete_flows_if(const std::function<bool(uint32_t)> &drop) {
-    int flows_fd = fd(skel_->maps.tcm_flows), tuples_fd = fd(skel_->maps.tcm_flow_tuples);
-    auto policy = [](const tcm_flow_id &k) { return TCM_FLOW_POLICY(k.head); };
-    for (const auto &g : keys_to_drop<tcm_flow_id>(flows_fd, policy, drop))
-        if (bpf_map_delete_elem(flows_fd, &g) == 0)
-            detail::drop_flow_tuple(flows_fd, tuples_fd, g);
-    if (!impl_.flows_moving)
-        return;
-    int old_fd = fd(skel_->maps.tcm_flows_old);
-    auto old_policy = [](const tcm_flow_key &k) { return k.policy_id; };
-    for (const auto &g : keys_to_drop<tcm_flow_key>(old_fd, old_policy, drop))
-        bpf_map_delete_elem(old_fd, &g);
+    for (uint32_t i = 0; i < impl_.meta->slots; ++i) {
+        tcm_flow_id id;
+        tcm_flow state;
+        if (impl_.read_slot(i, id, state) && drop(TCM_FLOW_POLICY(id.head)) &&
+            impl_.kill_slot(i, id, nullptr))
+            impl_.drop_flow_tuple(id);
+    }
+    impl_.free_dying();
+    if (impl_.flows_moving & TCM_MOVING_PREV) {
+        int prev_fd = fd(skel_->maps.tcm_flows_prev);
+        auto policy = [](const tcm_flow_id &k) { return TCM_FLOW_POLICY(k.head); };
+        for (const auto &g : keys_to_drop<tcm_flow_id>(prev_fd, policy, drop))
+            if (bpf_map_delete_elem(prev_fd, &g) == 0)
+                impl_.drop_flow_tuple(g);
+    }
+    if (impl_.flows_moving & TCM_MOVING_OLD) {
+        int old_fd = fd(skel_->maps.tcm_flows_old);
+        auto old_policy = [](const tcm_flow_key &k) { return k.policy_id; };
+        for (const auto &g : keys_to_drop<tcm_flow_key>(old_fd, old_policy, drop))
+            bpf_map_delete_elem(old_fd, &g);
+    }
 }
 
 Result<void> Datapath::Impl::SetWriter::write_inactive_set() {

@@ -5,6 +5,8 @@
 #include "tricolor/bpf_load.hpp"
 
 #include <arpa/inet.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 #include <cstring>
@@ -31,6 +33,98 @@ void v4_mapped(uint32_t out[4], uint32_t addr) {
 }
 
 } // namespace
+
+int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
+    const auto &im = *this;
+    const uint32_t mask = im.meta->slots - 1;
+    const uint32_t home = TCM_SLOT_HOME(&id, im.meta->seed, mask);
+    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
+        const uint32_t idx = (home + i) & mask;
+        const tcm_flow_slot *s = &im.slots[idx];
+        const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
+        if (head == TCM_SLOT_EMPTY)
+            return -1;
+        if (head == id.head && std::memcmp(s->id.w, id.w, sizeof(id.w)) == 0)
+            return idx;
+    }
+    return -1;
+}
+
+bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const {
+    const auto &im = *this;
+    const tcm_flow_slot *s = &im.slots[idx];
+    const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
+    if (!TCM_SLOT_LIVE(head))
+        return false;
+    std::memcpy(&id, &s->id, sizeof(id));
+    std::memcpy(&state, &s->flow, sizeof(state));
+    // Still the same flow: a slot's id changes only after it died and was freed.
+    return __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE) == head && id.head == head;
+}
+
+bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect) {
+    auto &im = *this;
+    tcm_flow_slot *s = &im.slots[idx];
+    if (__atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE) != id.head ||
+        std::memcmp(s->id.w, id.w, sizeof(id.w)) != 0)
+        return false;
+    if (!expect) {
+        // Whatever packets do: the head is not the lock's (a packet that holds the flow meters
+        // a dead slot, which no one takes before free_dying's grace period).
+        uint32_t head = id.head;
+        if (!__atomic_compare_exchange_n(&s->id.head, &head, TCM_SLOT_DYING, false,
+                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return false;
+    } else {
+        // Under the flow's lock, as a packet: deleted only if none came since @expect was read.
+        uint32_t unlocked = 0;
+        if (!__atomic_compare_exchange_n(&s->flow.lock, &unlocked, 1u, false, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_SEQ_CST))
+            return false;
+        const bool same =
+            s->flow.meter.last_ns == expect->meter.last_ns && s->flow.flags == expect->flags &&
+            std::memcmp(&s->flow.counters, &expect->counters, sizeof(expect->counters)) == 0;
+        if (same)
+            __atomic_store_n(&s->id.head, TCM_SLOT_DYING, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_RELEASE);
+        if (!same)
+            return false;
+    }
+    __atomic_fetch_sub(&im.meta->live, 1, __ATOMIC_SEQ_CST);
+    im.dying.push_back(idx);
+    return true;
+}
+
+void Datapath::Impl::free_dying() {
+    auto &im = *this;
+    if (im.dying.empty())
+        return;
+    // An RCU grace period (the programs run under rcu_read_lock): no packet that found a slot
+    // before it died still holds it. membarrier refuses on nohz_full kernels: then a pause far
+    // longer than any program run.
+    if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0)
+        usleep(100 * 1000);
+    for (uint32_t idx : im.dying) {
+        uint32_t dying = TCM_SLOT_DYING;
+        __atomic_compare_exchange_n(&im.slots[idx].id.head, &dying, TCM_SLOT_FREE, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    im.dying.clear();
+}
+
+void Datapath::Impl::drop_flow_tuple(const tcm_flow_id &id) const {
+    if (TCM_FLOW_KIND(id.head) != TCM_FLOW_5TUPLE6)
+        return;
+    const int tuples_fd = fd(skel->maps.tcm_flow_tuples);
+    tcm_flow_key t{};
+    if (bpf_map_lookup_elem(tuples_fd, &id, &t) != 0)
+        return;
+    bpf_map_delete_elem(tuples_fd, &id);
+    // A packet that created the flow again before this delete wrote the same tuple, which the
+    // delete took: put it back (a packet after it writes it itself; then this insert fails).
+    if (find_slot(id) >= 0)
+        bpf_map_update_elem(tuples_fd, &id, &t, BPF_NOEXIST);
+}
 
 namespace detail {
 
@@ -62,20 +156,6 @@ tcm_flow_key flow_key_of_id(const tcm_flow_id &id, int tuples_fd) {
         break;
     }
     return k;
-}
-
-void drop_flow_tuple(int flows_fd, int tuples_fd, const tcm_flow_id &id) {
-    if (TCM_FLOW_KIND(id.head) != TCM_FLOW_5TUPLE6)
-        return;
-    tcm_flow_key t{};
-    if (bpf_map_lookup_elem(tuples_fd, &id, &t) != 0)
-        return;
-    bpf_map_delete_elem(tuples_fd, &id);
-    // A packet that created the flow again before this delete wrote the same tuple, which the
-    // delete took: put it back (a packet after it writes it itself; then this insert fails).
-    tcm_flow f{};
-    if (bpf_map_lookup_elem(flows_fd, &id, &f) == 0)
-        bpf_map_update_elem(tuples_fd, &id, &t, BPF_NOEXIST);
 }
 
 void sort_unique(std::vector<tcm_flow_id> &keys) {
@@ -121,22 +201,37 @@ std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain) {
 
 } // namespace detail
 
+template <typename F>
+void Datapath::Impl::for_each_flow(F each) const {
+    const auto &im = *this;
+    for (uint32_t i = 0; i < im.meta->slots; ++i) {
+        tcm_flow_id id;
+        tcm_flow state;
+        if (im.read_slot(i, id, state))
+            each(id, nullptr, state, i);
+    }
+    // Flows of the tables of before that no packet has moved yet.
+    if (im.flows_moving & TCM_MOVING_PREV)
+        detail::for_each_entry<tcm_flow_id, tcm_flow>(im.fd(im.skel->maps.tcm_flows_prev), 1,
+                                                      [&](const tcm_flow_id &k, const tcm_flow *v) {
+                                                          if (v->lock != TCM_FLOW_MOVED)
+                                                              each(k, nullptr, *v, Flow::kInPrev);
+                                                      });
+    if (im.flows_moving & TCM_MOVING_OLD)
+        detail::for_each_entry<tcm_flow_key, tcm_flow>(
+            im.fd(im.skel->maps.tcm_flows_old), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
+                if (v->lock != TCM_FLOW_MOVED)
+                    each(tcm_flow_id{}, &k, *v, Flow::kInOld);
+            });
+}
+
 std::vector<Flow> Datapath::flows() const {
     std::vector<Flow> out;
     int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
-    detail::for_each_entry<tcm_flow_id, tcm_flow>(
-        impl_->fd(impl_->skel->maps.tcm_flows), 1, [&](const tcm_flow_id &k, const tcm_flow *v) {
-            out.push_back(Flow{detail::flow_key_of_id(k, tuples), *v, k});
-        });
-    // Flows of the table of before that no packet has moved yet: their key is the whole one;
-    // an id of 0 says where they are.
-    if (impl_->flows_moving)
-        detail::for_each_entry<tcm_flow_key, tcm_flow>(
-            impl_->fd(impl_->skel->maps.tcm_flows_old), 1,
-            [&](const tcm_flow_key &k, const tcm_flow *v) {
-                if (v->lock != TCM_FLOW_MOVED)
-                    out.push_back(Flow{k, *v, {}});
-            });
+    impl_->for_each_flow([&](const tcm_flow_id &id, const tcm_flow_key *whole,
+                             const tcm_flow &state, uint32_t slot) {
+        out.push_back(Flow{whole ? *whole : detail::flow_key_of_id(id, tuples), state, id, slot});
+    });
     return out;
 }
 
@@ -219,11 +314,12 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
 void Datapath::walk_flow_pass(FlowPass &pass) const {
     auto &top = pass.top;
     // @key: the flow's whole key if it is in tcm_flows_old (its @k is then 0), else unused.
-    auto each = [&](const tcm_flow_id &k, const tcm_flow_key &key, const tcm_flow *v) {
+    auto each = [&](const tcm_flow_id &k, const tcm_flow_key &key, const tcm_flow *v,
+                    uint32_t slot) {
         ++pass.flows;
         const uint64_t bytes = flow_bytes(*v);
         if (bytes >= pass.threshold) {
-            if (k.head == 0)
+            if (slot >= Flow::kInOld)
                 pass.heavy_over_cap = true; // not tracked there: flows --top walks
             else if (pass.heavy.size() < pass.heavy_cap)
                 pass.heavy.push_back(k);
@@ -243,9 +339,9 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
                     if (pass.min_idle_ns && started &&
                         pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <
                             pass.min_idle_ns) {
-                        pass.full_recent.push_back({key, *v, k});
+                        pass.full_recent.push_back({key, *v, k, slot});
                     } else {
-                        pass.reclaimable.push_back({key, *v, k});
+                        pass.reclaimable.push_back({key, *v, k, slot});
                         return; // going: not one of the next threshold's flows
                     }
                 }
@@ -262,18 +358,12 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
             std::ranges::push_heap(top, std::greater<>());
         }
     };
-    detail::for_each_entry<tcm_flow_id, tcm_flow>(
-        impl_->fd(impl_->skel->maps.tcm_flows), 1,
-        [&](const tcm_flow_id &k, const tcm_flow *v) { each(k, tcm_flow_key{}, v); });
-    if (impl_->flows_moving)
-        detail::for_each_entry<tcm_flow_key, tcm_flow>(
-            impl_->fd(impl_->skel->maps.tcm_flows_old), 1,
-            [&](const tcm_flow_key &key, const tcm_flow *v) {
-                if (v->lock == TCM_FLOW_MOVED)
-                    return; // in tcm_flows now (its delete is on its way)
-                ++pass.old_flows;
-                each(tcm_flow_id{}, key, v);
-            });
+    impl_->for_each_flow([&](const tcm_flow_id &id, const tcm_flow_key *whole,
+                             const tcm_flow &state, uint32_t slot) {
+        pass.old_flows += slot == Flow::kInOld;
+        pass.prev_flows += slot == Flow::kInPrev;
+        each(id, whole ? *whole : tcm_flow_key{}, &state, slot);
+    });
     if (pass.pressure_at && pass.flows > pass.pressure_at)
         pass.reclaimable.insert(pass.reclaimable.end(), pass.full_recent.begin(),
                                 pass.full_recent.end());
@@ -288,39 +378,52 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
         pass.next_reclaim = todo.size(); // decided on configs that changed since
         return false;
     }
-    int fd = impl_->fd(impl_->skel->maps.tcm_flows);
-    int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
-    int old_fd = impl_->fd(impl_->skel->maps.tcm_flows_old);
+    auto &im = *impl_;
     const size_t end =
         todo.size() - pass.next_reclaim > max ? pass.next_reclaim + max : todo.size();
     for (; pass.next_reclaim < end; ++pass.next_reclaim) {
         // Only if no packet came since the walk read it: one that did may have taken tokens.
         const Flow &f = todo[pass.next_reclaim];
+        if (f.slot < Flow::kInOld) {
+            if (im.kill_slot(f.slot, f.id, &f.state)) {
+                ++pass.reclaimed;
+                im.drop_flow_tuple(f.id);
+            }
+            continue;
+        }
+        // In a table of before: by its key there (the whole key in tcm_flows_old).
+        const bool old = f.slot == Flow::kInOld;
+        const int in = im.fd(old ? im.skel->maps.tcm_flows_old : im.skel->maps.tcm_flows_prev);
+        const void *key = old ? static_cast<const void *>(&f.key) : &f.id;
         tcm_flow now{};
-        // In the table of before (id 0): by its whole key there.
-        const int in = f.id.head ? fd : old_fd;
-        const void *key = f.id.head ? static_cast<const void *>(&f.id) : &f.key;
         if (bpf_map_lookup_elem(in, key, &now) != 0 || now.lock ||
             now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
             std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
             continue;
         if (bpf_map_delete_elem(in, key) == 0) {
             ++pass.reclaimed;
-            if (in == old_fd)
-                --pass.old_flows;
-            else
-                detail::drop_flow_tuple(fd, tuples, f.id);
+            --(old ? pass.old_flows : pass.prev_flows);
+            if (!old)
+                im.drop_flow_tuple(f.id);
         }
     }
+    // Their slots free for new flows once no packet can hold them (one grace period a chunk).
+    im.free_dying();
     return pass.next_reclaim < todo.size();
 }
 
 void Datapath::end_flow_pass(FlowPass &pass) {
     impl_->counted_flows = pass.flows - std::min(pass.flows, pass.reclaimed);
-    // The table of before is empty: its pin goes (the programs keep the map until replaced).
-    if (impl_->flows_moving && pass.old_flows == 0 && !impl_->pin_path.empty()) {
-        unlink((impl_->pin_path + "/tcm_flows_old").c_str());
-        impl_->flows_moving = false;
+    // A table of before is empty: its pin goes (the programs keep the map until replaced).
+    if (!impl_->pin_path.empty()) {
+        if ((impl_->flows_moving & TCM_MOVING_OLD) && pass.old_flows == 0) {
+            unlink((impl_->pin_path + "/tcm_flows_old").c_str());
+            impl_->flows_moving &= ~TCM_MOVING_OLD;
+        }
+        if ((impl_->flows_moving & TCM_MOVING_PREV) && pass.prev_flows == 0) {
+            unlink((impl_->pin_path + "/tcm_flows_prev").c_str());
+            impl_->flows_moving &= ~TCM_MOVING_PREV;
+        }
     }
     auto &hot = impl_->hot;
     // The next threshold: the bytes of the top_keep-th busiest flow read (none: tracking off,
@@ -378,11 +481,14 @@ std::vector<Flow> Datapath::top_flows(size_t k, const std::function<bool(uint32_
         std::vector<tcm_flow_id> candidates = hot.keys;
         candidates.insert(candidates.end(), live->begin(), live->end());
         detail::sort_unique(candidates);
-        int fd = impl_->fd(impl_->skel->maps.tcm_flows);
         int tuples = impl_->fd(impl_->skel->maps.tcm_flow_tuples);
         for (const auto &id : candidates) {
-            Flow f{{}, {}, id};
-            if (wanted(TCM_FLOW_POLICY(id.head)) && bpf_map_lookup_elem(fd, &id, &f.state) == 0 &&
+            if (!wanted(TCM_FLOW_POLICY(id.head)))
+                continue;
+            const int64_t slot = impl_->find_slot(id);
+            Flow f{{}, {}, id, static_cast<uint32_t>(slot)};
+            tcm_flow_id read{};
+            if (slot >= 0 && impl_->read_slot(f.slot, read, f.state) &&
                 flow_bytes(f.state) >= hot.threshold) {
                 f.key = detail::flow_key_of_id(id, tuples);
                 out.push_back(f);

@@ -46,10 +46,18 @@ struct Datapath::Impl {
     bool in_sync = true;
     // Adopted pins: the flow table may hold flows of ids no set holds.
     bool flows_unclean = false;
-    // tcm_flows_old is the pinned flow table of before (keyed by the whole tcm_flow_key), whose
-    // flows move at their next packet: listed and reclaimed from there meanwhile, and its pin
-    // removed once it is empty (datapath_flows.cpp).
-    bool flows_moving = false;
+    // The flow table (tcm_flow_slots and tcm_flow_meta), mapped: listed in place, its idle flows
+    // deleted under their locks (datapath_flows.cpp).
+    tcm_flow_slot *slots = nullptr;
+    size_t slots_bytes = 0;
+    tcm_flow_meta *meta = nullptr;
+    // Slots deleted (TCM_SLOT_DYING): free once no packet can still hold them (free_dying).
+    std::vector<uint32_t> dying;
+    // TCM_MOVING_*: the pinned flow tables of before (tcm_flows_old, keyed by the whole
+    // tcm_flow_key; tcm_flows_prev, a hash map keyed by tcm_flow_id), whose flows move at their
+    // next packet: listed and reclaimed from there meanwhile, and each pin removed once its
+    // table is empty (datapath_flows.cpp).
+    uint8_t flows_moving = 0;
     uint32_t shaping = 0; // active policies with --shape sockets
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;
@@ -83,7 +91,33 @@ struct Datapath::Impl {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_lease) * TCM_MAX_POLICIES + page - 1) / page * page;
     }
+    // The flow table, mapped (datapath_flows.cpp):
+    // the slot of the live flow @id, or -1 (as flow_slot_lookup in bpf/lib/flow.h finds it);
+    int64_t find_slot(const tcm_flow_id &id) const;
+    // slot @idx's flow, with true, if it holds one that stayed while it was read;
+    bool read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const;
+    // deletes the flow @id from slot @idx if it is still there and (with @expect, under the
+    // flow's lock) no packet came since @expect was read: the slot dies, freed by free_dying;
+    bool kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect);
+    // frees the slots deleted so far once no packet can hold them (an RCU grace period);
+    void free_dying();
+    // calls @each(id, whole key or nullptr, state, slot) for every flow of the table and of the
+    // tables of before (flows not moved yet: slot Flow::kInPrev, or Flow::kInOld with the
+    // whole key and an id of 0);
+    template <typename F>
+    void for_each_flow(F each) const;
+    // after the flow @id was deleted: its tuple from tcm_flow_tuples, unless a packet has
+    // created the flow again meanwhile.
+    void drop_flow_tuple(const tcm_flow_id &id) const;
+    // Maps the flow table and its meta, writing @layout there if the meta is new
+    // (datapath_load.cpp).
+    void map_flow_table(const tcm_flow_meta &layout);
+    static size_t meta_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
     ~Impl() {
+        if (slots)
+            munmap(slots, slots_bytes);
+        if (meta)
+            munmap(meta, meta_bytes());
         if (fleet)
             munmap(fleet, fleet_bytes());
         if (runtime)
@@ -100,6 +134,17 @@ struct Datapath::Impl {
 
 namespace detail {
 
+// The flow table's layout and the tables of before (TCM_MOVING_*) in the .rodata of a program
+// that finds flows (the data path's, the cgroup ingress program's): frozen at its load.
+template <typename Rodata>
+void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving) {
+    ro->tcm_slot_mask = layout.slots - 1;
+    ro->tcm_slot_capacity = layout.capacity;
+    for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
+        ro->tcm_slot_seed[i] = layout.seed[i];
+    ro->tcm_flows_moving = moving;
+}
+
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
 void sort_unique(std::vector<tcm_flow_id> &keys);
 
@@ -110,10 +155,6 @@ std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain);
 // The flow of @id in full (tcm_flow_id's layout); an IPv6 5-tuple from @tuples_fd
 // (tcm_flow_tuples), its hash words as its addresses if that has none.
 tcm_flow_key flow_key_of_id(const tcm_flow_id &id, int tuples_fd);
-
-// After the flow @id was deleted from tcm_flows (@flows_fd): its tuple from @tuples_fd, unless
-// a packet has created the flow again meanwhile (datapath_flows.cpp).
-void drop_flow_tuple(int flows_fd, int tuples_fd, const tcm_flow_id &id);
 
 // Reads every entry of @fd in batches of keys K and values V (V per CPU: @values_per_key of
 // them), calling @each(key, values). Falls back to one lookup a key where batching is missing.

@@ -55,19 +55,62 @@ std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path) {
     return out;
 }
 
-// Pins of before tcm_flow_id keyed the flow table by the whole tcm_flow_key: that table becomes
-// tcm_flows_old, whose flows the data path moves into the new tcm_flows at their next packet
-// (flow_move_old in bpf/lib/flow.h) and user space lists and reclaims meanwhile. Returns the old
-// table's capacity, 0 if there is none.
-uint32_t set_aside_old_flow_table(const std::string &pin_path) {
-    const std::string path = pin_path + "/tcm_flows", old = pin_path + "/tcm_flows_old";
-    if (auto [entries, key_size] = pinned_map_size(path);
-        entries && key_size == sizeof(tcm_flow_key) && !std::filesystem::exists(old)) {
-        if (rename(path.c_str(), old.c_str()) != 0)
+// Pins of before tcm_flow_slots kept the flows in a hash map, tcm_flows: keyed by tcm_flow_id,
+// it becomes tcm_flows_prev; keyed by the whole tcm_flow_key (before tcm_flow_id), it becomes
+// tcm_flows_old. The data path moves their flows into the slots at their next packet
+// (flow_move_old in bpf/lib/flow.h); user space lists and reclaims them there meanwhile.
+// Returns each table's capacity (0: none) and sets @moving (TCM_MOVING_*).
+std::pair<uint32_t, uint32_t> set_aside_old_flow_tables(const std::string &pin_path,
+                                                        uint8_t &moving) {
+    const std::string path = pin_path + "/tcm_flows", old = pin_path + "/tcm_flows_old",
+                      prev = pin_path + "/tcm_flows_prev";
+    if (auto [entries, key_size] = pinned_map_size(path); entries) {
+        const std::string &to = key_size == sizeof(tcm_flow_key) ? old : prev;
+        if (std::filesystem::exists(to))
             throw std::runtime_error(fmt::format(
-                "cannot move the flow table of before {} to {}: {}", path, old, errno_text(errno)));
+                "cannot move the flow table of before {} to {}: that is there too (remove the "
+                "pins to start afresh)",
+                path, to));
+        if (rename(path.c_str(), to.c_str()) != 0)
+            throw std::runtime_error(fmt::format(
+                "cannot move the flow table of before {} to {}: {}", path, to, errno_text(errno)));
     }
-    return pinned_map_size(old).first;
+    const uint32_t n_old = pinned_map_size(old).first, n_prev = pinned_map_size(prev).first;
+    moving = (n_old ? TCM_MOVING_OLD : 0) | (n_prev ? TCM_MOVING_PREV : 0);
+    return {n_old, n_prev};
+}
+
+// The flow table's layout for @capacity flows: a power of two of slots, at least twice as many,
+// and a new secret; or, if the table is pinned at @pin_path, what it was made with.
+tcm_flow_meta flow_table_layout(const std::string &pin_path, uint32_t capacity) {
+    tcm_flow_meta m{};
+    if (!pin_path.empty()) {
+        int fd = bpf_obj_get((pin_path + "/tcm_flow_meta").c_str());
+        if (fd >= 0) {
+            uint32_t zero = 0;
+            int err = bpf_map_lookup_elem(fd, &zero, &m);
+            close(fd);
+            if (err == 0 && m.slots) {
+                if (m.capacity != capacity)
+                    throw std::runtime_error(fmt::format(
+                        "the flow table pinned in {} holds {} flows, not {} (another --flows? "
+                        "remove the pins to start afresh)",
+                        pin_path, m.capacity, capacity));
+                return m;
+            }
+        }
+    }
+    if (capacity > (1u << 30))
+        throw std::runtime_error(
+            fmt::format("a flow table of {} flows is more than {}", capacity, 1u << 30));
+    m.capacity = capacity;
+    m.slots = 64;
+    while (m.slots < 2 * static_cast<uint64_t>(capacity))
+        m.slots *= 2;
+    if (getrandom(m.seed, sizeof(m.seed), 0) != static_cast<ssize_t>(sizeof(m.seed)))
+        throw std::runtime_error(
+            fmt::format("cannot draw the flow table's secret: {}", errno_text(errno)));
+    return m;
 }
 
 // Pins of before tcm_rule_table held the classifier's rules in a hash map, tcm_rules, of the
@@ -109,6 +152,32 @@ void draw_flow_seed(int fd) {
 
 } // namespace
 
+// Maps the flow table and its meta, writing @layout there if the meta is new (all zero: just
+// created, before any program runs).
+void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
+    auto &im = *this;
+    const size_t page = sysconf(_SC_PAGESIZE);
+    im.slots_bytes = (sizeof(tcm_flow_slot) * layout.slots + page - 1) / page * page;
+    void *mem = mmap(nullptr, im.slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     im.fd(im.skel->maps.tcm_flow_slots), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map the flow table: {}", errno_text(errno)));
+    im.slots = static_cast<tcm_flow_slot *>(mem);
+    mem = mmap(nullptr, Datapath::Impl::meta_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
+               im.fd(im.skel->maps.tcm_flow_meta), 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(fmt::format("cannot map tcm_flow_meta: {}", errno_text(errno)));
+    im.meta = static_cast<tcm_flow_meta *>(mem);
+    if (im.meta->slots == 0) {
+        im.meta->capacity = layout.capacity;
+        std::memcpy(im.meta->seed, layout.seed, sizeof(layout.seed));
+        __atomic_store_n(&im.meta->slots, layout.slots, __ATOMIC_RELEASE);
+    } else if (im.meta->slots != layout.slots ||
+               std::memcmp(im.meta->seed, layout.seed, sizeof(layout.seed)) != 0) {
+        throw std::runtime_error("the pinned flow table changed while it was being adopted");
+    }
+}
+
 Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     impl_->testing = o.testing;
     impl_->skel = tricolor_dp::open();
@@ -117,10 +186,6 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             fmt::format("cannot open the BPF data path: {}", errno_text(errno)));
     if (o.flow_capacity == 0)
         throw std::runtime_error("the flow table needs a capacity of at least 1");
-    for (bpf_map *m : {impl_->skel->maps.tcm_flows, impl_->skel->maps.tcm_flow_tuples})
-        if (int err = bpf_map__set_max_entries(m, o.flow_capacity); err < 0)
-            throw std::runtime_error(fmt::format("cannot size the flow table to {}: {}",
-                                                 o.flow_capacity, errno_text(err)));
     if (o.hot_capacity == 0)
         throw std::runtime_error("the heavy-hitter map needs a capacity of at least 1");
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
@@ -137,22 +202,27 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
                                                  impl_->pin_path, ec.message()));
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
-        if (uint32_t old = set_aside_old_flow_table(impl_->pin_path)) {
+        auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
+        if (old)
             if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows_old, old); err < 0)
                 throw std::runtime_error(
                     fmt::format("cannot size tcm_flows_old to {}: {}", old, errno_text(err)));
-            impl_->flows_moving = true;
-        }
+        if (prev)
+            if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows_prev, prev); err < 0)
+                throw std::runtime_error(
+                    fmt::format("cannot size tcm_flows_prev to {}: {}", prev, errno_text(err)));
         bpf_map *m;
         bpf_object__for_each_map(m, impl_->skel->obj) {
             // A cache (and its doorkeeper) is not state: a new program starts with an empty
             // one. The heavy hitters go with this program's threshold (in .data, not pinned
-            // either); the hot key, the tuple key and the cgroup bucket are scratch.
+            // either); the hot key, the tuple key, the slot key and the cgroup bucket are
+            // scratch.
             if (bpf_map__is_internal(m) || m == impl_->skel->maps.tcm_class_cache ||
                 m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
                 m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_tuple_key ||
-                m == impl_->skel->maps.tcm_cgroup_bucket ||
-                (m == impl_->skel->maps.tcm_flows_old && !impl_->flows_moving))
+                m == impl_->skel->maps.tcm_slot_key || m == impl_->skel->maps.tcm_cgroup_bucket ||
+                (m == impl_->skel->maps.tcm_flows_old && !(impl_->flows_moving & TCM_MOVING_OLD)) ||
+                (m == impl_->skel->maps.tcm_flows_prev && !(impl_->flows_moving & TCM_MOVING_PREV)))
                 continue;
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (m == impl_->skel->maps.tcm_fleet)
@@ -162,9 +232,18 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                                                      bpf_map__name(m), path, errno_text(err)));
         }
     }
+    // The flow table: sized, and its layout in .rodata, before the load.
+    const tcm_flow_meta layout = flow_table_layout(impl_->pin_path, o.flow_capacity);
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_slots, layout.slots); err < 0)
+        throw std::runtime_error(fmt::format("cannot size the flow table to {} slots: {}",
+                                             layout.slots, errno_text(err)));
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_tuples, o.flow_capacity);
+        err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
-    impl_->skel->rodata->tcm_flows_moving = impl_->flows_moving;
+    detail::set_flow_layout(impl_->skel->rodata, layout, impl_->flows_moving);
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF data path: " + problem);
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
@@ -177,6 +256,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
         throw std::runtime_error(loaded.error() + hint);
     }
     draw_flow_seed(impl_->fd(impl_->skel->maps.tcm_flow_seed));
+    impl_->map_flow_table(layout);
     void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
                      impl_->fd(impl_->skel->maps.tcm_runtime), 0);
     if (mem == MAP_FAILED)
@@ -198,7 +278,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     {
         bpf_map_info info{};
         uint32_t len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(impl_->fd(impl_->skel->maps.tcm_flows), &info, &len) == 0)
+        if (bpf_obj_get_info_by_fd(impl_->fd(impl_->skel->maps.tcm_flow_slots), &info, &len) == 0)
             impl_->flows_map_id = info.id;
         bpf_program *prog;
         bpf_object__for_each_program(prog, impl_->skel->obj) {

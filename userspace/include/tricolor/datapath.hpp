@@ -67,7 +67,10 @@ struct SetChange; // policy_sets.hpp
 struct Flow {
     tcm_flow_key key; // the flow's identity in full (tcm_flow_tuples for an IPv6 5-tuple)
     tcm_flow state;
-    tcm_flow_id id{}; // its key in tcm_flows
+    tcm_flow_id id{}; // its id; 0 in a flow table of before keyed by the whole key
+    // Where it is: its slot in tcm_flow_slots, or kInPrev / kInOld (not moved yet).
+    uint32_t slot = kInPrev;
+    static constexpr uint32_t kInPrev = UINT32_MAX, kInOld = UINT32_MAX - 1;
 };
 
 // A flow's bytes, all colours: what flows --top orders by.
@@ -89,6 +92,7 @@ struct FlowPass {
     std::map<uint32_t, tcm_meter_config> configs; // of the active policies, by id
     size_t flows = 0;                             // read by the walk
     size_t old_flows = 0;                         // of them in tcm_flows_old, not reclaimed
+    size_t prev_flows = 0;                        // and in tcm_flows_prev
     std::vector<Flow> reclaimable;                // full now (and idle long enough): to delete
     std::vector<Flow> full_recent;                // full now, seen recently: under pressure only
     std::vector<tcm_flow_id> heavy;               // read at or above the threshold
