@@ -416,6 +416,15 @@ struct tcm_flow_slot {
                               two packets of one new flow cannot both create it */
 };
 
+/* flow_slot_create's state, in a per-CPU scratch map (tcm_slot_key): never read by user space. */
+struct tcm_slot_scratch {
+    struct tcm_flow_id id; /* of the flow being made */
+    __u32 home;            /* its home slot */
+    __u32 idx;             /* the slot being looked at (a map key) */
+    __s32 found;           /* the slot of the flow, made by another meanwhile; -1: none */
+    __s32 claimed;         /* a free slot claimed for it; -1: none */
+};
+
 /* tcm_flow_meta: what the table's layout depends on, kept with its pin (and, for the data path,
  * in its .rodata as tcm_slot_mask and tcm_slot_seed), and the flows it holds. */
 #define TCM_SLOT_SEED_WORDS 6

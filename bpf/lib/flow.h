@@ -197,9 +197,10 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
         return TCM_MOVE_NONE;
     /* The id flow_slot_create filled, as a map key: a map value is one on Linux 6.1 too, where
      * a pointer passed to a global function is not. */
-    struct tcm_flow_id *id = bpf_map_lookup_elem(&tcm_slot_key, &zero);
-    if (!id)
+    struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!sk)
         return TCM_MOVE_NONE;
+    struct tcm_flow_id *id = &sk->id;
     struct tcm_flow_key *ok = NULL;
     struct tcm_flow *old = NULL;
     if (tcm_flows_moving & TCM_MOVING_PREV)
@@ -242,112 +243,128 @@ const volatile struct tcm_flow tcm_flow_fresh = {};
 
 struct tcm_guard_ctx {
     __u32 *guard;
-    int held;
 };
 
+/* One attempt at the guard, but none at the last index: bpf_loop then returns fewer than
+ * TCM_LOCK_SPINS runs exactly when the guard was had (no result word beside the pointer: the
+ * context is on a stack that has no room to spare). */
 static long flow_guard_try(__u32 index, void *arg) {
     struct tcm_guard_ctx *ctx = arg;
 
-    if (__sync_val_compare_and_swap(ctx->guard, 0, 1) == 0) {
-        ctx->held = 1;
+    if (index + 1 >= TCM_LOCK_SPINS)
         return 1;
-    }
-    return 0;
+    return __sync_val_compare_and_swap(ctx->guard, 0, 1) == 0;
 }
 
-/* Creates the flow of @key under @pol, which flow_slot_get did not find: under its home
- * slot's guard (two packets of one new flow on two CPUs: the second finds what the first
- * created), looks again, then takes the first free slot of the probe sequence (a cmpxchg on its
- * head: another home's creator may want it too) and fills it with the flow moved from a table of
- * before, or a fresh one (buckets fill at its first packet, under the lock), and publishes it.
- * Returns the slot's index or enum tcm_slot_miss. A global function, verified once. */
-__attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
-                                               const struct tcm_class_key *key) {
+/* flow_slot_create's probes under the guard, on its scratch state (tcm_slot_key): the slot of
+ * the flow if another packet made it meanwhile (found), else the first free slot of the probe
+ * sequence, claimed with a cmpxchg on its head (another home's creator may want it too). A
+ * global function of its own: its loop's registers are not flow_slot_create's, whose frame then
+ * stays small (Linux 6.1 counts each frame as a multiple of 32 bytes). */
+__attribute__((noinline)) int flow_slot_scan(void) {
     __u32 zero = 0;
-    if (!pol || !key)
-        return TCM_SLOT_ERROR;
-    struct tcm_flow_id *id = bpf_map_lookup_elem(&tcm_slot_key, &zero);
-    if (!id)
-        return TCM_SLOT_ERROR;
-    __builtin_memset(id, 0, sizeof(*id));
-    if (flow_id_fill(pol, key, id) < 0)
-        return TCM_SLOT_ERROR;
-    __u32 home = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_mask);
-    struct tcm_flow_slot *hs = bpf_map_lookup_elem(&tcm_flow_slots, &home);
-    struct tcm_flow_meta *meta = bpf_map_lookup_elem(&tcm_flow_meta, &zero);
-    if (!hs || !meta)
-        return TCM_SLOT_ERROR;
-    if (__sync_val_compare_and_swap(&hs->guard, 0, 1) != 0) {
-        struct tcm_guard_ctx g = {.guard = &hs->guard, .held = 0};
-        bpf_loop(TCM_LOCK_SPINS, flow_guard_try, &g, 0);
-        if (!g.held)
-            return TCM_SLOT_STUCK;
-    }
-    int found = -1, claimed = -1;
+    struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!sk)
+        return 0;
+    sk->found = -1;
+    sk->claimed = -1;
     for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
-        __u32 idx = (home + i) & tcm_slot_mask;
-        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+        sk->idx = (sk->home + i) & tcm_slot_mask;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->idx);
         if (!s)
             break;
         __u32 head = s->id.head;
-        if (((head ^ id->head) | (s->id.w[0] ^ id->w[0]) | (s->id.w[1] ^ id->w[1]) |
-             (s->id.w[2] ^ id->w[2]) | (s->id.w[3] ^ id->w[3])) == 0) {
-            found = (int)idx;
+        if (((head ^ sk->id.head) | (s->id.w[0] ^ sk->id.w[0]) | (s->id.w[1] ^ sk->id.w[1]) |
+             (s->id.w[2] ^ sk->id.w[2]) | (s->id.w[3] ^ sk->id.w[3])) == 0) {
+            sk->found = (int)sk->idx;
             break;
         }
-        if (claimed < 0 && (head == TCM_SLOT_EMPTY || head == TCM_SLOT_FREE) &&
+        if (sk->claimed < 0 && (head == TCM_SLOT_EMPTY || head == TCM_SLOT_FREE) &&
             __sync_val_compare_and_swap(&s->id.head, head, TCM_SLOT_CLAIMED) == head)
-            claimed = (int)idx;
+            sk->claimed = (int)sk->idx;
         /* Nothing of this home lies beyond a slot that was empty (another's claim of it
          * since changes nothing: ours is excluded by the guard). */
         if (head == TCM_SLOT_EMPTY)
             break;
     }
-    int ret = found;
-    __u32 release = ~0u; /* a slot claimed but not used: free again, never empty (another
-                            home's flow may have been placed beyond it, which empty would hide) */
-    if (found >= 0) {
-        if (claimed >= 0)
-            release = (__u32)claimed;
-    } else if (claimed < 0) {
+    return 0;
+}
+
+/* Creates the flow of @key under @pol, which flow_slot_get did not find: under its home slot's
+ * guard (two packets of one new flow on two CPUs: the second finds what the first created),
+ * looks again, then takes the first free slot of the probe sequence (a cmpxchg on its head:
+ * another home's creator may want it too) and fills it with the flow moved from a table of
+ * before, or a fresh one (buckets fill at its first packet, under the lock), and publishes it.
+ * Returns the slot's index or enum tcm_slot_miss. A global function, verified once. Its state
+ * is in a per-CPU scratch slot (tcm_slot_key), not on its stack: on Linux 6.1 a chain's frames,
+ * each counted as 32 bytes at least, leave this one and those it calls 96 bytes. */
+__attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
+                                               const struct tcm_class_key *key) {
+    __u32 zero = 0;
+    if (!pol || !key)
+        return TCM_SLOT_ERROR;
+    struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!sk)
+        return TCM_SLOT_ERROR;
+    __builtin_memset(&sk->id, 0, sizeof(sk->id));
+    if (flow_key_of(pol, key, &sk->id) < 0)
+        return TCM_SLOT_ERROR;
+    sk->home = TCM_SLOT_HOME(&sk->id, tcm_slot_seed, tcm_slot_mask);
+    struct tcm_flow_slot *hs = bpf_map_lookup_elem(&tcm_flow_slots, &sk->home);
+    if (!hs)
+        return TCM_SLOT_ERROR;
+    if (__sync_val_compare_and_swap(&hs->guard, 0, 1) != 0) {
+        struct tcm_guard_ctx g = {.guard = &hs->guard};
+        if (bpf_loop(TCM_LOCK_SPINS, flow_guard_try, &g, 0) >= TCM_LOCK_SPINS)
+            return TCM_SLOT_STUCK;
+    }
+    flow_slot_scan();
+    /* A slot claimed but not used is freed again, never emptied: another home's flow may have
+     * been placed beyond it meanwhile, which an empty slot would hide. */
+    int ret = sk->found, release = sk->found >= 0 ? sk->claimed : -1;
+    if (sk->found < 0 && sk->claimed < 0) {
         ret = TCM_SLOT_FULL;
-    } else {
-        __u32 c = (__u32)claimed;
-        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &c);
-        if (!s) {
+    } else if (sk->found < 0) {
+        struct tcm_flow_meta *meta = bpf_map_lookup_elem(&tcm_flow_meta, &zero);
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->claimed);
+        ret = TCM_SLOT_FULL;
+        release = sk->claimed;
+        if (!s || !meta) {
             ret = TCM_SLOT_ERROR;
         } else if (__sync_fetch_and_add(&meta->live, 1) >= tcm_slot_capacity) {
             __sync_fetch_and_add(&meta->live, -1);
-            ret = TCM_SLOT_FULL;
-            release = c;
         } else {
             int moved = tcm_flows_moving ? flow_move_old(pol, key, s) : TCM_MOVE_NONE;
             if (moved == TCM_MOVE_STUCK) {
                 __sync_fetch_and_add(&meta->live, -1);
                 ret = TCM_SLOT_STUCK;
-                release = c;
-            } else if (moved == TCM_MOVE_DONE) {
-                __sync_lock_test_and_set(&s->flow.lock, 0);
-                ret = claimed;
             } else {
-                s->flow = *(const struct tcm_flow *)&tcm_flow_fresh;
-                s->id.w[0] = id->w[0];
-                s->id.w[1] = id->w[1];
-                s->id.w[2] = id->w[2];
-                s->id.w[3] = id->w[3];
-                __sync_lock_test_and_set(&s->id.head, id->head);
-                ret = claimed;
+                if (moved == TCM_MOVE_DONE) {
+                    __sync_lock_test_and_set(&s->flow.lock, 0);
+                } else {
+                    s->flow = *(const struct tcm_flow *)&tcm_flow_fresh;
+                    s->id.w[0] = sk->id.w[0];
+                    s->id.w[1] = sk->id.w[1];
+                    s->id.w[2] = sk->id.w[2];
+                    s->id.w[3] = sk->id.w[3];
+                    __sync_lock_test_and_set(&s->id.head, sk->id.head);
+                }
+                ret = sk->claimed;
+                release = -1;
             }
         }
     }
-    if (release != ~0u) {
-        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &release);
+    if (release >= 0) {
+        sk->idx = (__u32)release;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->idx);
         if (s)
             __sync_lock_test_and_set(&s->id.head, TCM_SLOT_FREE);
     }
-    __sync_lock_test_and_set(&hs->guard, 0);
-    if (ret >= 0 && found < 0 && TCM_FLOW_KIND(id->head) == TCM_FLOW_5TUPLE6)
-        flow_note_tuple(key, id);
+    hs = bpf_map_lookup_elem(&tcm_flow_slots, &sk->home);
+    if (hs)
+        __sync_lock_test_and_set(&hs->guard, 0);
+    if (ret >= 0 && sk->found < 0 && TCM_FLOW_KIND(sk->id.head) == TCM_FLOW_5TUPLE6)
+        flow_note_tuple(key, &sk->id);
     return ret;
 }
 

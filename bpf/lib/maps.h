@@ -193,13 +193,13 @@ struct {
     __type(value, struct tcm_flow_id);
 } tcm_hot_key SEC(".maps");
 
-/* The id of the flow flow_slot_create makes, which flow_move_old reads too (flow.h): a chain's
- * deepest frames have no room for it. Scratch, not pinned. */
+/* flow_slot_create's state (the id of the flow it makes, which flow_move_old reads too; flow.h):
+ * a chain's deepest frames have no room for it. Scratch, not pinned. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, struct tcm_flow_id);
+    __type(value, struct tcm_slot_scratch);
 } tcm_slot_key SEC(".maps");
 
 /* flow_note_tuple's tuple, for the same reason (flow.h). Scratch, not pinned. */
