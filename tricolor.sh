@@ -404,6 +404,8 @@ cmd=${1:-}
 run_benches() {
     echo "== data path (BPF_PROG_TEST_RUN): ratios to an empty XDP program"
     "$BUILD_DIR/tests/datapath_bench"
+    echo "== the flow table's probing: new flows that find no free slot, by load (a simulation)"
+    python3 tests/bench/flow_slots_sim.py
     echo "== where a green packet's time goes, by part (perf samples): tricolor against the plain meter"
     BUILD_DIR="$BUILD_DIR" tests/bench/hot_profile.sh
     echo "== packets per second through native XDP on a veth, one receive CPU: tricolor against"
