@@ -110,7 +110,10 @@ const volatile __u32 tcm_slot_seed[TCM_SLOT_SEED_WORDS] = {};
 
 /* The slot of @id's flow, or -1: the slots from its home on, to the first empty one. No lock:
  * a slot's id is written before its head is set to the flow's, and a deleted flow's slot is
- * taken by another only once no packet can still hold it (tricolor_abi.h). A bounded loop, not
+ * taken by another only once no packet can still hold it (tricolor_abi.h). (The loads of head
+ * and words are not ordered on a weakly ordered CPU, BPF having no load-acquire before Linux
+ * 6.15: there, a slot deleted, freed and taken again by a flow of the same head within one
+ * lookup could be matched with the old words. x86 keeps loads in order.) A bounded loop, not
  * unrolled: its callers are global functions, each verified once. */
 static __always_inline int flow_slot_lookup(const struct tcm_flow_id *id) {
     __u32 home = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_mask);
