@@ -329,6 +329,21 @@ class DatapathPinning : public ::testing::Test {
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 2000 left
     }
     void TearDown() override { Datapath::remove_pins(pin); }
+    // A per-source policy's three flows, 2000 of 3000 tokens left each (the tests of the flow
+    // tables of before make those tables of them).
+    static std::vector<uint8_t> from(const char *src) {
+        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
+    }
+    std::vector<Flow> three_flows() {
+        Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+        ps.per = TCM_PER_SRC;
+        Datapath a(o);
+        EXPECT_TRUE(a.apply({ps}).has_value());
+        a.set_clock(5000000000);
+        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+            EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS);
+        return a.flows();
+    }
     std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
     DatapathOptions o;
     Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
@@ -375,21 +390,8 @@ TEST_F(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
 // passes two more 1000-byte packets, not three. Until then the old flows are listed and
 // reclaimed from there, and the old pin goes once it is empty.
 TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
-    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
-    ps.per = TCM_PER_SRC;
-    auto from = [](const char *src) {
-        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
-    };
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
-    std::vector<Flow> before;
-    {
-        Datapath a(o);
-        ASSERT_TRUE(a.apply({ps}).has_value());
-        a.set_clock(5000000000);
-        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
-            EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS); // 2000 of 3000 left each
-        before = a.flows();
-    }
+    std::vector<Flow> before = three_flows();
     ASSERT_EQ(before.size(), 3u);
     // The daemon of before: its table keyed by the whole key (what flows() lists), and no
     // tcm_flow_seed or tcm_flow_tuples.
@@ -447,21 +449,8 @@ TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
 // 5-tuple keeps its tuple (tcm_flow_tuples is kept). Until then the flows are listed from there
 // with their ids, and the pin goes once the table is empty.
 TEST_F(DatapathPinning, FlowsOfTheHashTableMoveAtTheirNextPacket) {
-    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
-    ps.per = TCM_PER_SRC;
-    auto from = [](const char *src) {
-        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
-    };
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
-    std::vector<Flow> before;
-    {
-        Datapath a(o);
-        ASSERT_TRUE(a.apply({ps}).has_value());
-        a.set_clock(5000000000);
-        for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
-            EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS); // 2000 of 3000 left each
-        before = a.flows();
-    }
+    std::vector<Flow> before = three_flows();
     ASSERT_EQ(before.size(), 3u);
     for (const char *gone : {"tcm_flow_slots", "tcm_flow_meta"})
         ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;

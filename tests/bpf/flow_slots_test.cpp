@@ -21,27 +21,6 @@ using namespace tricolor::test;
 
 namespace {
 
-// The map named @name among those program @prog_fd uses (the test's own Datapath: no pins).
-int map_of_prog(int prog_fd, const std::string &name) {
-    bpf_prog_info info{};
-    uint32_t ids[64] = {};
-    info.nr_map_ids = 64;
-    info.map_ids = reinterpret_cast<uint64_t>(ids);
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0)
-        return -1;
-    for (uint32_t i = 0; i < info.nr_map_ids && i < 64; ++i) {
-        int fd = bpf_map_get_fd_by_id(ids[i]);
-        bpf_map_info m{};
-        uint32_t mlen = sizeof(m);
-        if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &m, &mlen) == 0 && name == m.name)
-            return fd;
-        if (fd >= 0)
-            close(fd);
-    }
-    return -1;
-}
-
 // A per-source flow's id for the IPv4 source @addr (network order) under policy @policy.
 tcm_flow_id src_id(uint32_t policy, uint32_t addr) {
     tcm_flow_id id{};

@@ -231,29 +231,6 @@ TEST_F(HierDatapathTest, LiveUpdateOfAParentKeepsEveryLevel) {
     EXPECT_EQ(dp->policies().size(), 2u);
 }
 
-// The flow map of the loaded program, found through the program's own map ids (other tests may
-// have programs loaded at the same time, with maps of the same name).
-int flows_map_fd(int prog_fd) {
-    bpf_prog_info info{};
-    uint32_t ids[64] = {};
-    info.nr_map_ids = 64;
-    info.map_ids = reinterpret_cast<uint64_t>(ids);
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0)
-        return -1;
-    for (uint32_t i = 0; i < info.nr_map_ids && i < 64; ++i) {
-        int fd = bpf_map_get_fd_by_id(ids[i]);
-        bpf_map_info m{};
-        uint32_t mlen = sizeof(m);
-        if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &m, &mlen) == 0 &&
-            std::string(m.name) == "tcm_flow_slots")
-            return fd;
-        if (fd >= 0)
-            close(fd);
-    }
-    return -1;
-}
-
 // A lock timeout at the parent releases the child's lock it already took: held by the test
 // (as by a stalled holder), the parent's lock turns the packet red and counts a timeout; once
 // it is free, both levels are free and the next packet passes. A leaked child lock would leave
@@ -262,7 +239,7 @@ TEST_F(HierDatapathTest, ALockTimeoutAtTheParentReleasesTheChildsLock) {
     apply({level(1, "site", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_SRC),
            level(2, "conn", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_5TUPLE, "site")});
     ASSERT_EQ(send("198.18.7.1", 100).color, Color::green);
-    int fd = flows_map_fd(dp->xdp_prog_fd());
+    int fd = test::map_of_prog(dp->xdp_prog_fd(), "tcm_flow_slots");
     ASSERT_GE(fd, 0) << "no tcm_flow_slots map on the XDP program";
     auto parent_slot = [&]() {
         for (const auto &f : dp->flows())

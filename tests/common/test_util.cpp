@@ -208,6 +208,26 @@ void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat)
     b.join();
 }
 
+int map_of_prog(int prog_fd, const std::string &name) {
+    bpf_prog_info info{};
+    uint32_t ids[64] = {};
+    info.nr_map_ids = 64;
+    info.map_ids = reinterpret_cast<uint64_t>(ids);
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0)
+        return -1;
+    for (uint32_t i = 0; i < info.nr_map_ids && i < 64; ++i) {
+        int fd = bpf_map_get_fd_by_id(ids[i]);
+        bpf_map_info m{};
+        uint32_t mlen = sizeof(m);
+        if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &m, &mlen) == 0 && name == m.name)
+            return fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    return -1;
+}
+
 double time_scale() {
     const char *v = std::getenv("TRICOLOR_TIME_SCALE");
     double scale = v ? std::atof(v) : 1.0;

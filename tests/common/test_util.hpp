@@ -64,6 +64,11 @@ bool is_root();
 // released together: two CPUs metering one flow at once.
 void run_on_two_cpus(int prog_fd, const std::vector<uint8_t> &frame, int repeat);
 
+// An fd of the map named @name among those program @prog_fd uses, -1 if none: found through the
+// program's own map ids, since other tests may have programs loaded at the same time with maps
+// of the same name. The caller closes it.
+int map_of_prog(int prog_fd, const std::string &name);
+
 // Empty when equal; otherwise the first differing line of each, numbered, so a failing vector
 // points at its packet instead of printing two whole outputs.
 std::string first_difference(const std::string &actual, const std::string &expected);
