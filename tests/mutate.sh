@@ -136,7 +136,7 @@ mutant cache-no-door bpf/lib/classify.h \
     "classification cache: every key that misses is cached, not only one seen twice" \
     "bpf:ClassCacheTest.*"
 mutant flow6-no-tuple bpf/lib/flow.h \
-    's/if \(ret >= 0 && found < 0 && TCM_FLOW_KIND\(id->head\) == TCM_FLOW_5TUPLE6\)/if (0)/' \
+    's/if \(ret >= 0 && sk->found < 0 && TCM_FLOW_KIND\(sk->id\.head\) == TCM_FLOW_5TUPLE6\)/if (0)/' \
     "flow key: an IPv6 5-tuple flow keeps no tuple, so it lists as its hash" \
     "bpf:DatapathTest.Ipv6FiveTuplesAreFlowsApartAndListedWhole"
 mutant flow6-no-port bpf/include/tricolor_abi.h \
