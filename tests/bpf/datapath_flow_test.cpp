@@ -344,6 +344,20 @@ class DatapathPinning : public ::testing::Test {
             EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS);
         return a.flows();
     }
+    // Pins at @dir/tcm_flows a hash map as a daemon of before pinned its flow table: @flows'
+    // states keyed by @key_of(flow), @key_size bytes.
+    template <typename KeyOf>
+    void pin_table_of_before(const std::string &dir, uint32_t key_size, KeyOf key_of,
+                             const std::vector<Flow> &flows) {
+        LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+        int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", key_size, sizeof(tcm_flow),
+                                o.flow_capacity, &opts);
+        ASSERT_GE(fd, 0) << errno_text(errno);
+        for (const auto &f : flows)
+            ASSERT_EQ(bpf_map_update_elem(fd, key_of(f), &f.state, BPF_NOEXIST), 0);
+        ASSERT_EQ(bpf_obj_pin(fd, (dir + "/tcm_flows").c_str()), 0) << errno_text(errno);
+        close(fd);
+    }
     std::string pin = "/sys/fs/bpf/tricolor-test-" + std::to_string(getpid());
     DatapathOptions o;
     Policy p = policy(3, "kept", Algo::srtcm, 8000, 3000, 0);
@@ -397,14 +411,9 @@ TEST_F(DatapathPinning, FlowsKeyedByTheWholeKeyMoveAtTheirNextPacket) {
     // tcm_flow_seed or tcm_flow_tuples.
     for (const char *gone : {"tcm_flow_slots", "tcm_flow_meta", "tcm_flow_seed", "tcm_flow_tuples"})
         ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;
-    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
-    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_key), sizeof(tcm_flow),
-                             o.flow_capacity, &opts);
-    ASSERT_GE(old, 0) << errno_text(errno);
-    for (const auto &f : before)
-        ASSERT_EQ(bpf_map_update_elem(old, &f.key, &f.state, BPF_NOEXIST), 0);
-    ASSERT_EQ(bpf_obj_pin(old, (dir + "/tcm_flows").c_str()), 0) << errno_text(errno);
-    close(old);
+    pin_table_of_before(
+        dir, sizeof(tcm_flow_key), [](const Flow &f) { return &f.key; }, before);
+    ASSERT_FALSE(HasFatalFailure());
 
     Datapath b(o);
     EXPECT_TRUE(b.adopted());
@@ -454,14 +463,9 @@ TEST_F(DatapathPinning, FlowsOfTheHashTableMoveAtTheirNextPacket) {
     ASSERT_EQ(before.size(), 3u);
     for (const char *gone : {"tcm_flow_slots", "tcm_flow_meta"})
         ASSERT_EQ(unlink((dir + "/" + gone).c_str()), 0) << gone;
-    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
-    int prev = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_id), sizeof(tcm_flow),
-                              o.flow_capacity, &opts);
-    ASSERT_GE(prev, 0) << errno_text(errno);
-    for (const auto &f : before)
-        ASSERT_EQ(bpf_map_update_elem(prev, &f.id, &f.state, BPF_NOEXIST), 0);
-    ASSERT_EQ(bpf_obj_pin(prev, (dir + "/tcm_flows").c_str()), 0) << errno_text(errno);
-    close(prev);
+    pin_table_of_before(
+        dir, sizeof(tcm_flow_id), [](const Flow &f) { return &f.id; }, before);
+    ASSERT_FALSE(HasFatalFailure());
 
     Datapath b(o);
     EXPECT_TRUE(b.adopted());
