@@ -444,7 +444,7 @@ mutant hot-instead-of-count bpf/lib/chain.h \
     "flows --top: the packet that records a heavy hitter is not counted in its policy's counters" \
     "$TOP_BPF"
 mutant reclaim-no-recheck userspace/src/datapath_flows.cpp \
-    's/const bool same =\s[^;]*;/const bool same = true;/' \
+    's/return now\.meter\.last_ns == then\.meter\.last_ns &&[^;]*;/return true;/' \
     "reclaim: a flow that saw a packet after the walk read it is deleted all the same (a fresh burst)" \
     "bpf:ReclaimPassTest.*"
 

@@ -207,9 +207,7 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
             k.w[0] = static_cast<uint32_t>(id);
             k.w[1] = static_cast<uint32_t>(id >> 32);
             tcm_flow f{};
-            tcm_flow_id read{};
-            const int64_t slot = impl_->find_slot(k);
-            if (slot >= 0 && impl_->read_slot(static_cast<uint32_t>(slot), read, f)) {
+            if (impl_->read_flow(k, f) >= 0) {
                 b.counters = f.counters;
             } else if ((impl_->flows_moving & TCM_MOVING_PREV) &&
                        bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_prev), &k, &f) ==

@@ -32,15 +32,21 @@ void v4_mapped(uint32_t out[4], uint32_t addr) {
     out[3] = addr;
 }
 
+// Whether a flow read now is as it was read then: no packet came between (each takes the lock,
+// writes the time and counts itself), so deleting it forgets nothing.
+bool unchanged_since(const tcm_flow &now, const tcm_flow &then) {
+    return now.meter.last_ns == then.meter.last_ns && now.flags == then.flags &&
+           std::memcmp(&now.counters, &then.counters, sizeof(now.counters)) == 0;
+}
+
 } // namespace
 
 int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
-    const auto &im = *this;
-    const uint32_t mask = im.meta->slots - 1;
-    const uint32_t home = TCM_SLOT_HOME(&id, im.meta->seed, mask);
+    const uint32_t mask = meta->slots - 1;
+    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, mask);
     for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
         const uint32_t idx = (home + i) & mask;
-        const tcm_flow_slot *s = &im.slots[idx];
+        const tcm_flow_slot *s = &slots[idx];
         const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
         if (head == TCM_SLOT_EMPTY)
             return -1;
@@ -51,8 +57,7 @@ int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
 }
 
 bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const {
-    const auto &im = *this;
-    const tcm_flow_slot *s = &im.slots[idx];
+    const tcm_flow_slot *s = &slots[idx];
     const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
     if (!TCM_SLOT_LIVE(head))
         return false;
@@ -63,8 +68,7 @@ bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) c
 }
 
 bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect) {
-    auto &im = *this;
-    tcm_flow_slot *s = &im.slots[idx];
+    tcm_flow_slot *s = &slots[idx];
     if (__atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE) != id.head ||
         std::memcmp(s->id.w, id.w, sizeof(id.w)) != 0)
         return false;
@@ -81,35 +85,38 @@ bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_fl
         if (!__atomic_compare_exchange_n(&s->flow.lock, &unlocked, 1u, false, __ATOMIC_SEQ_CST,
                                          __ATOMIC_SEQ_CST))
             return false;
-        const bool same =
-            s->flow.meter.last_ns == expect->meter.last_ns && s->flow.flags == expect->flags &&
-            std::memcmp(&s->flow.counters, &expect->counters, sizeof(expect->counters)) == 0;
+        const bool same = unchanged_since(s->flow, *expect);
         if (same)
             __atomic_store_n(&s->id.head, TCM_SLOT_DYING, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_RELEASE);
         if (!same)
             return false;
     }
-    __atomic_fetch_sub(&im.meta->live, 1, __ATOMIC_SEQ_CST);
-    im.dying.push_back(idx);
+    __atomic_fetch_sub(&meta->live, 1, __ATOMIC_SEQ_CST);
+    dying.push_back(idx);
     return true;
 }
 
 void Datapath::Impl::free_dying() {
-    auto &im = *this;
-    if (im.dying.empty())
+    if (dying.empty())
         return;
     // An RCU grace period (the programs run under rcu_read_lock): no packet that found a slot
     // before it died still holds it. membarrier refuses on nohz_full kernels: then a pause far
     // longer than any program run.
     if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0)
         usleep(100 * 1000);
-    for (uint32_t idx : im.dying) {
-        uint32_t dying = TCM_SLOT_DYING;
-        __atomic_compare_exchange_n(&im.slots[idx].id.head, &dying, TCM_SLOT_FREE, false,
+    for (uint32_t idx : dying) {
+        uint32_t head = TCM_SLOT_DYING;
+        __atomic_compare_exchange_n(&slots[idx].id.head, &head, TCM_SLOT_FREE, false,
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
-    im.dying.clear();
+    dying.clear();
+}
+
+int64_t Datapath::Impl::read_flow(const tcm_flow_id &id, tcm_flow &state) const {
+    const int64_t slot = find_slot(id);
+    tcm_flow_id read;
+    return slot >= 0 && read_slot(static_cast<uint32_t>(slot), read, state) ? slot : -1;
 }
 
 void Datapath::Impl::drop_flow_tuple(const tcm_flow_id &id) const {
@@ -203,23 +210,22 @@ std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain) {
 
 template <typename F>
 void Datapath::Impl::for_each_flow(F each) const {
-    const auto &im = *this;
-    for (uint32_t i = 0; i < im.meta->slots; ++i) {
+    for (uint32_t i = 0; i < meta->slots; ++i) {
         tcm_flow_id id;
         tcm_flow state;
-        if (im.read_slot(i, id, state))
+        if (read_slot(i, id, state))
             each(id, nullptr, state, i);
     }
     // Flows of the tables of before that no packet has moved yet.
-    if (im.flows_moving & TCM_MOVING_PREV)
-        detail::for_each_entry<tcm_flow_id, tcm_flow>(im.fd(im.skel->maps.tcm_flows_prev), 1,
+    if (flows_moving & TCM_MOVING_PREV)
+        detail::for_each_entry<tcm_flow_id, tcm_flow>(fd(skel->maps.tcm_flows_prev), 1,
                                                       [&](const tcm_flow_id &k, const tcm_flow *v) {
                                                           if (v->lock != TCM_FLOW_MOVED)
                                                               each(k, nullptr, *v, Flow::kInPrev);
                                                       });
-    if (im.flows_moving & TCM_MOVING_OLD)
+    if (flows_moving & TCM_MOVING_OLD)
         detail::for_each_entry<tcm_flow_key, tcm_flow>(
-            im.fd(im.skel->maps.tcm_flows_old), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
+            fd(skel->maps.tcm_flows_old), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
                 if (v->lock != TCM_FLOW_MOVED)
                     each(tcm_flow_id{}, &k, *v, Flow::kInOld);
             });
@@ -396,9 +402,7 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
         const int in = im.fd(old ? im.skel->maps.tcm_flows_old : im.skel->maps.tcm_flows_prev);
         const void *key = old ? static_cast<const void *>(&f.key) : &f.id;
         tcm_flow now{};
-        if (bpf_map_lookup_elem(in, key, &now) != 0 || now.lock ||
-            now.meter.last_ns != f.state.meter.last_ns || now.flags != f.state.flags ||
-            std::memcmp(&now.counters, &f.state.counters, sizeof(now.counters)) != 0)
+        if (bpf_map_lookup_elem(in, key, &now) != 0 || now.lock || !unchanged_since(now, f.state))
             continue;
         if (bpf_map_delete_elem(in, key) == 0) {
             ++pass.reclaimed;
@@ -485,11 +489,10 @@ std::vector<Flow> Datapath::top_flows(size_t k, const std::function<bool(uint32_
         for (const auto &id : candidates) {
             if (!wanted(TCM_FLOW_POLICY(id.head)))
                 continue;
-            const int64_t slot = impl_->find_slot(id);
-            Flow f{{}, {}, id, static_cast<uint32_t>(slot)};
-            tcm_flow_id read{};
-            if (slot >= 0 && impl_->read_slot(f.slot, read, f.state) &&
-                flow_bytes(f.state) >= hot.threshold) {
+            Flow f{{}, {}, id};
+            const int64_t slot = impl_->read_flow(id, f.state);
+            f.slot = static_cast<uint32_t>(slot);
+            if (slot >= 0 && flow_bytes(f.state) >= hot.threshold) {
                 f.key = detail::flow_key_of_id(id, tuples);
                 out.push_back(f);
             }

@@ -96,6 +96,8 @@ struct Datapath::Impl {
     int64_t find_slot(const tcm_flow_id &id) const;
     // slot @idx's flow, with true, if it holds one that stayed while it was read;
     bool read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const;
+    // the slot of the live flow @id with its state read into @state, or -1;
+    int64_t read_flow(const tcm_flow_id &id, tcm_flow &state) const;
     // deletes the flow @id from slot @idx if it is still there and (with @expect, under the
     // flow's lock) no packet came since @expect was read: the slot dies, freed by free_dying;
     bool kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect);

@@ -155,25 +155,24 @@ void draw_flow_seed(int fd) {
 // Maps the flow table and its meta, writing @layout there if the meta is new (all zero: just
 // created, before any program runs).
 void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
-    auto &im = *this;
     const size_t page = sysconf(_SC_PAGESIZE);
-    im.slots_bytes = (sizeof(tcm_flow_slot) * layout.slots + page - 1) / page * page;
-    void *mem = mmap(nullptr, im.slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     im.fd(im.skel->maps.tcm_flow_slots), 0);
+    slots_bytes = (sizeof(tcm_flow_slot) * layout.slots + page - 1) / page * page;
+    void *mem = mmap(nullptr, slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fd(skel->maps.tcm_flow_slots), 0);
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map the flow table: {}", errno_text(errno)));
-    im.slots = static_cast<tcm_flow_slot *>(mem);
-    mem = mmap(nullptr, Datapath::Impl::meta_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
-               im.fd(im.skel->maps.tcm_flow_meta), 0);
+    slots = static_cast<tcm_flow_slot *>(mem);
+    mem = mmap(nullptr, meta_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
+               fd(skel->maps.tcm_flow_meta), 0);
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map tcm_flow_meta: {}", errno_text(errno)));
-    im.meta = static_cast<tcm_flow_meta *>(mem);
-    if (im.meta->slots == 0) {
-        im.meta->capacity = layout.capacity;
-        std::memcpy(im.meta->seed, layout.seed, sizeof(layout.seed));
-        __atomic_store_n(&im.meta->slots, layout.slots, __ATOMIC_RELEASE);
-    } else if (im.meta->slots != layout.slots ||
-               std::memcmp(im.meta->seed, layout.seed, sizeof(layout.seed)) != 0) {
+    meta = static_cast<tcm_flow_meta *>(mem);
+    if (meta->slots == 0) {
+        meta->capacity = layout.capacity;
+        std::memcpy(meta->seed, layout.seed, sizeof(layout.seed));
+        __atomic_store_n(&meta->slots, layout.slots, __ATOMIC_RELEASE);
+    } else if (meta->slots != layout.slots ||
+               std::memcmp(meta->seed, layout.seed, sizeof(layout.seed)) != 0) {
         throw std::runtime_error("the pinned flow table changed while it was being adopted");
     }
 }
