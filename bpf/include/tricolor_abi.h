@@ -300,16 +300,18 @@ struct tcm_flow_key {
     __u32 dst[4];
 };
 
-/* The key of the per-flow table (tcm_flow_slots): the policy's id and the kind of key in `head`,
- * and in `w` what the policy's `per` keeps of the packet: TCM_FLOW_SRC, TCM_FLOW_DST  the address
- * under the policy's prefix, as tcm_class_key holds it (16 bytes, IPv4 mapped); TCM_FLOW_5TUPLE4
- * IPv4 source, destination, sport | dport << 16, proto; TCM_FLOW_5TUPLE6            an IPv6
- * 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple itself is kept in tcm_flow_tuples for
- * user space; TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1]. 20 bytes, not
- * the 44 of a whole tcm_flow_key: the kernel's hash map hashes and compares every byte of the key
- * at each lookup (jhash: one mixing round per 12 bytes), and a per-flow packet paid ~25 ns for the
- * 24 bytes a key of the 5-tuple's width wastes on every other kind (docs/datapath.md, "One flow:
- * the key"). Unused words are zero. */
+/* The key of the per-flow table (tcm_flow_slots): the policy's id and the kind of key in
+ * `head`, and in `w` what the policy's `per` keeps of the packet:
+ *   TCM_FLOW_SRC, TCM_FLOW_DST  the address under the policy's prefix, as tcm_class_key holds
+ *                               it (16 bytes, IPv4 mapped);
+ *   TCM_FLOW_5TUPLE4            IPv4 source, destination, sport | dport << 16, proto;
+ *   TCM_FLOW_5TUPLE6            an IPv6 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple
+ *                               itself is kept in tcm_flow_tuples for user space;
+ *   TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1].
+ * 20 bytes, not the 44 of a whole tcm_flow_key: the kernel's hash map that held the flows then
+ * hashed and compared every byte of the key at each lookup, and a per-flow packet paid ~25 ns
+ * for the 24 bytes a key of the 5-tuple's width wasted on every other kind (docs/datapath.md,
+ * "One flow: the key"). Unused words are zero. */
 struct tcm_flow_id {
     __u32 head; /* policy id | kind << 24 */
     __u32 w[4];
@@ -448,7 +450,7 @@ struct tcm_flow_meta {
         h_ ^= h_ >> 33;                                                                            \
         h_ *= 0xff51afd7ed558ccdull;                                                               \
         h_ ^= h_ >> 33;                                                                            \
-        (__u32) h_ &(mask);                                                                        \
+        (__u32)(h_ & (mask));                                                                      \
     })
 
 /* Per-CPU counters of traffic that no policy metered. */

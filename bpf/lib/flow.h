@@ -108,6 +108,24 @@ const volatile __u32 tcm_slot_mask = 63;
 const volatile __u32 tcm_slot_capacity = 32;
 const volatile __u32 tcm_slot_seed[TCM_SLOT_SEED_WORDS] = {};
 
+/* Whether slot @s holds the flow @id: head and words, compared without a branch per word. */
+static __always_inline int flow_slot_holds(const struct tcm_flow_slot *s,
+                                           const struct tcm_flow_id *id) {
+    return ((s->id.head ^ id->head) | (s->id.w[0] ^ id->w[0]) | (s->id.w[1] ^ id->w[1]) |
+            (s->id.w[2] ^ id->w[2]) | (s->id.w[3] ^ id->w[3])) == 0;
+}
+
+/* Writes @id into slot @s, its words first and its head last (xchg: a full barrier), so that a
+ * packet that finds the head finds the words. */
+static __always_inline void flow_slot_publish(struct tcm_flow_slot *s,
+                                              const struct tcm_flow_id *id) {
+    s->id.w[0] = id->w[0];
+    s->id.w[1] = id->w[1];
+    s->id.w[2] = id->w[2];
+    s->id.w[3] = id->w[3];
+    __sync_lock_test_and_set(&s->id.head, id->head);
+}
+
 /* The slot of @id's flow, or -1: the slots from its home on, to the first empty one. No lock:
  * a slot's id is written before its head is set to the flow's, and a deleted flow's slot is
  * taken by another only once no packet can still hold it (tricolor_abi.h). (The loads of head
@@ -123,14 +141,22 @@ static __always_inline int flow_slot_lookup(const struct tcm_flow_id *id) {
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
         if (!s)
             return -1;
-        __u32 head = s->id.head;
-        if (head == TCM_SLOT_EMPTY)
+        if (s->id.head == TCM_SLOT_EMPTY)
             return -1;
-        if (((head ^ id->head) | (s->id.w[0] ^ id->w[0]) | (s->id.w[1] ^ id->w[1]) |
-             (s->id.w[2] ^ id->w[2]) | (s->id.w[3] ^ id->w[3])) == 0)
+        if (flow_slot_holds(s, id))
             return (int)idx;
     }
     return -1;
+}
+
+/* The flow in slot @got (flow_slot_lookup's, or flow_slot_get's, result): NULL unless @got is a
+ * slot's index. */
+static __always_inline struct tcm_flow *flow_slot_flow(int got) {
+    if (got < 0)
+        return NULL;
+    __u32 idx = (__u32)got;
+    struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+    return s ? &s->flow : NULL;
 }
 
 /* What flow_slot_get returns when it finds no slot (a slot's index otherwise). */
@@ -228,11 +254,7 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
         return TCM_MOVE_STUCK;
     /* The copy holds the lock word 1, as the old entry does now: ours until the caller's. */
     s->flow = *old;
-    s->id.w[0] = id->w[0];
-    s->id.w[1] = id->w[1];
-    s->id.w[2] = id->w[2];
-    s->id.w[3] = id->w[3];
-    __sync_lock_test_and_set(&s->id.head, id->head);
+    flow_slot_publish(s, id);
     __sync_lock_test_and_set(&old->lock, TCM_FLOW_MOVED);
     if (ok)
         bpf_map_delete_elem(&tcm_flows_old, ok);
@@ -277,8 +299,7 @@ __attribute__((noinline)) int flow_slot_scan(void) {
         if (!s)
             break;
         __u32 head = s->id.head;
-        if (((head ^ sk->id.head) | (s->id.w[0] ^ sk->id.w[0]) | (s->id.w[1] ^ sk->id.w[1]) |
-             (s->id.w[2] ^ sk->id.w[2]) | (s->id.w[3] ^ sk->id.w[3])) == 0) {
+        if (flow_slot_holds(s, &sk->id)) {
             sk->found = (int)sk->idx;
             break;
         }
@@ -346,11 +367,7 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
                     __sync_lock_test_and_set(&s->flow.lock, 0);
                 } else {
                     s->flow = *(const struct tcm_flow *)&tcm_flow_fresh;
-                    s->id.w[0] = sk->id.w[0];
-                    s->id.w[1] = sk->id.w[1];
-                    s->id.w[2] = sk->id.w[2];
-                    s->id.w[3] = sk->id.w[3];
-                    __sync_lock_test_and_set(&s->id.head, sk->id.head);
+                    flow_slot_publish(s, &sk->id);
                 }
                 ret = sk->claimed;
                 release = -1;

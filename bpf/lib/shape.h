@@ -216,15 +216,10 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
     if (sp->c_half) {
         /* keyed 1: set up by a program whose flow key was 44 bytes; paced under the share
          * until the share is read again. */
-        struct tcm_flow *f = NULL;
-        if (sp->keyed == TCM_PACE_KEYED) {
-            int got = flow_slot_lookup(&sp->key);
-            __u32 idx = got >= 0 ? (__u32)got : 0;
-            struct tcm_flow_slot *s = got >= 0 ? bpf_map_lookup_elem(&tcm_flow_slots, &idx) : NULL;
-            f = s ? &s->flow : NULL;
-        } else if (sp->keyed == 0) {
-            f = bpf_map_lookup_elem(&tcm_policy_state, &id);
-        }
+        struct tcm_flow *f = sp->keyed == TCM_PACE_KEYED
+                                 ? flow_slot_flow(flow_slot_lookup(&sp->key))
+                             : sp->keyed == 0 ? bpf_map_lookup_elem(&tcm_policy_state, &id)
+                                              : NULL;
         __u64 tokens = f ? *(volatile __u64 *)&f->meter.c_tokens : 0;
         if (tokens >= sp->c_half)
             rate = sp->rate_hi;
