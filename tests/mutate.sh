@@ -303,6 +303,10 @@ mutant shape-start-refused bpf/lib/shape.h \
     's/return bpf_redirect\(0, 0\);/return TC_ACT_SHOT;/' \
     "--shape sockets: a clamped socket's red burst with nothing in flight is refused (stall to the probe timer)" \
     "e2e:Shape.StartsThatMeetRedAreLostNotRefused"
+mutant shape-cgroup-unseen bpf/lib/shape.h \
+    's/return kn \? kn->id : 0;/return kn ? 0 : 0;/' \
+    "--shape sockets: a socket's cgroup is not seen (a cgroup policy's sockets are not paced, only policed)" \
+    "e2e:Cgroups.TcpFromACgroupIsPacedToItsRateWithShapeSockets"
 mutant aqm-counters-inherited userspace/src/datapath_commit.cpp \
     's/int tcp_fd = fd\(skel_->maps.tcm_tcp_stats\);/int tcp_fd = -1;/' \
     "a new policy on a reused id starts with the old one's --aqm and edt counters" \

@@ -128,9 +128,9 @@ TEST_F(Cgroups, OneCgroupsEgressIsHeldToItsBoundAndAnotherIsUntouched) {
 
 // --shape sockets for a cgroup policy: the sock_ops program finds the policy by the socket's
 // cgroup (bpf/lib/shape.h) and paces its sockets, so TCP from the cgroup fills the rate through a
-// 16 KiB bucket where a hard policer loses segments and stalls (docs/tcp.md). Loose bounds, as
-// Shape.TcpThroughTcEgressGetsFarMoreThanWithTheHardPolicer's: the bench measures >= 95%. An
-// iperf3 from another cgroup afterwards is not limited.
+// 16 KiB bucket where a hard policer loses segments and stalls (docs/tcp.md). The same policy
+// without --shape first, in the same run, is the measure: the bench measures >= 95% of CIR
+// shaped. An iperf3 from another cgroup afterwards is not limited.
 TEST_F(Cgroups, TcpFromACgroupIsPacedToItsRateWithShapeSockets) {
     if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code != 0)
         GTEST_SKIP() << "iperf3 is not installed";
@@ -150,23 +150,36 @@ TEST_F(Cgroups, TcpFromACgroupIsPacedToItsRateWithShapeSockets) {
         }
         return parse_json(r)["end"]["sum_received"]["bits_per_second"].get<double>();
     };
+    auto red = [&] {
+        return parse_json(daemon->ctl({"-j", "stats"}))["policies"][0]["red"]["packets"]
+            .get<uint64_t>();
+    };
     ok({"policy", "add", "svc", "--algo", "srtcm", "--cir", "20mbit", "--cbs", "16k", "--ebs", "0",
-        "--match", "cgroup", base + "/limited", "--shape", "sockets"});
+        "--match", "cgroup", base + "/limited"});
+    double hard = goodput(limited);
+    const uint64_t red_hard = red();
+    ok({"policy", "set", "svc", "--shape", "sockets"});
     double shaped = goodput(limited);
     auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
+    const uint64_t red_shaped = p["red"]["packets"].get<uint64_t>() - red_hard;
     double other = goodput(free);
     run_command({"/bin/sh", "-c", "kill $(cat " + pid_file + ")"});
-    std::cout << fmt::format("[ cgroups ] TCP, --shape sockets: {:.2f} Mbit/s at CIR 20; another "
-                             "cgroup {:.0f} Mbit/s\n",
-                             shaped / 1e6, other / 1e6);
+    std::cout << fmt::format("[ cgroups ] TCP at CIR 20 Mbit/s: hard policer {:.2f} Mbit/s, {} "
+                             "red; --shape sockets {:.2f} Mbit/s, {} red; another cgroup {:.0f} "
+                             "Mbit/s\n",
+                             hard / 1e6, red_hard, shaped / 1e6, red_shaped, other / 1e6);
     EXPECT_GT(shaped, 0.5 * 20e6);
     EXPECT_LE(shaped, 20e6 * 1.05);
-    // Paced, not policed: a hard policer at this bucket loses a segment every few (75 red in 3 s
-    // with the cgroup left out of the socket's classification, planted); a late pacing timer
-    // costs a few (none here on an idle machine, 17 in Debian's 6.1 under TCG, where timers
-    // fire late throughout: 4x the native allowance there).
-    const uint64_t allowed = time_scale() > 1 ? 64 : 16;
-    EXPECT_LE(p["red"]["packets"].get<uint64_t>(), allowed) << p.dump();
+    // Paced, not policed: the hard policer at this bucket loses segments and stalls (0.6 Mbit/s
+    // here; the cgroup left out of the socket's classification, planted, is that run again).
+    EXPECT_GT(shaped, 3 * hard) << "hard " << hard / 1e6 << " Mbit/s";
+    // A pacing timer that fires late sends a backlog the bucket does not hold, so a few red are
+    // allowed: none on an idle machine. Under an emulated CPU every timer is late, by as much as
+    // the host is busy: 10-57 red shaped against 76-104 hard in three runs in Debian's 6.1 under
+    // TCG, 134 in one CI run. There the goodput above is the measure, not the red count.
+    if (time_scale() <= 1) {
+        EXPECT_LE(red_shaped, 16u) << p.dump();
+    }
     EXPECT_GT(p["green"]["packets"].get<uint64_t>(), 0u);
     EXPECT_GT(other, 2 * 20e6) << "the other cgroup is not limited";
 }
