@@ -188,7 +188,7 @@ mutant slot-capacity-ignored bpf/lib/flow.h \
     "flow table: new flows beyond the capacity (--flows) get slots while there are any" \
     "bpf:SmallTableTest.*"
 mutant slot-live-kept userspace/src/datapath_flows.cpp \
-    's/__atomic_fetch_sub\(&im\.meta->live, 1, __ATOMIC_SEQ_CST\);//' \
+    's/__atomic_fetch_sub\(&meta->live, 1, __ATOMIC_SEQ_CST\);//' \
     "flow table: a deleted flow still counts against the capacity" \
     "bpf:SmallTableTest.*"
 mutant per-key-mask bpf/lib/flow.h \
