@@ -6,8 +6,8 @@
 #   entry      the entry point: parse, the pipeline's lookups, act (tricolor_xdp)
 #   classify   classify_index and its probes
 #   meter      chain_meter_packet: the flow's lookup, lock, meter and counters
-#   hash       hash-map lookups: the flow table's (per-flow figures, with flow_key_of), the
-#              plain meter's
+#   hash       the flow table's lookup (per-flow figures: flow_slot_get and the other
+#              flow_slot_ functions), hash-map lookups (the plain meter's)
 #   clock      bpf_ktime_get_ns (read_tsc and its callers)
 #   lock       bpf_spin_lock/unlock (the baseline meters)
 #   baseline   the baseline programs' own code (bench_*)
@@ -48,7 +48,7 @@ for fig in "${figures[@]}"; do
             if (sym ~ /_tricolor_xdp$|_tricolor_tc$|bpf_xdp_get_buff_len/) part = "entry"
             else if (sym ~ /classify_index|classify_probe/) part = "classify"
             else if (sym ~ /chain_meter_packet|chain_level_mark|flow_lock_try|tcm_fleet_fold|hot_note/) part = "meter"
-            else if (sym ~ /flow_key_of|htab_map_hash|lookup_nulls_elem_raw|__htab_map_lookup_elem|memcmp/) part = "hash"
+            else if (sym ~ /flow_slot_|flow_key_of|htab_map_hash|lookup_nulls_elem_raw|__htab_map_lookup_elem|memcmp/) part = "hash"
             else if (sym ~ /read_tsc|ktime_get_mono_fast_ns|bpf_ktime_get_ns/) part = "clock"
             else if (sym ~ /spin_lock|spin_unlock/) part = "lock"
             else if (sym ~ /_bench_/) part = "baseline"
