@@ -116,7 +116,12 @@ void Datapath::Impl::free_dying() {
 int64_t Datapath::Impl::read_flow(const tcm_flow_id &id, tcm_flow &state) const {
     const int64_t slot = find_slot(id);
     tcm_flow_id read;
-    return slot >= 0 && read_slot(static_cast<uint32_t>(slot), read, state) ? slot : -1;
+    // The slot read must still hold @id: between the find and the read it can die, be freed
+    // (reclaim) and be taken by another flow, whose state is not @id's.
+    return slot >= 0 && read_slot(static_cast<uint32_t>(slot), read, state) &&
+                   std::memcmp(&read, &id, sizeof(id)) == 0
+               ? slot
+               : -1;
 }
 
 void Datapath::Impl::drop_flow_tuple(const tcm_flow_id &id) const {
