@@ -83,6 +83,10 @@ mutant lock-removed bpf/lib/flow.h \
     's/if \(__sync_val_compare_and_swap\(&f->lock, 0, 1\) == 0\)\s*return 1;/return 1;/' \
     "the flow lock is never taken" \
     "bpf:*TwoCpusOnOneFlowNeverOverAdmit*"
+mutant unlock-store-keeps-lock bpf/lib/flow.h \
+    's/\*\(volatile __u32 \*\)&f->lock = 0;/*(volatile __u32 *)\&f->lock = 1;/' \
+    "the flow lock's plain-store release (x86) leaves it held: later packets time out red" \
+    "bpf:DatapathTest.CountersAndDefaultActionsPerColour"
 mutant checksum bpf/lib/act.h \
     's/sum \+= \(__u16\)~old;/sum += old;/' \
     "DSCP rewrite: RFC 1624 update adds the old word instead of its complement" \

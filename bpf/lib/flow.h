@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /* flow.h: finding a packet's bucket pair and metering under its lock.
- * The lock is a word in the map value taken with cmpxchg and released with xchg: bpf_spin_lock
- * is refused in LRU maps and costs more here, and a bounded spin lets a packet that cannot get
- * the lock (a holder stalled by an interrupt for microseconds) be coloured red rather than
- * admitted unmetered. The clock is read inside the critical section, so holders of one flow see
- * non-decreasing times. Metering under the locks is in chain.h. */
+ * The lock is a word in the map value taken with cmpxchg and released with xchg (a plain store
+ * on x86, flow_unlock): bpf_spin_lock is refused in LRU maps and costs more here, and a bounded
+ * spin lets a packet that cannot get the lock (a holder stalled by an interrupt for
+ * microseconds) be coloured red rather than admitted unmetered. The clock is read inside the
+ * critical section, so holders of one flow see non-decreasing times. Metering under the locks
+ * is in chain.h. */
 #ifndef TRICOLOR_FLOW_H
 #define TRICOLOR_FLOW_H
 
@@ -460,8 +461,22 @@ static __always_inline int flow_lock(struct tcm_flow *f) {
     return ctx.held;
 }
 
+/* Set at load on a CPU whose stores are never reordered with its earlier loads and stores (x86,
+ * TSO): there a plain store releases a lock, as the kernel's own spin unlock does, and the
+ * locked xchg, a full barrier that waits for the critical section's stores to drain, is a
+ * second atomic per packet that a bpf_spin_lock meter does not pay (docs/datapath.md, "Where
+ * the time went"). Elsewhere (arm64 before BPF had store-release) the xchg stays. */
+const volatile __u8 tcm_store_release = 0;
+
 static __always_inline void flow_unlock(struct tcm_flow *f) {
-    __sync_lock_test_and_set(&f->lock, 0);
+    if (tcm_store_release) {
+        /* The critical section's loads and stores stay before the store (compiler barrier;
+         * the JIT emits them in order and the CPU keeps that order). */
+        asm volatile("" ::: "memory");
+        *(volatile __u32 *)&f->lock = 0;
+    } else {
+        __sync_lock_test_and_set(&f->lock, 0);
+    }
 }
 
 #endif /* TRICOLOR_FLOW_H */

@@ -145,6 +145,9 @@ void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving) {
     for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
         ro->tcm_slot_seed[i] = layout.seed[i];
     ro->tcm_flows_moving = moving;
+#if defined(__x86_64__) || defined(__i386__)
+    ro->tcm_store_release = 1; // TSO: a plain store releases the flow lock (bpf/lib/flow.h)
+#endif
 }
 
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
