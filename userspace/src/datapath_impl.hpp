@@ -136,8 +136,9 @@ struct Datapath::Impl {
 
 namespace detail {
 
-// The flow table's layout and the tables of before (TCM_MOVING_*) in the .rodata of a program
-// that finds flows (the data path's, the cgroup ingress program's): frozen at its load.
+// The flow table's layout, the tables of before (TCM_MOVING_*) and how a flow's lock is released
+// (tcm_store_release) in the .rodata of a program that finds flows (the data path's, the cgroup
+// ingress program's): frozen at its load.
 template <typename Rodata>
 void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving) {
     ro->tcm_slot_mask = layout.slots - 1;
