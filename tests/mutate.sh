@@ -275,6 +275,10 @@ mutant aqm-idle-remembered bpf/lib/aqm.h \
     's/#define TCM_AQM_IDLE_NS 1000000000ull/#define TCM_AQM_IDLE_NS ~0ull/' \
     "--aqm: a bucket back from idle keeps the old sender's drains (a new slow start goes unseen)" \
     "bpf:AqmTest.*"
+mutant aqm-idle-time-backwards bpf/lib/aqm.h \
+    's/now > f->meter.last_ns && now - f->meter.last_ns/now - f->meter.last_ns/' \
+    "--aqm: a packet stamped before the bucket's last time (read before the lock) passes for an idle second" \
+    "bpf:AqmTest.*"
 mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \
     "--shape sockets: each socket gets the whole rate instead of its share" \

@@ -199,6 +199,13 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
 
     if (!pol || !key || !in || !g)
         return TCM_NR_COLORS;
+    /* The packet's instant, read before its buckets are found and locked, as a bpf_spin_lock
+     * meter must: the ordered clock read (lfence; rdtsc) then waits only for the classification,
+     * not for the lock's atomic too (3 ns of the aggregate's ~80: docs/datapath.md, "Where the
+     * time went"). Another CPU may lock the flow in between with a later time; the levels then
+     * meet a last_ns after this packet's and add nothing for it (meter_refill, aqm_idle,
+     * tcm_fleet_fold): metered at that later instant, exact in tokens. */
+    __u64 now = clock_now_ns();
     struct tcm_flow *f0 = flow_find(pol, key, g);
     if (!f0)
         return TCM_NR_COLORS;
@@ -234,7 +241,6 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
      * does it decide again on the states themselves, which gives the same colours (same state,
      * time and input) and takes the tokens. Deciding twice costs less than 4 saved states
      * would cost stack: a chain's frames must fit 512 bytes with the entry point's. */
-    __u64 now = clock_now_ns();
     aqm_idle(pol, f0, now);
     chain_fleet(lp[0], lf[0], now);
     if (n > 1)

@@ -199,6 +199,40 @@ TEST_F(AqmTest, ADrainThatDoublesIsSignalledAtAQuarterAndSteadyDrainsAreNot) {
     }
 }
 
+// The data path reads a packet's time before it locks the bucket (bpf/lib/chain.h), so a packet
+// can arrive with a time before the bucket's last one (another CPU went in between). That is no
+// idle second: the drains' history stays, and a 15-then-30 pair after steady drains of 45 is
+// still no doubling. Here the test clock steps back a nanosecond, as such a packet would see it.
+TEST_F(AqmTest, APacketStampedBeforeTheBucketsLastTimeKeepsTheDrainsHistory) {
+    Policy p;
+    p.id = 3;
+    p.name = "aqm";
+    p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0); // as the test above
+    p.aqm = TCM_AQM_ECN;
+    DatapathFixture::apply({p});
+    uint64_t t = 1000000000;
+    auto burst = [&](int n) {
+        t += 100000000; // 100 ms: the bucket refills (80 ms) between bursts
+        dp->set_clock(t);
+        std::vector<int> signalled;
+        for (int i = 1; i <= n; ++i)
+            if (ecn_of(dp->run_xdp(frame(2)).data_out) == 3)
+                signalled.push_back(i);
+        return signalled;
+    };
+    for (int k = 0; k < 4; ++k)
+        burst(45);
+    // The bucket full again; a packet at t, then one stamped before it (both too shallow to be
+    // a drain of their own).
+    t += 100000000;
+    dp->set_clock(t);
+    ASSERT_EQ(ecn_of(dp->run_xdp(frame(2)).data_out), 2);
+    dp->set_clock(t - 1);
+    ASSERT_EQ(ecn_of(dp->run_xdp(frame(2)).data_out), 2);
+    EXPECT_EQ(burst(15), std::vector<int>{});
+    EXPECT_EQ(burst(30), std::vector<int>{}) << "the history of 45-packet drains was forgotten";
+}
+
 TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
     apply(TCM_AQM_ECN, Action{TCM_ACT_KIND_PASS, 0});
     int marks = 0;
