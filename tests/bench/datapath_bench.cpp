@@ -9,7 +9,8 @@
 // TRICOLOR_BENCH_ONLY=classify: only classification as shapes grow (TRICOLOR_BENCH_SHAPES).
 // TRICOLOR_BENCH_ONLY=hot: only the hot path's ratios to the plain and floor meters (no 2^20
 // flows: a minute), for work on the green path; with TRICOLOR_BENCH_SPIN=<figure>, that one
-// figure repeated for a profiler (tests/bench/hot_profile.sh) and nothing printed.
+// figure repeated for a profiler (tests/bench/hot_profile.sh) for TRICOLOR_BENCH_SPIN_SECONDS
+// (8), and nothing printed but a line when it begins.
 #include "bench_meters.h"
 #include "packet.hpp"
 #include "test_util.hpp"
@@ -556,10 +557,19 @@ void hot_path(bench *b) {
         {"flow_k8_one", bpf_program__fd(b->progs.bench_flow_k8_one)},
         {"flow_slots_one", bpf_program__fd(b->progs.bench_flow_slots_one)}};
     if (const char *spin = std::getenv("TRICOLOR_BENCH_SPIN")) { // one figure, for `perf record`
+        // For TRICOLOR_BENCH_SPIN_SECONDS (8), after a line that says it has begun: a profiler
+        // that starts on that line samples the figure alone, not the loading before it (the
+        // verifier) nor the idle after it, however fast the host runs the figure.
+        const char *secs_env = std::getenv("TRICOLOR_BENCH_SPIN_SECONDS");
+        const auto secs = std::chrono::seconds(secs_env ? std::atoi(secs_env) : 8);
         for (const auto &[name, fd] : progs)
-            if (std::string(name) == spin)
-                for (int i = 0; i < 20; ++i)
+            if (std::string(name) == spin) {
+                std::printf("spinning %s\n", spin);
+                std::fflush(stdout);
+                const auto end = std::chrono::steady_clock::now() + secs;
+                while (std::chrono::steady_clock::now() < end)
                     run_repeat(fd, frame);
+            }
         return;
     }
     std::map<std::string, std::vector<double>> ns;
