@@ -49,8 +49,9 @@ static __always_inline __u32 aqm_eighths(__u64 deficit, __u64 eighth) {
  * forgets its drains (a new sender, or one back from idle, starts in slow start). Here rather
  * than in aqm_step so that no saved time lives across the meter (6.1 counts the stack). */
 static __always_inline void aqm_idle(const struct tcm_policy *pol, struct tcm_flow *f, __u64 now) {
-    /* @now may be before the bucket's last time (read before the lock: chain_meter_packet):
-     * that is no idle second. */
+    /* @now may be before the bucket's last time: read before the lock (chain_meter_packet),
+     * or after a packet edt_mark gave a departure ahead of it (--shape edt moves last_ns up to
+     * its horizon forward). Neither is an idle second. */
     if (pol->aqm && now > f->meter.last_ns && now - f->meter.last_ns >= TCM_AQM_IDLE_NS)
         f->flags &= ~(TCM_FLOW_AQM_LEVELS | TCM_FLOW_AQM_SS_SIGNALLED);
 }

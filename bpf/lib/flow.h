@@ -3,9 +3,9 @@
  * The lock is a word in the map value taken with cmpxchg and released with xchg (a plain store
  * on x86, flow_unlock): bpf_spin_lock is refused in LRU maps and costs more here, and a bounded
  * spin lets a packet that cannot get the lock (a holder stalled by an interrupt for
- * microseconds) be coloured red rather than admitted unmetered. The clock is read before the
- * lock (chain.h), and the meter ignores a time before the bucket's last. Metering under the
- * locks is in chain.h. */
+ * microseconds) be coloured red rather than admitted unmetered. chain.h reads the clock before
+ * the lock (edt.h under it), and the meter ignores a time before the bucket's last. Metering
+ * under the locks is in chain.h. */
 #ifndef TRICOLOR_FLOW_H
 #define TRICOLOR_FLOW_H
 
