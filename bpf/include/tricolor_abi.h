@@ -587,7 +587,8 @@ struct tcm_edt_cfg {
  * spilled and cut_seen. No division on the packet's path: fill_ns (TCM_FLEET_FULL/rate, rounded
  * up) is user space's. until_ns is written alone, outside seq: past it (data-path clock) C is empty
  * and earns nothing, so a host whose daemon died or lost Redis spends no fleet tokens after its
- * lease. */
+ * lease (but a packet that read the clock before until_ns and waited for the lock past it: the
+ * lock's spin, ~200 us at most, which the tenth of a lease user space stops early covers). */
 struct tcm_fleet_lease {
     __u64 seq;
     __u64 rate;      /* tokens per ns (bit/s, or packet/s in packet mode) */
