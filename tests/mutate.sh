@@ -277,7 +277,7 @@ mutant aqm-idle-remembered bpf/lib/aqm.h \
     "bpf:AqmTest.*"
 mutant aqm-idle-time-backwards bpf/lib/aqm.h \
     's/now > f->meter.last_ns && now - f->meter.last_ns/now - f->meter.last_ns/' \
-    "--aqm: a packet stamped before the bucket's last time (read before the lock) passes for an idle second" \
+    "--aqm: a packet stamped before the bucket's last time (read before the lock, or after a --shape edt departure) passes for an idle second" \
     "bpf:AqmTest.*"
 mutant shape-no-share bpf/lib/shape.h \
     's/share \/= n;/share \/= 1;/' \

@@ -233,6 +233,42 @@ TEST_F(AqmTest, APacketStampedBeforeTheBucketsLastTimeKeepsTheDrainsHistory) {
     EXPECT_EQ(burst(30), std::vector<int>{}) << "the history of 45-packet drains was forgotten";
 }
 
+// The same under --shape edt on tc, where a bucket's last time runs ahead of the clock without
+// another CPU: a sender's later departure stamp is metered at that time (bpf/lib/edt.h), and
+// the next packet, unstamped, arrives before it.
+TEST_F(AqmTest, AfterASendersLaterStampUnderShapeEdtTheDrainsHistoryStays) {
+    Policy p;
+    p.id = 3;
+    p.name = "aqm";
+    p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0);
+    p.aqm = TCM_AQM_ECN;
+    p.shape = TCM_SHAPE_EDT;
+    DatapathFixture::apply({p});
+    uint64_t t = 1000000000;
+    auto send = [&](uint64_t stamp) {
+        __sk_buff in{};
+        in.tstamp = stamp;
+        return ecn_of(dp->run_tc(frame(2), &in).data_out) == 3;
+    };
+    auto burst = [&](int n) {
+        t += 100000000;
+        dp->set_clock(t);
+        std::vector<int> signalled;
+        for (int i = 1; i <= n; ++i)
+            if (send(0))
+                signalled.push_back(i);
+        return signalled;
+    };
+    for (int k = 0; k < 4; ++k)
+        EXPECT_EQ(burst(45), std::vector<int>{}) << "steady burst " << k;
+    t += 100000000;
+    dp->set_clock(t);
+    ASSERT_FALSE(send(t + 1000000)) << "stamped 1 ms ahead: metered then";
+    ASSERT_FALSE(send(0)) << "unstamped, before the bucket's last time";
+    EXPECT_EQ(burst(15), std::vector<int>{});
+    EXPECT_EQ(burst(30), std::vector<int>{}) << "the history of 45-packet drains was forgotten";
+}
+
 TEST_F(AqmTest, RedPacketsThatPassAreNeverSignalled) {
     apply(TCM_AQM_ECN, Action{TCM_ACT_KIND_PASS, 0});
     int marks = 0;
