@@ -9,6 +9,8 @@
 
 #include <linux/bpf.h>
 
+#include <functional>
+
 using namespace tricolor;
 using test::Packet;
 
@@ -34,6 +36,29 @@ class AqmTest : public test::DatapathFixture {
         else
             p.ipv4("198.18.0.1", "198.18.0.2");
         return p.ecn(ecn).tcp(40000, 5201).l3_size(100).build();
+    }
+    // The slow-start tests' policy: srtcm, CIR 800 kbit/s (100 bytes/ms), CBS 8000 bytes
+    // (eighths of 1000 bytes, 10 packets), EBS 0: 80 ms refill the bucket between bursts.
+    void apply_slow_start(tcm_aqm_mode aqm, uint32_t id = 3, tcm_shape_mode shape = TCM_SHAPE_OFF) {
+        Policy p;
+        p.id = id;
+        p.name = "aqm";
+        p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0);
+        p.aqm = aqm;
+        p.shape = shape;
+        DatapathFixture::apply({p});
+    }
+    // One RTT's burst of @n packets, 100 ms after the last (the bucket refilled): @t moves on and
+    // the clock with it; @signalled(i) sends packet i and says whether it got the signal. The
+    // packets signalled.
+    std::vector<int> burst(uint64_t &t, int n, const std::function<bool()> &signalled) {
+        t += 100000000;
+        dp->set_clock(t);
+        std::vector<int> got;
+        for (int i = 1; i <= n; ++i)
+            if (signalled())
+                got.push_back(i);
+        return got;
     }
 };
 
@@ -153,28 +178,17 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
 // Slow start: a sender with no bottleneck before the policer sends its window as a burst every
 // RTT, and the window doubles. A drain twice as deep as the one before (itself no shallower than
 // twice its predecessor) gets a signal as soon as it is a quarter of the bucket deep, long before
-// 6/8; drains of steady depth (congestion avoidance) get none. CIR 800 kbit/s (100 bytes/ms),
-// CBS 8000 bytes (eighths of 1000 bytes, 10 packets): 80 ms refill the bucket between bursts.
+// 6/8; drains of steady depth (congestion avoidance) get none (apply_slow_start's policy).
 TEST_F(AqmTest, ADrainThatDoublesIsSignalledAtAQuarterAndSteadyDrainsAreNot) {
     uint64_t t = 1000000000;
     for (auto aqm : {TCM_AQM_DROP, TCM_AQM_ECN}) {
         SCOPED_TRACE(aqm == TCM_AQM_DROP ? "drop" : "ecn");
-        Policy p;
-        p.id = aqm == TCM_AQM_DROP ? 3 : 4; // a fresh bucket for each
-        p.name = "aqm";
-        p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0);
-        p.aqm = aqm;
-        DatapathFixture::apply({p});
-        auto burst = [&](int n) { // one RTT's burst after a refill; the packets signalled
-            t += 100000000;
-            dp->set_clock(t);
-            std::vector<int> signalled;
-            for (int i = 1; i <= n; ++i) {
+        apply_slow_start(aqm, aqm == TCM_AQM_DROP ? 3 : 4); // a fresh bucket for each
+        auto burst = [&](int n) {
+            return AqmTest::burst(t, n, [&] {
                 auto r = dp->run_xdp(frame(2));
-                if (r.retval == XDP_DROP || ecn_of(r.data_out) == 3)
-                    signalled.push_back(i);
-            }
-            return signalled;
+                return r.retval == XDP_DROP || ecn_of(r.data_out) == 3;
+            });
         };
         // Doubling: 15 packets (an eighth deep), then 30: signalled at 2/8 (the 20th packet).
         EXPECT_EQ(burst(15), std::vector<int>{});
@@ -204,21 +218,10 @@ TEST_F(AqmTest, ADrainThatDoublesIsSignalledAtAQuarterAndSteadyDrainsAreNot) {
 // idle second: the drains' history stays, and a 15-then-30 pair after steady drains of 45 is
 // still no doubling. Here the test clock steps back a nanosecond, as such a packet would see it.
 TEST_F(AqmTest, APacketStampedBeforeTheBucketsLastTimeKeepsTheDrainsHistory) {
-    Policy p;
-    p.id = 3;
-    p.name = "aqm";
-    p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0); // as the test above
-    p.aqm = TCM_AQM_ECN;
-    DatapathFixture::apply({p});
+    apply_slow_start(TCM_AQM_ECN);
     uint64_t t = 1000000000;
     auto burst = [&](int n) {
-        t += 100000000; // 100 ms: the bucket refills (80 ms) between bursts
-        dp->set_clock(t);
-        std::vector<int> signalled;
-        for (int i = 1; i <= n; ++i)
-            if (ecn_of(dp->run_xdp(frame(2)).data_out) == 3)
-                signalled.push_back(i);
-        return signalled;
+        return AqmTest::burst(t, n, [&] { return ecn_of(dp->run_xdp(frame(2)).data_out) == 3; });
     };
     for (int k = 0; k < 4; ++k)
         burst(45);
@@ -237,28 +240,14 @@ TEST_F(AqmTest, APacketStampedBeforeTheBucketsLastTimeKeepsTheDrainsHistory) {
 // another CPU: a sender's later departure stamp is metered at that time (bpf/lib/edt.h), and
 // the next packet, unstamped, arrives before it.
 TEST_F(AqmTest, AfterASendersLaterStampUnderShapeEdtTheDrainsHistoryStays) {
-    Policy p;
-    p.id = 3;
-    p.name = "aqm";
-    p.meter = test::meter_params(Algo::srtcm, 800000, 8000, 8000, 0);
-    p.aqm = TCM_AQM_ECN;
-    p.shape = TCM_SHAPE_EDT;
-    DatapathFixture::apply({p});
+    apply_slow_start(TCM_AQM_ECN, 3, TCM_SHAPE_EDT);
     uint64_t t = 1000000000;
     auto send = [&](uint64_t stamp) {
         __sk_buff in{};
         in.tstamp = stamp;
         return ecn_of(dp->run_tc(frame(2), &in).data_out) == 3;
     };
-    auto burst = [&](int n) {
-        t += 100000000;
-        dp->set_clock(t);
-        std::vector<int> signalled;
-        for (int i = 1; i <= n; ++i)
-            if (send(0))
-                signalled.push_back(i);
-        return signalled;
-    };
+    auto burst = [&](int n) { return AqmTest::burst(t, n, [&] { return send(0); }); };
     for (int k = 0; k < 4; ++k)
         EXPECT_EQ(burst(45), std::vector<int>{}) << "steady burst " << k;
     t += 100000000;
