@@ -80,6 +80,61 @@ for round in $(seq "$ROUNDS"); do
     "$ctl" detach xrb-rx >/dev/null
 done
 
+# Where the receiving CPU's time goes in the red rows (the meters' own rate), from perf's
+# samples on CPU 1 in one more pass of each, after the measured rounds (the sampling costs the
+# pass some rate). A frame dropped in XDP goes back to the page pool of the sender's frames
+# through a ring whose producer lock the sender takes too, for each frame the receiver's full
+# ring refused: that lock is part of what these rows measure, and grows as the receiver falls
+# behind.
+profile() { # NAME PROG|- : one more pass of case NAME, perf on the receiving CPU
+    local name=$1 data
+    data=$(mktemp)
+    if [ "$2" = - ]; then
+        "$ctl" attach xrb-rx --xdp-mode native >/dev/null
+        "$ctl" policy add bench --match dst 198.19.0.2/32 --per aggregate "${red[@]}" >/dev/null 2>&1
+    else
+        "$tool" attach "$RX" xrb-rx "$2" red
+    fi
+    pin_napi
+    (sleep 1 && perf record -q -e cpu-clock -C 1 -o "$data" -- sleep 2 >/dev/null 2>&1) &
+    taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx 4 1 v4 "$name" >/dev/null
+    wait
+    if [ "$2" = - ]; then
+        "$ctl" policy del bench >/dev/null
+        "$ctl" detach xrb-rx >/dev/null
+    else
+        "$tool" detach "$RX" xrb-rx
+    fi
+    perf report -i "$data" --no-children --sort sym --stdio 2>/dev/null | awk -v name="$name" '
+        /^ *[0-9.]+%/ {
+            share = $1; sub(/%/, "", share); sym = $NF
+            if (sym ~ /safe_halt|cpuidle|default_idle|poll_idle/) next
+            part = "other"
+            if (sym ~ /^bpf_prog_/) part = "program"
+            else if (sym ~ /page_pool_|_raw_spin_lock|queued_spin_lock|xdp_return/) part = "page_pool"
+            else if (sym ~ /pvclock_|kvm_clock_|ktime_get|read_tsc/) part = "clock"
+            else if (sym ~ /bpf_spin_|pvm_|save_fl/) part = "spin_lock_helpers"
+            else if (sym ~ /^veth_|napi/) part = "veth"
+            sum[part] += share; busy += share
+        }
+        END {
+            if (!busy) exit
+            line = "RESULT name=xdp_rate_profile_" name
+            n = split("page_pool program clock spin_lock_helpers veth other", order, " ")
+            for (i = 1; i <= n; i++)
+                line = line sprintf(" %s=%.0f", order[i], 100 * sum[order[i]] / busy)
+            print line
+        }'
+    rm -f "$data"
+}
+if command -v perf >/dev/null; then
+    echo "where the receiving CPU's time goes, red rows (perf samples, percent):"
+    profile plain_meter_aggregate_red bench_plain_meter_wire
+    profile tricolor_aggregate_red -
+else
+    echo "perf is not installed (Debian: linux-perf): no profile of the red rows" >&2
+fi
+
 # The median of each key over the rounds, as one RESULT line a case.
 declare -A MPPS
 for name in "${!ROUND_LINES[@]}"; do
