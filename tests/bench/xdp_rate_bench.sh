@@ -23,9 +23,10 @@ cleanup
 trap cleanup EXIT
 lab_up "$TX" xrb-tx 198.18.151.1 "$RX" xrb-rx 198.18.151.2 "$DIR"
 lab_daemon "$RX" "$BUILD_DIR" "$DIR" --metrics none --flows 2097152
-# The daemon's threads on the sender's CPU: its pass over the flow table every 10 s (a walk of
-# 2^22 slots, most of a second) would otherwise land on the receiving CPU in some rounds and not
-# others, and be counted as the data path's. On a router it runs on a housekeeping CPU.
+# The daemon's threads on the sender's CPU: its pass over the flow table every 10 s (half a
+# second with the 2^20 flows of the per-source rows, userspace/daemon/flow_passes.cpp) would
+# otherwise land on the receiving CPU in some rounds and not others, and be counted as the data
+# path's. On a router it runs on a housekeeping CPU.
 taskset -a -p 1 "$(pgrep -f "tricolord --socket $DIR/")" >/dev/null
 echo "CPU: $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
 
