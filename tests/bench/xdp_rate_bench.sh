@@ -125,7 +125,7 @@ profile() { # NAME PROG|- : one more pass of case NAME, perf on the receiving CP
             for (i = 1; i <= n; i++)
                 line = line sprintf(" %s=%.0f", order[i], 100 * sum[order[i]] / busy)
             print line
-        }'
+        }' || echo "no profile of $name (perf recorded nothing)" >&2
     rm -f "$data"
 }
 if command -v perf >/dev/null; then
