@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 """ablate.py: the green aggregate's time with one part of the data path taken out or moved, to
 find where its time goes (docs/datapath.md, "Where the time went"). Each ablation is a few
-literal replacements in bpf/, made in a scratch copy of the tree (as tests/mutate.sh plants its
+literal replacements in bpf/ (one, in the bench's baseline), made in a scratch copy of the tree (as tests/mutate.sh plants its
 mutants), and datapath_bench is built from it; then every build, the unchanged one first, runs
 `TRICOLOR_BENCH_ONLY=hot` in turn, ROUNDS times, and each prints the median of its runs' least
 rounds (the hot path's last line, which the host's noise can only raise) as RESULT lines.
@@ -97,6 +97,11 @@ ABLATIONS = {
                                re.S), ""),
          (CLASSIFY, re.compile(r"    if \(cached && classify_door.*?(?=    return index;)", re.S),
           "")]),
+    "plain_wire": (
+        "the plain meter keyed by the frame's source (it parses Ethernet and IP), not a constant",
+        [("tests/bench/datapath_bench.cpp",
+          "{\"plain_meter_aggregate\", bpf_program__fd(b->progs.bench_plain_meter)}",
+          "{\"plain_meter_aggregate\", bpf_program__fd(b->progs.bench_plain_meter_wire)}")]),
     "one_rule_copy": (
         "a mask's rule kept beside it (a copy, filled by the first probe): no hash, no table read",
         [(MAPS, "} tcm_masks SEC(\".maps\");\n",
