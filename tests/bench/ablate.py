@@ -38,15 +38,18 @@ CLOCK_LINE = "    __u64 now = clock_now_ns();\n"
 FOUND = "    if (!f0)\n        return TCM_NR_COLORS;\n"
 # The masks probed: the replacement of the probe's rule lookup the one-rule ablations make.
 PROBE = "    struct tcm_rule *r = classify_rule(ctx->set, ctx->key, m);\n"
-ONE_MAP = """} tcm_masks SEC(".maps");
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, TCM_NR_SETS *TCM_MAX_MASKS);
-    __type(key, __u32);
-    __type(value, struct ablate_one);
-} ablate_one SEC(".maps");
-"""
+
+def masks_shaped(name):
+    """A map declared as tcm_masks is (maps.h), named @name, of values struct @name."""
+    text = open(os.path.join(ROOT, MAPS)).read()
+    end = text.index("} tcm_masks SEC(\".maps\");") + len("} tcm_masks SEC(\".maps\");")
+    decl = text[text.rindex("struct {", 0, end):end]
+    return decl.replace("struct tcm_mask)", f"struct {name})").replace("tcm_masks", name) + "\n"
+
+
+# The one-rule ablations' map, beside tcm_masks and indexed as it is.
+ONE_MAP = "} tcm_masks SEC(\".maps\");\n\n" + masks_shaped("ablate_one")
 
 # id -> (what it does, [(file, old, new), ...]); each old must occur exactly once.
 ABLATIONS = {
