@@ -38,9 +38,14 @@ pin_napi() {
 }
 
 declare -A ROUND_LINES
+PROFILE= # set: measure makes a profiled pass instead (profile, below)
 # measure NAME FLOWS v4|v6: the program attached now, SECONDS_EACH seconds.
 measure() {
     pin_napi
+    if [ -n "$PROFILE" ]; then
+        profile "$@"
+        return
+    fi
     local line
     line=$(taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx "$SECONDS_EACH" "$2" "$3" "$1")
     echo "round $round: ${line#RESULT }"
@@ -87,25 +92,12 @@ done
 # through a ring whose producer lock the sender takes too, for each frame the receiver's full
 # ring refused: that lock is part of what these rows measure, and grows as the receiver falls
 # behind.
-profile() { # NAME PROG|- : one more pass of case NAME, perf on the receiving CPU
+profile() { # NAME FLOWS v4|v6: as measure, 4 seconds, perf on the receiving CPU from the 2nd
     local name=$1 data
     data=$(mktemp)
-    if [ "$2" = - ]; then
-        "$ctl" attach xrb-rx --xdp-mode native >/dev/null
-        "$ctl" policy add bench --match dst 198.19.0.2/32 --per aggregate "${red[@]}" >/dev/null 2>&1
-    else
-        "$tool" attach "$RX" xrb-rx "$2" red
-    fi
-    pin_napi
     (sleep 1 && perf record -q -e cpu-clock -C 1 -o "$data" -- sleep 2 >/dev/null 2>&1) &
-    taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx 4 1 v4 "$name" >/dev/null
+    taskset -c 0 "$tool" run "$TX" xrb-tx "$RX" xrb-rx 4 "$2" "$3" "$name" >/dev/null
     wait
-    if [ "$2" = - ]; then
-        "$ctl" policy del bench >/dev/null
-        "$ctl" detach xrb-rx >/dev/null
-    else
-        "$tool" detach "$RX" xrb-rx
-    fi
     perf report -i "$data" --no-children --sort sym --stdio 2>/dev/null | awk -v name="$name" '
         /^ *[0-9.]+%/ {
             share = $1; sub(/%/, "", share); sym = $NF
@@ -130,8 +122,12 @@ profile() { # NAME PROG|- : one more pass of case NAME, perf on the receiving CP
 }
 if command -v perf >/dev/null; then
     echo "where the receiving CPU's time goes, red rows (perf samples, percent):"
-    profile plain_meter_aggregate_red bench_plain_meter_wire
-    profile tricolor_aggregate_red -
+    PROFILE=1
+    bench_prog plain_meter_aggregate_red bench_plain_meter_wire 1 v4 red
+    "$ctl" attach xrb-rx --xdp-mode native >/dev/null
+    tricolor tricolor_aggregate_red 1 v4 aggregate "${red[@]}"
+    "$ctl" detach xrb-rx >/dev/null
+    PROFILE=
 else
     echo "perf is not installed (Debian: linux-perf): no profile of the red rows" >&2
 fi
