@@ -396,6 +396,22 @@ mutant fleet-lua-lowered-at-once userspace/src/fleet.lua \
     's/rates = others_rate \+ math\.max\(rate, run_rate\)/rates = others_rate + rate/' \
     "fleet script: a lowered lease stops counting before its host runs it" \
     "unit:FleetScriptTest.*"
+mutant fleet-lua-name-shared userspace/src/fleet.lua \
+    's/if seen and seen > now - ttl then/if false then/' \
+    "fleet script: a second live instance under a name in use takes the name's lease over" \
+    "unit:FleetScriptTest.*"
+mutant fleet-lua-name-never-freed userspace/src/fleet.lua \
+    's/if seen and seen > now - ttl then/if seen then/' \
+    "fleet script: a name held by an instance whose lease expired is never freed" \
+    "unit:FleetScriptTest.*"
+mutant fleet-held-runs-fallback userspace/src/fleet.cpp \
+    's/const Fallback fb = s\.held_by\.empty\(\) \? o_\.fallback : Fallback::closed;/const Fallback fb = o_.fallback;/; s/s\.rate = s\.cap = s\.epoch = s\.until_dp = 0;\n(\s*)dp_\.fleet_set_lease\(s\.policy\.id, s\.lease\(0\)\);/enter_fallback(s, name, "held");/' \
+    "fleet: a daemon refused its name runs its fallback's lease" \
+    "e2e:Fleet.ThreeDaemonsUnderOneName*"
+mutant fleet-restart-not-told userspace/daemon/start_and_reload.cpp \
+    's/(return std::unexpected\(fmt::format\("\{\}: \{\}", from, r\.error\(\)\)\);\n(?:.*\n){2})\s*if \(fleet_\)\n\s*fleet_->set_policies\(dp_->policies\(\)\);/$1/' \
+    "fleet: a daemon restarted with fleet policies in its state never leases them" \
+    "e2e:Fleet.ARestartedHost*"
 mutant fleet-moved-not-followed userspace/src/fleet_redis.cpp \
     's/const bool moved = why\.starts_with\("MOVED "\)/const bool moved = false/' \
     "fleet on Redis Cluster: MOVED is an error, not followed (a failover fails every exchange)" \

@@ -37,6 +37,7 @@ namespace {
 struct Model {
     struct Rec {
         int64_t rate, cap, run_rate, run_cap, demand, allow_rate, allow_cap;
+        std::string instance;
     };
     bool exists = false;
     int64_t cir = 0, cbs = 0, born = 0, settle = 0, level = -1, level_t = 0, rates = 0, caps = 0;
@@ -61,6 +62,7 @@ struct Model {
         } else {
             r.mismatch = cir != cir_q || cbs != cbs_q;
         }
+        const int64_t settle_before = settle;
         if (static_cast<int64_t>(q.run_epoch) != born && (run_rate > 0 || run_cap > 0))
             settle = std::max(settle, now + ttl);
         // Expiry: score <= now - ttl, in (score, member) order, at most 64.
@@ -78,6 +80,26 @@ struct Model {
                 hosts.erase(h);
             }
             seen.erase(n);
+        }
+        // The name: another instance's live record refuses this one (nothing of it kept); an
+        // expired one is dropped.
+        if (auto h = hosts.find(q.node); h != hosts.end() && h->second.instance != q.instance) {
+            if (auto t = seen.find(q.node); t != seen.end() && t->second > now - ttl) {
+                settle = settle_before;
+                r.hosts = seen.size();
+                r.cir = cir;
+                r.cbs = cbs;
+                r.now_us = now;
+                r.epoch = born;
+                r.leased = rates;
+                r.held = true;
+                r.holder = h->second.instance;
+                return r;
+            }
+            rates -= std::max(h->second.rate, h->second.run_rate);
+            caps -= std::max(h->second.cap, h->second.run_cap);
+            hosts.erase(h);
+            seen.erase(q.node);
         }
         seen[q.node] = now;
         const auto n = static_cast<int64_t>(seen.size());
@@ -133,7 +155,7 @@ struct Model {
         cap = std::max<int64_t>(cap, 0);
         rates = others_rate + std::max(rate, run_rate);
         caps = others_cap + std::max(cap, run_cap);
-        hosts[q.node] = {rate, cap, run_rate, run_cap, demand, allow_rate, allow_cap};
+        hosts[q.node] = {rate, cap, run_rate, run_cap, demand, allow_rate, allow_cap, q.instance};
         r.rate = rate;
         r.cap = cap;
         r.hosts = n;
@@ -170,6 +192,8 @@ void expect_same(const Reply &got, const Reply &want, int step) {
     ASSERT_EQ(got.fair, want.fair) << "step " << step;
     ASSERT_EQ(got.leased, want.leased) << "step " << step;
     ASSERT_EQ(got.older, want.older) << "step " << step;
+    ASSERT_EQ(got.held, want.held) << "step " << step;
+    ASSERT_EQ(got.holder, want.holder) << "step " << step;
 }
 
 // A simulated host: the lease it runs, and the epoch it came from.
@@ -203,21 +227,26 @@ void run_against_model(const RedisUrl &url, uint64_t cir, uint64_t cbs, uint64_t
     Client c(url, std::chrono::milliseconds(1000));
     Model m;
     std::mt19937_64 rng(seed);
-    const std::vector<std::string> nodes = {"a", "b", "c", "d", "e"};
-    std::map<std::string, Host> run;
-    int raised = 0;
+    // Node "e" is two daemons' name (two instances, as two hosts started with one name): one
+    // of them is refused and runs nothing; the bound holds over all six.
+    const std::vector<std::pair<std::string, std::string>> nodes = {
+        {"a", "a:1"}, {"b", "b:1"}, {"c", "c:1"}, {"d", "d:1"}, {"e", "e:1"}, {"e", "e:2"}};
+    std::map<std::string, Host> run; // by instance
+    int raised = 0, refused = 0;
     for (int i = 0; i < steps; ++i) {
-        const std::string &node = nodes[rng() % nodes.size()];
-        Host &h = run[node];
+        const auto &[node, instance] = nodes[rng() % nodes.size()];
+        Host &h = run[instance];
         if (rng() % 4 == 0)
             h.demand = rng() % 3 == 0 ? 0 : rng() % (2 * cir / 3 + 1);
         // The level now at every exchange, now once per 2 ms (then with wants up to 2 ms old).
         const uint64_t level_us = i < steps / 2 ? 0 : 2000;
-        auto r = c.exchange(ask(node, cir, cbs, h, 10000000, 0, level_us));
+        Request q = ask(node, cir, cbs, h, 10000000, 0, level_us);
+        q.instance = instance;
+        auto r = c.exchange(q);
         ASSERT_TRUE(r.has_value()) << r.error();
-        Reply want = m.exchange(ask(node, cir, cbs, h, 10000000, 0, level_us),
-                                static_cast<int64_t>(r->now_us));
+        Reply want = m.exchange(q, static_cast<int64_t>(r->now_us));
         expect_same(*r, want, i);
+        refused += r->held;
         if (rng() % 10 != 0) { // applied; else lost on the way
             raised += r->rate > h.rate;
             h.rate = r->rate;
@@ -234,6 +263,7 @@ void run_against_model(const RedisUrl &url, uint64_t cir, uint64_t cbs, uint64_t
         ASSERT_LE(r->leased, cir) << "step " << i;
     }
     EXPECT_GT(raised, steps / 10) << "the leases followed demand";
+    EXPECT_GT(refused, 0) << "the second instance under 'e' was refused";
 }
 
 } // namespace
@@ -406,6 +436,53 @@ TEST_F(FleetScriptTest, ASilentHostsLeaseExpires) {
     EXPECT_EQ(r->cap, cbs);
 }
 
+// Two daemons under one name (docs/fleet.md, "Node names"): the second instance is refused while
+// the first's lease is live (told who holds the name; nothing of it counted, so the first's
+// lease is untouched), and takes the name over once that lease has expired, at once.
+TEST_F(FleetScriptTest, ANameHeldByALiveInstanceIsRefusedAndFreeAfterItsLease) {
+    Client c(url, std::chrono::milliseconds(1000));
+    const uint64_t cir = 8000000, cbs = 10000, ttl = 100000;
+    Host first{0, 0, 0, 2 * cir}, second{0, 0, 0, 2 * cir};
+    auto as = [&](const Host &h, const std::string &instance) {
+        Request q = ask("n", cir, cbs, h, ttl);
+        q.instance = instance;
+        auto r = c.exchange(q);
+        EXPECT_TRUE(r.has_value()) << r.error();
+        return r.value_or(Reply{});
+    };
+    for (int i = 0; i < 2; ++i) {
+        auto r = as(first, "host:1:aa");
+        EXPECT_FALSE(r.held);
+        EXPECT_EQ(r.holder, "");
+        first = {r.rate, r.cap, r.epoch, first.demand};
+    }
+    EXPECT_EQ(first.rate, cir);
+    for (int i = 0; i < 3; ++i) {
+        auto r = as(second, "host:2:bb");
+        EXPECT_TRUE(r.held);
+        EXPECT_EQ(r.holder, "host:1:aa");
+        EXPECT_EQ(r.rate, 0u);
+        EXPECT_EQ(r.cap, 0u);
+        EXPECT_EQ(r.hosts, 1u);
+        EXPECT_EQ(r.leased, cir) << "the holder's lease is all that is counted";
+        // The holder keeps its name and its lease.
+        auto h = as(first, "host:1:aa");
+        EXPECT_FALSE(h.held);
+        EXPECT_EQ(h.rate, cir);
+    }
+    // The holder stops exchanging (it died, or restarted as the second): after its lease the
+    // name is free, its lease is no longer counted, and the new instance gets all of CIR.
+    std::this_thread::sleep_for(std::chrono::microseconds(ttl + 20000));
+    auto r = as(second, "host:2:bb");
+    EXPECT_FALSE(r.held);
+    EXPECT_EQ(r.hosts, 1u);
+    EXPECT_EQ(r.rate, cir);
+    // Now the first is the one refused.
+    r = as(first, "host:1:aa");
+    EXPECT_TRUE(r.held);
+    EXPECT_EQ(r.holder, "host:2:bb");
+}
+
 TEST(FleetClient, UnreachableRedisIsAnErrorNotAHang) {
     auto port = tricolor::test::free_loopback_port();
     Client c(parse_redis_url("redis://127.0.0.1:" + std::to_string(port)).value(),
@@ -508,12 +585,19 @@ TEST(FleetClient, AServerThatAnswersGarbageIsAnErrorThatSaysWhat) {
         {"+OK\r\n", "", "the reply is not a string"},
         {"$3\r\nabc\r\n", "", "not a SHA1"},
         {"HTTP/1.1 400 Bad Request\r\n\r\n", "", "Protocol error"},
-        {kSha, "*3\r\n:1\r\n:2\r\n:3\r\n", "3 fields, not 11"},
+        {kSha, "*3\r\n:1\r\n:2\r\n:3\r\n", "3 fields, not 13"},
         {kSha, ":42\r\n", "not an array"},
-        {kSha, "*11\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n+x\r\n:10\r\n:0\r\n",
+        {kSha,
+         "*13\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n+x\r\n:10\r\n:0\r\n:0\r\n$"
+         "0\r\n\r\n",
          "field 9 of the fleet script's reply is not a count"},
-        {kSha, "*11\r\n:-1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n:0\r\n",
+        {kSha,
+         "*13\r\n:-1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n:0\r\n:0\r\n$"
+         "0\r\n\r\n",
          "field 1 of the fleet script's reply is not a count"},
+        {kSha,
+         "*13\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:0\r\n:8\r\n:9\r\n:10\r\n:0\r\n:0\r\n:0\r\n",
+         "names no holder"},
         {kSha, "-NOSCRIPT No matching script\r\n", "NOSCRIPT"},
     };
     for (const auto &k : cases) {
@@ -569,8 +653,9 @@ TEST(FleetClient, ClusterRedirectLoopsAndBrokenSlotMapsAreErrorsThatSayWhat) {
 // leaves the lease unreplicated (the host takes no raise from it). Without a replica in the
 // map, no WAIT: replicated.
 TEST(FleetClient, ClusterNilHostIsTheNodeAskedAndAnUnconfirmedWaitIsNoReplica) {
-    const std::string reply =
-        "*11\r\n:100\r\n:50\r\n:1\r\n:1000\r\n:500\r\n:7\r\n:0\r\n:9\r\n:100\r\n:100\r\n:0\r\n";
+    const std::string reply = "*13\r\n:100\r\n:50\r\n:1\r\n:1000\r\n:500\r\n:7\r\n:0\r\n:9\r\n:"
+                              "100\r\n:100\r\n:0\r\n:0\r\n$"
+                              "0\r\n\r\n";
     const std::string master = "*2\r\n$-1\r\n:{port}\r\n";
     {
         FakeRedis fake(kSha, reply,
@@ -623,7 +708,7 @@ TEST(FleetClient, ARedisBefore5IsRefusedNamingItsVersion) {
         Client c(parse_redis_url(fake.url()).value(), std::chrono::milliseconds(500));
         auto r = c.exchange(ask("a", 1000000, 1000, Host{}));
         ASSERT_FALSE(r.has_value());
-        EXPECT_NE(r.error().find("3 fields, not 11"), std::string::npos) << r.error();
+        EXPECT_NE(r.error().find("3 fields, not 13"), std::string::npos) << r.error();
     }
 }
 

@@ -34,7 +34,7 @@ std::string fleet_line(const json &f) {
     return fmt::format(
         "  fleet: {}{}, {} hosts, demand here {}, lease {} ({:.0f}% of the fleet's CIR "
         "{}; fair share {}) up to {} bytes, holds {:.0f} bits; the fleet's leases "
-        "sum to {}{}{}",
+        "sum to {}{}{}{}",
         f.value("mode", "?"),
         f.value("redis_node", "").empty() ? "" : " through " + f.value("redis_node", ""),
         f.value("hosts_seen", 0), human_rate(f.value("local_demand", 0.0)),
@@ -47,7 +47,11 @@ std::string fleet_line(const json &f) {
                                             : "",
         f.value("older_version_hosts", false) ? " (hosts of an older tricolor run it too: "
                                                 "upgrade them)"
-                                              : "");
+                                              : "",
+        f.value("name_held_by", std::string()).empty()
+            ? ""
+            : " (this host's node name is held by " + f.value("name_held_by", std::string()) +
+                  ": nothing leased)");
 }
 
 std::string match_text(const json &m) {

@@ -86,6 +86,12 @@ int run_status(Context &ctx) {
             f.value("node", ""), f.value("fallback", ""),
             f.value("in_fallback", false) ? " (IN FALLBACK)" : "", f.value("exchanges", 0),
             f.value("failures", 0), f.value("fallbacks", 0), f.value("recoveries", 0));
+        if (auto by = f.value("name_held_by", std::string()); !by.empty())
+            std::cout << fmt::format("fleet NAME IN USE: node name '{}' is held by another live "
+                                     "daemon (instance {}; this one is {}): this host runs "
+                                     "nothing of its fleet policies' leases; give each host a "
+                                     "name of its own (--fleet-node)\n",
+                                     f.value("node", ""), by, f.value("instance", ""));
         for (const auto &[name, pf] : f["policies"].items())
             std::cout << name << fleet_line(pf) << "\n";
     }

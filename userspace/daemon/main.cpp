@@ -111,7 +111,8 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
                    "(redis://HOST:PORT,HOST:PORT,...: any of its nodes): policies with --fleet "
                    "share their committed bucket with every host of it");
     app.add_option("--fleet-node", o.fleet_node,
-                   "This host's name in the fleet (default: hostname)");
+                   "This host's name in the fleet, one per host (default: hostname); a name "
+                   "another live daemon holds runs nothing until it is free");
     app.add_option("--fleet-fallback", cl.fleet_fallback,
                    "While Redis does not answer: share (CIR/N, N the hosts last seen), closed "
                    "(nothing green) or open (the whole CIR on this host)")

@@ -158,7 +158,14 @@ std::vector<MetricFamily> Daemon::fleet_metrics() const {
         single("tricolor_fleet_recoveries_total", "Returns of a fleet policy from its fallback",
                MetricType::Counter, static_cast<double>(t.recoveries)),
         single("tricolor_fleet_in_fallback", "1 while any fleet policy runs on its fallback",
-               MetricType::Gauge, t.fallback ? 1.0 : 0.0)};
+               MetricType::Gauge, t.fallback ? 1.0 : 0.0),
+        single("tricolor_fleet_name_held",
+               "1 while another live daemon holds this one's fleet node name (it runs nothing "
+               "of the lease)",
+               MetricType::Gauge, t.held_by.empty() ? 0.0 : 1.0),
+        single("tricolor_fleet_name_collisions_total",
+               "Times a fleet policy found its node name held by another live daemon",
+               MetricType::Counter, static_cast<double>(t.collisions))};
     MetricFamily hosts{
         "tricolor_fleet_hosts_seen", "Hosts in the fleet of a policy", MetricType::Gauge, {}};
     MetricFamily held{"tricolor_fleet_local_held_bits",

@@ -174,6 +174,10 @@ Result<void> Daemon::apply_at_start(const std::vector<json> &specs, const std::s
         return std::unexpected(fmt::format("{}: {}", from, prep.error()));
     if (auto r = dp_->apply(prep->policies); !r)
         return std::unexpected(fmt::format("{}: {}", from, r.error()));
+    // The fleet policies of the file lease from the start (a restarted daemon's, adopted, too:
+    // until its first exchange its data path runs the lease of before to that lease's deadline).
+    if (fleet_)
+        fleet_->set_policies(dp_->policies());
     // The root cgroup's programs, if a policy needs one and no earlier daemon left its link
     // pinned (after a reboot, or --detach-on-exit): a warning, as an interface that is gone is.
     if (std::ranges::any_of(prep->policies,
@@ -244,10 +248,20 @@ Result<void> Daemon::reload() {
             undo();
             return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
         }
-    if (auto r = dp_->apply(prep->policies); !r) {
-        undo();
-        return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+    {
+        // As change_policy_set: no lease written into a set being switched, and the agent
+        // told the fleet policies after (a fleet policy the config adds leases from now; one it
+        // removes stops exchanging).
+        std::unique_lock<std::mutex> hold;
+        if (fleet_)
+            hold = fleet_->hold();
+        if (auto r = dp_->apply(prep->policies); !r) {
+            undo();
+            return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+        }
     }
+    if (fleet_)
+        fleet_->set_policies(dp_->policies());
     // The config's patterns attach again what they name, as attach_for_reload does for the
     // interfaces it names (over the same program: no gap), so detach_unlisted keeps them.
     {

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <iostream>
 #include <time.h>
+#include <unistd.h>
 
 namespace tricolor::fleet {
 
@@ -20,6 +22,25 @@ uint64_t mono_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 } // namespace
+
+const std::string &instance_id() {
+    // HOST:PID:RANDOM: the host and pid tell an operator which daemon it is; 64 random bits
+    // make it unique however many daemons share a host name and pid namespace (clones, labs).
+    static const std::string id = [] {
+        char host[256] = {};
+        gethostname(host, sizeof(host) - 1);
+        std::string h = host;
+        for (char &c : h)
+            if (c <= ' ' || c == ':')
+                c = '_';
+        uint64_t r = 0;
+        std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char *>(&r), 8);
+        if (!r) // no /dev/urandom: the clock, unique enough between two starts
+            r = mono_ns() ^ (static_cast<uint64_t>(getpid()) << 40);
+        return fmt::format("{}:{}:{:016x}", h.empty() ? "?" : h, getpid(), r);
+    }();
+    return id;
+}
 
 std::optional<Fallback> parse_fallback(std::string_view t) {
     if (t == "share")
@@ -123,6 +144,7 @@ struct Agent::State {
     Offers offers;
     uint64_t demand = 0; // bit/s (packet/s) offered lately, red too: what the host would send
     std::string last_error;
+    std::string held_by; // the instance that holds our node name while Redis refuses us
 };
 
 Agent::Agent(AgentOptions o, Datapath &dp)
@@ -177,22 +199,22 @@ void Agent::enter_fallback(State &s, const std::string &name, const std::string 
     // Redis no longer counts our lease (or never gave one): a lease of our own, without a
     // deadline: CIR/N (share), CIR (open) or nothing (closed, which also empties C).
     uint64_t n = std::max<uint64_t>(s.hosts, 1);
-    s.rate = o_.fallback == Fallback::share  ? s.fleet_cir / n
-             : o_.fallback == Fallback::open ? s.fleet_cir
-                                             : 0;
+    // Refused our name last: the holder counts as the name's one host and may run its own
+    // fallback; ours on top of it would pass the bound. Closed until the name is ours.
+    const Fallback fb = s.held_by.empty() ? o_.fallback : Fallback::closed;
+    s.rate = fb == Fallback::share ? s.fleet_cir / n : fb == Fallback::open ? s.fleet_cir : 0;
     // share: CBS/N of the burst too, so that the fallback leases the hosts report when Redis
     // returns sum to CBS and nobody's cap has to wait for the others' to shrink.
-    s.cap = o_.fallback == Fallback::closed  ? 0
-            : o_.fallback == Fallback::share ? s.fleet_cbs / n
-                                             : s.fleet_cbs;
+    s.cap = fb == Fallback::closed ? 0 : fb == Fallback::share ? s.fleet_cbs / n : s.fleet_cbs;
     s.epoch = 0;
     s.until_dp = 0;
     dp_.fleet_set_lease(s.policy.id, s.lease(0));
     s.fallback = true;
     s.fallbacks++;
     totals_.fallbacks++;
-    log(fmt::format("policy '{}': {}: fallback '{}' ({} hosts last seen)", name, why,
-                    to_string(o_.fallback), n));
+    log(fmt::format("policy '{}': {}: fallback '{}' ({} hosts last seen{})", name, why,
+                    to_string(fb), n,
+                    s.held_by.empty() ? "" : "; closed: our node name was held by another"));
 }
 
 std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t lease_ns,
@@ -242,6 +264,30 @@ std::optional<Reply> Agent::exchange(State &s, const std::string &name, uint64_t
                         "only its own hosts, so together they may pass CIR; upgrade every host",
                         name, name));
     s.older = r->older;
+    if (r->held) {
+        // Another live daemon holds our node name: Redis counts one lease per name, so running
+        // any lease here (the name's, or a fallback's) would pass the fleet's bound. Nothing,
+        // until its lease has expired (it stopped, or it was us before a restart).
+        s.last_ok_send_ns = sent; // Redis answers: no fallback for want of it
+        if (s.held_by.empty()) {
+            totals_.collisions++;
+            log(fmt::format("policy '{}': the fleet node name '{}' is held by another live "
+                            "daemon (instance {}; this one is {}): running nothing of the "
+                            "policy's lease until the name is free. Give each host a name of "
+                            "its own (--fleet-node)",
+                            name, o_.node, r->holder, instance_id()));
+        }
+        s.held_by = r->holder;
+        s.rate = s.cap = s.epoch = s.until_dp = 0;
+        dp_.fleet_set_lease(s.policy.id, s.lease(0));
+        s.fallback = false;
+        return *r;
+    }
+    if (!s.held_by.empty()) {
+        log(fmt::format("policy '{}': the fleet node name '{}' is this daemon's now ({} held it)",
+                        name, o_.node, s.held_by));
+        s.held_by.clear();
+    }
     if (!r->replicated) {
         // A lease no replica holds yet could be lost to a failover while this host runs it,
         // and the new master would give it to others: take no raise from it and renew nothing
@@ -330,6 +376,10 @@ uint64_t Agent::tick() {
         next_due = std::min(next_due, s.due_ns);
     }
     totals_.fallback = std::ranges::any_of(states_, [](auto &kv) { return kv.second->fallback; });
+    totals_.held_by.clear();
+    for (const auto &[name, sp] : states_)
+        if (!sp->held_by.empty())
+            totals_.held_by = sp->held_by;
     return next_due;
 }
 
@@ -347,7 +397,14 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
     FleetLocal local = dp_.fleet_local(s.policy.id);
     // Bits (packets): a data-path token is 10^-9 bit (packet).
     auto cir = static_cast<double>(s.fleet_cir);
-    return {{"mode", s.fallback ? fmt::format("fallback-{}", to_string(o_.fallback)) : "fleet"},
+    const std::string mode =
+        s.fallback           ? fmt::format("fallback-{}",
+                                           to_string(s.held_by.empty() ? o_.fallback : Fallback::closed))
+        : !s.held_by.empty() ? "name-held"
+        : !s.ever_ok         ? "joining" // no answer from Redis yet
+                             : "fleet";
+    return {{"mode", mode},
+            {"name_held_by", s.held_by},
             {"hosts_seen", s.hosts},
             {"fleet_cir", s.fleet_cir},
             {"fleet_cbs", s.fleet_cbs},
@@ -380,6 +437,9 @@ nlohmann::json Agent::status() const {
     nlohmann::json j = {{"redis", o_.url.text()},
                         {"redis_cluster", cluster},
                         {"node", o_.node},
+                        {"instance", instance_id()},
+                        {"name_held_by", t.held_by},
+                        {"name_collisions", t.collisions},
                         {"fallback", std::string(to_string(o_.fallback))},
                         {"in_fallback", t.fallback},
                         {"exchanges", t.exchanges},

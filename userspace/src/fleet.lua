@@ -15,16 +15,24 @@
 --         settle (Redis us: until then no host's lease is raised), level (the fair shares' water
 --         level; -1: every want is met), level_t (Redis us of its computation), rates, caps (the
 --         sums of every host's counted lease)
--- KEYS[2] hash node -> "rate cap run_rate run_cap demand allow_rate allow_cap" (allow: the
---         largest lease it ran from before this state, see the settling below)
+-- KEYS[2] hash node -> "rate cap run_rate run_cap demand allow_rate allow_cap instance" (allow:
+--         the largest lease it ran from before this state, see the settling below; instance:
+--         the daemon that holds the name, see the names below)
 -- KEYS[3] zset node -> Redis time (us) of the node's last exchange
 -- KEYS[4] the token-grant version's bucket hash (tricolor:{NAME}:bucket), only read: its 't' is
 --         the Redis time of that version's last exchange; within a lease, hosts of that version
 --         share this policy's name and count only their own (the reply's 'older')
 -- ARGV: node, cir, cbs, run_rate, run_cap, run_epoch (the epoch its running lease came from; 0
 --       for none or its own fallback's), demand (bit/s or packet/s offered, all colours),
---       ttl_us (a host silent this long runs no lease of ours), settle_us, level_us
--- Returns {rate, cap, hosts, cir, cbs, now, mismatch, epoch, fair, leased, older}
+--       ttl_us (a host silent this long runs no lease of ours), settle_us, level_us, instance
+--       (one per daemon's start, no spaces: HOST:PID:RANDOM)
+-- Returns {rate, cap, hosts, cir, cbs, now, mismatch, epoch, fair, leased, older, held, holder}
+--
+-- Names: the sums count one lease per name, so two daemons under one name would both run it
+-- (each as if it were the only one). A name belongs to the instance that holds a live lease
+-- under it; another instance asking under it is refused (held = 1, holder = the holding
+-- instance; nothing of it is written, its lease is nothing) until that lease has expired: a daemon
+-- restarted under its name waits at most a lease, as a state that settles does.
 local function num(x) return string.format('%.0f', x) end
 local function fields(rec)
     local f = {}
@@ -36,6 +44,7 @@ local cir, cbs = tonumber(ARGV[2]), tonumber(ARGV[3])
 local run_rate, run_cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local run_epoch, demand = tonumber(ARGV[6]), tonumber(ARGV[7])
 local ttl, settle_us, level_us = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local instance = ARGV[11]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -73,6 +82,37 @@ for _, n in ipairs(gone) do
     redis.call('ZREM', KEYS[3], n)
 end
 
+-- The name: held by another instance whose lease is live, this one is refused. A record of the
+-- version before instances (seven fields) is a holder too, unknown by name. An expired one the
+-- loop above left (it drops 64 at most) is dropped here.
+local rec = redis.call('HGET', KEYS[2], node)
+if rec then
+    local holder = 'an instance of an older tricolor'
+    local k = 0
+    for x in string.gmatch(rec, '%S+') do
+        k = k + 1
+        if k == 8 then holder = x end
+    end
+    if holder ~= instance then
+        local seen = tonumber(redis.call('ZSCORE', KEYS[3], node) or '')
+        if seen and seen > now - ttl then
+            local older = 0
+            local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
+            if ot and ot > now - ttl then older = 1 end
+            -- Nothing of this instance is written; the sums lose the silent hosts dropped above.
+            redis.call('HSET', KEYS[1], 'rates', num(rates), 'caps', num(caps))
+            return {0, 0, redis.call('ZCARD', KEYS[3]), cir, cbs, now, mismatch, born, 0, rates,
+                    older, 1, holder}
+        end
+        local f = fields(rec)
+        rates = rates - math.max(f[1], f[3])
+        caps = caps - math.max(f[2], f[4])
+        redis.call('HDEL', KEYS[2], node)
+        redis.call('ZREM', KEYS[3], node)
+        rec = nil
+    end
+end
+
 -- A host wants its demand and a sixteenth more (room to grow until its next exchange), at least
 -- a floor that keeps an idle host's bucket filling: its first packets after a pause are green.
 redis.call('ZADD', KEYS[3], num(now), node)
@@ -83,7 +123,6 @@ local function want(d) return math.max(d + math.floor(d / 16), floor_rate) end
 -- The water level of the max-min fair shares of CIR by want: the smallest wants are met in full,
 -- the rest of CIR split evenly (each host then gets min(want, level)). Once per level_us, from
 -- every host's want; the sums of the counted leases are recounted with it.
-local rec = redis.call('HGET', KEYS[2], node)
 if now - level_t >= level_us then
     local all = redis.call('HGETALL', KEYS[2])
     local list = {}
@@ -142,8 +181,8 @@ redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'born', num(born),
            'rates', num(rates), 'caps', num(caps))
 redis.call('HSET', KEYS[2], node,
            table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand),
-                         num(allow_rate), num(allow_cap)}, ' '))
+                         num(allow_rate), num(allow_cap), instance}, ' '))
 local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
 local older = 0
 if ot and ot > now - ttl then older = 1 end
-return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates, older}
+return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates, older, 0, ''}

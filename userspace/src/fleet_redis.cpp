@@ -418,7 +418,8 @@ Result<Reply> Client::exchange(const Request &q) {
                                          std::to_string(q.demand),
                                          std::to_string(q.ttl_us),
                                          std::to_string(q.settle_us),
-                                         std::to_string(q.level_us)};
+                                         std::to_string(q.level_us),
+                                         q.instance};
         std::vector<const char *> argv;
         std::vector<size_t> lens;
         for (auto &a : args) {
@@ -446,15 +447,16 @@ Result<Reply> Client::exchange(const Request &q) {
             // NOSCRIPT after a restart: the script is loaded again on reconnecting.
             return fail(target, fmt::format("redis: {}", why));
         }
-        constexpr size_t kFields = 11;
+        // Eleven counts, the refusal flag, and the holding instance (a string).
+        constexpr size_t kCounts = 12, kFields = 13;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != kFields)
             return fail(target,
                         fmt::format("redis: unexpected reply to the fleet script ({})",
                                     r->type == REDIS_REPLY_ARRAY
                                         ? fmt::format("{} fields, not {}", r->elements, kFields)
                                         : "not an array"));
-        uint64_t v[kFields];
-        for (size_t i = 0; i < kFields; ++i) {
+        uint64_t v[kCounts];
+        for (size_t i = 0; i < kCounts; ++i) {
             if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0)
                 return fail(
                     target,
@@ -462,7 +464,14 @@ Result<Reply> Client::exchange(const Request &q) {
                                 i + 1));
             v[i] = static_cast<uint64_t>(r->element[i]->integer);
         }
-        Reply out{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7], v[8], v[9], v[10] != 0};
+        const redisReply *h = r->element[kCounts];
+        if (h->type != REDIS_REPLY_STRING)
+            return fail(target, "redis: the fleet script's reply names no holder");
+        Reply out;
+        out.rate = v[0], out.cap = v[1], out.hosts = v[2], out.cir = v[3], out.cbs = v[4];
+        out.now_us = v[5], out.mismatch = v[6] != 0, out.epoch = v[7], out.fair = v[8];
+        out.leased = v[9], out.older = v[10] != 0, out.held = v[11] != 0;
+        out.holder.assign(h->str, h->len);
         // A master with replicas: the lease is safe from a failover once one of them has it.
         // WAIT's own timeout stays within the call's (hiredis's) timeout. After a redirection
         // the map's count is not this node's: WAIT in any case (a node without replicas says

@@ -55,8 +55,14 @@ std::string_view to_string(Fallback f);
 std::vector<std::string> keys_of(std::string_view policy);
 
 // Rates in bit/s (packet/s in packet mode), sizes in bytes (packets), times in Redis's µs.
+// This daemon's instance in the fleet: HOST:PID:RANDOM, made once per process (a reload keeps
+// it, a restart makes another). Sent with every exchange beside the node name: a name is held by
+// one live instance at a time (fleet.lua, "Names").
+const std::string &instance_id();
+
 struct Request {
     std::string policy, node;
+    std::string instance = instance_id();
     uint64_t cir = 0, cbs = 0;
     uint64_t run_rate = 0, run_cap = 0; // the lease this node runs now
     uint64_t run_epoch = 0;             // the fleet state that gave it (0: none, or a fallback's)
@@ -76,6 +82,10 @@ struct Reply {
     // A replica of the node that ran the exchange holds it (WAIT), or the node has none we
     // know of: a failover cannot lose the lease. When false, the host takes no raise from it.
     bool replicated = true;
+    // Refused: another live instance (@holder) holds the node name; the lease is nothing and
+    // Redis wrote nothing of this host.
+    bool held = false;
+    std::string holder;
 };
 
 // Synchronous, every call bounded by its timeout. To one Redis, or to a Redis Cluster (found
@@ -140,7 +150,9 @@ class Agent {
     nlohmann::json policy_status(const std::string &name) const;
     struct Totals {
         uint64_t exchanges = 0, failures = 0, fallbacks = 0, recoveries = 0, mismatches = 0;
+        uint64_t collisions = 0; // refusals of the node name that began (one per episode)
         bool fallback = false;
+        std::string held_by; // while any policy is refused: the instance holding the name
     };
     Totals totals() const;
     // The exchanges that are due now (the thread's loop); returns when the next one is due
