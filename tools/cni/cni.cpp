@@ -283,7 +283,7 @@ void remove_all(const std::string &socket, const std::string &id, const std::str
     for (bool in : {true, false})
         control_request(socket, {{"cmd", "policy_del"}, {"name", policy_name(id, in)}});
     if (!host_if.empty())
-        for (const char *d : {"egress", "ingress"})
+        for (const char *d : {"ingress", "egress"}) // the reverse of ADD's order
             control_request(socket, attach_req("detach", host_if, d));
 }
 
@@ -427,7 +427,7 @@ Outcome add(const Invocation &inv, const Config &c) {
     auto undo = [&](const Error &e) {
         for (const auto &n : made)
             control_request(c.socket, {{"cmd", "policy_del"}, {"name", n}});
-        for (const char *d : {"egress", "ingress"})
+        for (const char *d : {"ingress", "egress"})
             control_request(c.socket, attach_req("detach", found->host_if, d));
         return fail(e, c.cni_version);
     };
@@ -438,7 +438,9 @@ Outcome add(const Invocation &inv, const Config &c) {
     }
     // The container's egress arrives at the host side's tc ingress, its ingress leaves by the
     // host side's tc egress (where --shape sockets finds the local senders' sockets too).
-    for (const char *d : {"ingress", "egress"})
+    // Egress first, and gone last: a daemon with some tc ingress but no tc egress refuses a
+    // shaping policy, and other pods' ADDs run meanwhile.
+    for (const char *d : {"egress", "ingress"})
         if (auto r = ask(c.socket, attach_req("attach", found->host_if, d)); !r)
             return undo(r.error());
     return {0, result.dump() + "\n"};
