@@ -40,6 +40,8 @@ PACKAGES=(
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
+    containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
+                                                # the reference bandwidth) and its bench's RTT
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -440,6 +442,8 @@ run_benches() {
         SECONDS_EACH=20 RTTS=20 CASES=ingress ID_SUFFIX=_20s_$r \
             tests/bench/cgroup_tcp_bench.sh "$BUILD_DIR"
     done
+    echo "== a pod's limit through CNI: the reference bandwidth plugin against tricolor's, same chain"
+    tests/bench/cni_bench.py "$BUILD_DIR"
     echo "== the delay line natively (no netem in this kernel)"
     HOWS=delayline ID_SUFFIX=_native tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"
