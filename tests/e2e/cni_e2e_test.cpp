@@ -27,6 +27,9 @@ using nlohmann::json;
 namespace {
 
 constexpr const char *kRefPlugins = "/usr/lib/cni";
+// As the kubelet's runtime passes them.
+constexpr const char *kArgs =
+    "IgnoreUnknown=1;K8S_POD_NAMESPACE=web;K8S_POD_NAME=frontend-0;K8S_POD_INFRA_CONTAINER_ID=x";
 constexpr uint64_t kRate = 20000000;       // bit/s
 constexpr uint64_t kBurstBits = 65536 * 8; // 64 KiB
 
@@ -122,7 +125,7 @@ class Cni : public ::testing::Test {
              const std::string &id = "") {
         json prev;
         for (size_t i = 0; i < list["plugins"].size(); ++i) {
-            auto r = invoke("ADD", list, i, prev, bw, id.empty() ? container : id);
+            auto r = invoke("ADD", list, i, prev, bw, id.empty() ? container : id, kArgs);
             if (r.exit_code != 0) {
                 if (failure)
                     *failure = r.out + r.err;
@@ -182,6 +185,9 @@ TEST_F(Cni, TheChainLimitsThePodBothWaysAndDelLeavesNothing) {
     const std::string in = cni_policy(container, true), out = cni_policy(container, false);
     ASSERT_FALSE(stats(in).is_null()) << daemon->log();
     ASSERT_FALSE(stats(out).is_null()) << daemon->log();
+    // Named by the pod where CNI_ARGS says which: stats (JSON and table) and flows.
+    EXPECT_EQ(stats(in)["owner"], "pod web/frontend-0");
+    EXPECT_NE(daemon->ctl({"stats"}).out.find("pod web/frontend-0"), std::string::npos);
 
     // The pod sends (egress) at 40 Mbit/s for 2 s, to the host (the bridge's gateway).
     {

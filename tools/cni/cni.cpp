@@ -371,7 +371,6 @@ std::expected<Config, Error> parse_config(const std::string &text, bool need_pre
 
 std::vector<json> policies_for(const Config &c, const std::string &container_id,
                                const std::string &address, const json &k8s) {
-    (void)k8s;
     const std::string prefix = address + (address.find(':') == std::string::npos ? "/32" : "/128");
     std::vector<json> out;
     for (bool in : {true, false}) {
@@ -392,6 +391,11 @@ std::vector<json> policies_for(const Config &c, const std::string &container_id,
             p["green"] = c.green;
         if (!c.yellow.empty())
             p["yellow"] = c.yellow;
+        // Shown beside the name in stats and flows: the pod where the runtime says which.
+        p["owner"] = k8s.contains("namespace") && k8s.contains("name")
+                         ? fmt::format("pod {}/{}", k8s["namespace"].get<std::string>(),
+                                       k8s["name"].get<std::string>())
+                         : fmt::format("container {}", container_id.substr(0, 12));
         out.push_back(p);
     }
     return out;

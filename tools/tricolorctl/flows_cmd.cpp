@@ -50,7 +50,8 @@ int run_flows(Context &ctx) {
         return (f.contains("parent") && f["parent"].is_string()
                     ? f["parent"].get<std::string>() + ">"
                     : std::string()) +
-               f["policy"].get<std::string>();
+               f["policy"].get<std::string>() +
+               (f.contains("owner") ? " (" + f["owner"].get<std::string>() + ")" : "");
     };
     size_t width = 16;
     for (const auto &f : (*r)["flows"])

@@ -72,6 +72,8 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
             line += fmt::format(" {:>12} {:>10}", p[c]["packets"].get<uint64_t>(),
                                 human_bytes(p[c]["bytes"].get<uint64_t>()));
         std::cout << line << "\n";
+        if (auto o = p.value("owner", std::string()); !o.empty())
+            std::cout << fmt::format("{:<20} {}\n", "  for", o);
         // docs/spec.md §8: paced sockets, early signals and EDT, on a line of their own when any.
         if (p.contains("shape") && p.contains("aqm")) {
             const auto &sh = p["shape"];

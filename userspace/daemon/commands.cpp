@@ -295,6 +295,8 @@ json Daemon::cmd_stats(const json &r) {
         found = true;
         json p = counters_json(counters[e.id]);
         p["name"] = name;
+        if (auto o = e.spec.find("owner"); o != e.spec.end() && o->is_string())
+            p["owner"] = *o;
         p.update(tcp_counters_json(tcp[e.id]));
         if (fleet_)
             if (auto f = fleet_->policy_status(name); !f.is_null())
@@ -333,11 +335,14 @@ json Daemon::cmd_flows(const json &r) {
     std::string only = r.value("policy", "");
     uint64_t top = r.value("top", uint64_t{0});
     std::map<uint32_t, Policy> by_id;
+    std::map<uint32_t, std::string> owners; // "owner" of the policies that say one
     for (const auto &e : policies_) {
         if (!only.empty() && e.spec.value("name", "") != only)
             continue;
         if (auto p = to_policy(e.spec, e.id))
             by_id[e.id] = *p;
+        if (auto o = e.spec.find("owner"); o != e.spec.end() && o->is_string())
+            owners[e.id] = *o;
     }
     if (!only.empty() && by_id.empty())
         return error(fmt::format("no policy named '{}'", only));
@@ -352,6 +357,8 @@ json Daemon::cmd_flows(const json &r) {
         const Policy &p = by_id[f.key.policy_id];
         json j = counters_json(f.state.counters);
         j["policy"] = p.name;
+        if (auto o = owners.find(p.id); o != owners.end())
+            j["owner"] = o->second;
         j["parent"] = p.parent.empty() ? json(nullptr) : json(p.parent);
         j["key"] = flow_key_text(f.key, p, [&](uint64_t id) { return dp_->cgroup_path(id); });
         j["buckets"] = buckets_json(p, f.state, now);

@@ -136,6 +136,11 @@ const std::vector<PolicyFlag> &policy_flags() {
          .help = "A new flow's buckets start full (default) or empty",
          .choices = {"full", "empty"},
          .meter = true},
+        {.key = "owner",
+         .kind = Text,
+         .help = "Who the policy is for, shown beside its name in stats and flows (e.g. a pod "
+                 "as NAMESPACE/NAME)",
+         .value = "TEXT"},
         // The way back, on `policy set` only (listed last, as its --help has them).
         {.key = "fleet", .kind = Off, .help = "Back to a bucket of this host's own"},
         {.key = "color_aware", .kind = Off, .help = "Back to colour-blind"},
@@ -514,6 +519,11 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     if (auto t = r.text(spec, "parent"); t && !t->empty())
         p.parent = *t;
     p.only_parent = r.flag(spec, "only_parent").value_or(false);
+    // Only shown (stats, flows): what a table's line and a metric's label can carry.
+    if (auto t = r.text(spec, "owner"))
+        if (t->size() > 253 ||
+            std::ranges::any_of(*t, [](char c) { return c < ' ' || c == '"' || c == 127; }))
+            r.error("owner", "at most 253 characters, without quotes or control characters");
     if (auto t = r.text(spec, "direction")) {
         if (*t == "egress" || *t == "ingress")
             p.direction = *t == "egress" ? TCM_CGROUP_EGRESS : TCM_CGROUP_INGRESS;
