@@ -6,6 +6,7 @@
 #include "cni.hpp"
 
 #include "tricolor/control.hpp"
+#include "tricolor/netns.hpp"
 #include "tricolor/units.hpp"
 
 #include <fmt/format.h>
@@ -36,6 +37,7 @@ namespace {
 // The spec's error codes (CNI SPEC.md, "Error").
 constexpr int kIncompatibleVersion = 1, kUnsupportedField = 2, kBadEnv = 4, kDecodeFailure = 6,
               kInvalidConfig = 7, kTryAgainLater = 11;
+constexpr uint64_t kUnsetBurstBits = 0xffffffffull, kDefaultBurstBytes = 65536;
 // This plugin's own (100 and up).
 constexpr int kExists = 100, kDaemonRefused = 101, kDrift = 102;
 
@@ -93,6 +95,11 @@ std::expected<std::optional<Limit>, Error> limit_from(const json &src, const std
     if (*b < 8)
         return std::unexpected(
             err(kInvalidConfig, fmt::format("{} is in bits: {} is less than a byte", bk, *b)));
+    // A pod annotated with rates alone gets a burst from its runtime: containerd passes 2^32-1
+    // bits, CRI-O 2^35-1 (512 MiB, 4 GiB: no limit for as long). Those, and any burst of 512 MiB
+    // or more, are "not set": 10 ms of the rate, at least 64 KiB (as a container's label).
+    if (*b >= kUnsetBurstBits)
+        *b = std::max<uint64_t>(*r / 100, kDefaultBurstBytes * 8);
     return Limit{*r, *b};
 }
 
@@ -105,54 +112,6 @@ std::string str_key(const json &j, const char *key, const std::string &def) {
 // The container's interface in the result, and the host-side one: the interface without a
 // sandbox whose ifindex is the container interface's veth peer (as the reference plugin finds
 // it), else the one interface without a sandbox that is not a bridge.
-int peer_ifindex(const std::string &netns, const std::string &ifname) {
-    int peer = 0;
-    std::thread t([&] {
-        int fd = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return;
-        if (setns(fd, CLONE_NEWNET) != 0) {
-            close(fd);
-            return;
-        }
-        close(fd);
-        int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-        if (s < 0)
-            return;
-        struct {
-            nlmsghdr h;
-            ifinfomsg i;
-            char attrs[64];
-        } req{};
-        req.h.nlmsg_type = RTM_GETLINK;
-        req.h.nlmsg_flags = NLM_F_REQUEST;
-        req.i.ifi_family = AF_UNSPEC;
-        auto *a = reinterpret_cast<rtattr *>(req.attrs);
-        const size_t n = std::min<size_t>(ifname.size(), IFNAMSIZ - 1);
-        a->rta_type = IFLA_IFNAME;
-        a->rta_len = static_cast<unsigned short>(RTA_LENGTH(n + 1));
-        memcpy(RTA_DATA(a), ifname.data(), n);
-        req.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifinfomsg)) + RTA_ALIGN(a->rta_len);
-        if (send(s, &req, req.h.nlmsg_len, 0) < 0) {
-            close(s);
-            return;
-        }
-        char buf[8192];
-        ssize_t len = recv(s, buf, sizeof(buf), 0);
-        close(s);
-        auto *h = reinterpret_cast<nlmsghdr *>(buf);
-        if (len <= 0 || !NLMSG_OK(h, static_cast<unsigned>(len)) || h->nlmsg_type != RTM_NEWLINK)
-            return;
-        auto *info = static_cast<ifinfomsg *>(NLMSG_DATA(h));
-        int alen = static_cast<int>(IFLA_PAYLOAD(h));
-        for (auto *at = IFLA_RTA(info); RTA_OK(at, alen); at = RTA_NEXT(at, alen))
-            if (at->rta_type == IFLA_LINK)
-                peer = *static_cast<int *>(RTA_DATA(at));
-    });
-    t.join();
-    return peer;
-}
-
 bool is_bridge(const std::string &name) {
     return access(fmt::format("/sys/class/net/{}/bridge", name).c_str(), F_OK) == 0;
 }
@@ -187,7 +146,7 @@ std::expected<Found, Error> find_in_result(const json &prev, const Invocation &i
                 fmt::format("prevResult names no interface '{}' in the container (CNI_IFNAME)",
                             inv.ifname)));
     Found f;
-    if (int peer = peer_ifindex(inv.netns, inv.ifname); peer > 0) {
+    if (int peer = veth_peer_ifindex(inv.netns, inv.ifname); peer > 0) {
         char name[IF_NAMESIZE] = {};
         if (if_indextoname(static_cast<unsigned>(peer), name) &&
             std::ranges::find(host_side, std::string(name)) != host_side.end())
@@ -457,7 +416,7 @@ Outcome del(const Invocation &inv, const Config &c) {
         if (auto f = find_in_result(c.prev_result, inv))
             host_if = f->host_if;
     if (host_if.empty() && !inv.netns.empty())
-        if (int peer = peer_ifindex(inv.netns, inv.ifname); peer > 0) {
+        if (int peer = veth_peer_ifindex(inv.netns, inv.ifname); peer > 0) {
             char name[IF_NAMESIZE] = {};
             if (if_indextoname(static_cast<unsigned>(peer), name))
                 host_if = name;
