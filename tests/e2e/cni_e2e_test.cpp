@@ -356,6 +356,14 @@ TEST_F(Cni, BadInputIsACniErrorAndMakesNothing) {
     r = run_command({"/usr/bin/env", "CNI_COMMAND=VERSION", plugin_dir() + "/tricolor"});
     EXPECT_EQ(json::parse(r.out)["supportedVersions"], json({"0.3.0", "0.3.1", "0.4.0", "1.0.0"}));
     invoke("DEL", list, 1, prev, bandwidth(), container);
+    // Rates alone: containerd's burst of 2^32-1 bits is "not set" (10 ms of the rate, at least
+    // 64 KiB), not 512 MiB.
+    r = invoke("ADD", list, 1, prev, bandwidth(kRate, 4294967295ull), container);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    show = control_request(daemon->socket(),
+                           {{"cmd", "policy_show"}, {"name", cni_policy(container, true)}});
+    EXPECT_EQ((*show)["policy"]["cbs"], "65536") << show->dump();
+    invoke("DEL", list, 1, prev, bandwidth(), container);
     invoke("DEL", list, 0, prev, json(), container);
 }
 
