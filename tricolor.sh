@@ -42,6 +42,8 @@ PACKAGES=(
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
     containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
                                                 # the reference bandwidth) and its bench's RTT
+    docker.io busybox-static                    # --containers docker: a dockerd of the tests'
+                                                # own, and the image they import
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -62,8 +64,18 @@ install_deps() {
     if [ ${#missing[@]} -gt 0 ]; then
         echo "tricolor.sh: installing ${missing[*]}"
         apt-get update -qq
+        # No service the packages bring is started by their install (policy-rc.d, as in a
+        # chroot): the tests start their own redis-server and dockerd, and a dockerd started so
+        # would make its default bridge in 172.17.0.0/16 (test traffic stays in 198.18.0.0/15).
+        local own_policy=
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+            chmod +x /usr/sbin/policy-rc.d
+            own_policy=1
+        fi
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null
+            "${missing[@]}" >/dev/null || { [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d; return 1; }
+        [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
     fi
 }
 
@@ -489,7 +501,9 @@ build)
     ;;
 test)
     need_root
-    install_deps
+    # node and npm: the Kubernetes manifests checked against the API's schemas (tests/k8s/);
+    # Debian's own where the machine has none (a NodeSource node carries its npm).
+    if command -v node >/dev/null && command -v npm >/dev/null; then install_deps; else install_deps nodejs npm; fi
     mount_bpffs
     build
     run_tests "$@"

@@ -400,10 +400,10 @@ mutant fleet-lua-name-shared userspace/src/fleet.lua \
     's/if seen and seen > now - ttl then/if false then/' \
     "fleet script: a second live instance under a name in use takes the name's lease over" \
     "unit:FleetScriptTest.*"
-mutant fleet-lua-name-never-freed userspace/src/fleet.lua \
-    's/if seen and seen > now - ttl then/if seen then/' \
-    "fleet script: a name held by an instance whose lease expired is never freed" \
-    "unit:FleetScriptTest.*"
+mutant fleet-held-not-an-answer userspace/src/fleet.cpp \
+    's/s\.last_ok_send_ns = sent; \/\/ Redis answers: no fallback for want of it\n//' \
+    "fleet: a refusal of the name is not counted as Redis answering (the refused daemon falls back)" \
+    "e2e:Fleet.ThreeDaemonsUnderOneName*"
 mutant fleet-held-runs-fallback userspace/src/fleet.cpp \
     's/const Fallback fb = s\.held_by\.empty\(\) \? o_\.fallback : Fallback::closed;/const Fallback fb = o_.fallback;/; s/s\.rate = s\.cap = s\.epoch = s\.until_dp = 0;\n(\s*)dp_\.fleet_set_lease\(s\.policy\.id, s\.lease\(0\)\);/enter_fallback(s, name, "held");/' \
     "fleet: a daemon refused its name runs its fallback's lease" \

@@ -392,6 +392,13 @@ json Daemon::cmd_status(const json &) {
     return ok({{"attachments", att},
                {"patterns", patterns},
                {"fleet", fleet_status()},
+               {"containers",
+                [&] {
+                    json c = json::array();
+                    for (const auto &w : watchers_)
+                        c.push_back(w->status());
+                    return c;
+                }()},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},

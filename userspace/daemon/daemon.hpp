@@ -8,6 +8,7 @@
 
 #include "tricolor/attach.hpp"
 #include "tricolor/datapath.hpp"
+#include "containers.hpp"
 #include "tricolor/fleet.hpp"
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,8 @@ struct DaemonOptions {
     fleet::Fallback fleet_fallback = fleet::Fallback::share;
     uint32_t fleet_period_ms = 50;
     uint32_t fleet_lease_ms = 1000;
+    // docs/containers.md: container engines to follow, "docker[=SOCKET]" / "podman[=SOCKET]".
+    std::vector<std::string> containers;
 };
 
 // Who sent a request: the control socket's peer as the kernel saw it at connect (SO_PEERCRED).
@@ -264,6 +267,8 @@ class Daemon {
     mutable std::mutex mu_;
     // Last: stopped before the data path it grants to.
     std::unique_ptr<fleet::Agent> fleet_;
+    // Last of all: their threads call handle(), so they stop before anything it uses goes.
+    std::vector<std::unique_ptr<ContainerWatcher>> watchers_;
 };
 
 } // namespace tricolor

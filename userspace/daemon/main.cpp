@@ -125,6 +125,11 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
                    "Milliseconds a host keeps tokens without an answer from Redis")
         ->capture_default_str()
         ->check(CLI::Range(50u, 600000u));
+    app.add_option("--containers", o.containers,
+                   "Follow a container engine's containers (docker[=SOCKET], podman[=SOCKET]; "
+                   "repeatable): those labelled tricolor.egress / tricolor.ingress get their "
+                   "limits")
+        ->type_name("ENGINE");
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
@@ -149,6 +154,11 @@ std::optional<std::string> complete_options(CommandLine &cl) {
     if (o.state.empty())
         o.state = default_state_path(o.pin_dir);
     o.fleet_fallback = *fleet::parse_fallback(cl.fleet_fallback);
+    for (const auto &c : o.containers)
+        if (!parse_engine(c))
+            return fmt::format("--containers '{}': docker, docker=SOCKET, podman or "
+                               "podman=SOCKET (SOCKET an absolute path)",
+                               c);
     if (o.fleet.empty())
         return std::nullopt;
     if (auto u = fleet::parse_redis_url(o.fleet); !u)

@@ -2,6 +2,7 @@
 // start_and_reload.cpp: making a file the running state: at start (the config or the state
 // file, whichever is newer) and on SIGHUP (the config, all or nothing).
 #include "daemon_internal.hpp"
+#include "tricolor/control.hpp"
 
 #include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"
@@ -118,6 +119,14 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
             startup_warnings.push_back(e.what());
         }
     }
+    // Container engines last: what they make goes through handle(), on the set just loaded.
+    for (const auto &text : options_.containers)
+        if (auto e = parse_engine(text))
+            watchers_.push_back(std::make_unique<ContainerWatcher>(
+                *e, [this](nlohmann::json r) {
+                    r["version"] = kControlProtocolVersion;
+                    return handle(r, Peer{});
+                }));
 }
 
 Daemon::~Daemon() = default;

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// tricolord --containers docker=SOCKET end to end (docs/containers.md): a real dockerd (Debian's
+// docker.io) started by the test with its own socket, data root and exec root, on a bridge the
+// test made in 198.19.91.0/24, with --iptables=false --ip-masq=false (never Docker's default
+// 172.17.0.0/16 bridge); an image imported from a busybox root (no registry is reachable). The
+// containers only sleep: their traffic is sent from their network namespaces (nsenter), where
+// their own processes' would be.
+#include "lab.hpp"
+#include "tricolor/control.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <fstream>
+#include <thread>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace tricolor;
+using namespace tricolor::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kRate = 20000000; // bit/s
+constexpr uint64_t kBurst = 65536;   // bytes
+constexpr const char *kImage = "tcbusy:1";
+
+uint64_t mono_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// A dockerd of the test's own.
+class Dockerd {
+  public:
+    Dockerd() {
+        const int n = getpid() % 1000;
+        dir = fmt::format("/tmp/tricolor-e2e-docker-{}", getpid());
+        bridge = fmt::format("tcdk{}", n);
+        std::filesystem::create_directories(dir);
+        run_command({"/sbin/ip", "link", "del", bridge});
+        run_command({"/sbin/ip", "link", "add", bridge, "type", "bridge"});
+        run_command({"/sbin/ip", "addr", "add", "198.19.91.1/24", "dev", bridge});
+        run_command({"/sbin/ip", "link", "set", bridge, "up"});
+    }
+    ~Dockerd() {
+        stop();
+        run_command({"/sbin/ip", "link", "del", bridge});
+        // The data root holds the containers' vfs copies; its mounts went with dockerd.
+        std::filesystem::remove_all(dir);
+    }
+    std::string socket() const { return dir + "/docker.sock"; }
+    bool start(std::string *why) {
+        pid = fork();
+        if (pid == 0) {
+            int log = open((dir + "/dockerd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+            dup2(log, 1);
+            dup2(log, 2);
+            setsid();
+            execl("/usr/sbin/dockerd", "dockerd", "--host", ("unix://" + socket()).c_str(),
+                  "--data-root", (dir + "/root").c_str(), "--exec-root", (dir + "/exec").c_str(),
+                  "--pidfile", (dir + "/docker.pid").c_str(), "--bridge", bridge.c_str(),
+                  "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+                  "--storage-driver=vfs", "--log-level=warn", "--userland-proxy=false",
+                  static_cast<char *>(nullptr));
+            _exit(127);
+        }
+        for (int i = 0; i < 300; ++i) {
+            if (docker({"version"}).exit_code == 0)
+                return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        std::ifstream l(dir + "/dockerd.log");
+        *why = std::string((std::istreambuf_iterator<char>(l)), {});
+        return false;
+    }
+    void stop() {
+        if (pid > 0) {
+            run_command({"/bin/sh", "-c",
+                         fmt::format("/usr/bin/docker -H unix://{} rm -f $(/usr/bin/docker -H "
+                                     "unix://{} ps -aq) >/dev/null 2>&1",
+                                     socket(), socket())});
+            kill(pid, SIGTERM);
+            waitpid(pid, nullptr, 0);
+            pid = -1;
+        }
+    }
+    RunResult docker(std::vector<std::string> args) const {
+        args.insert(args.begin(), {"/usr/bin/docker", "-H", "unix://" + socket()});
+        return run_command(args);
+    }
+    // The image: busybox, imported from a root made here.
+    bool image(std::string *why) {
+        const std::string root = dir + "/image";
+        std::filesystem::create_directories(root + "/bin");
+        for (const char *d : {"/proc", "/sys", "/dev", "/etc", "/tmp"})
+            std::filesystem::create_directories(root + d);
+        std::filesystem::copy_file("/bin/busybox", root + "/bin/busybox",
+                                   std::filesystem::copy_options::overwrite_existing);
+        auto r = run_command({"/bin/sh", "-c",
+                              fmt::format("tar -C {} -c . | /usr/bin/docker -H unix://{} import "
+                                          "- {}",
+                                          root, socket(), kImage)});
+        *why = r.out + r.err;
+        return r.exit_code == 0;
+    }
+    // A container that sleeps, with @labels.
+    std::string run(const std::string &name, const std::vector<std::string> &labels) const {
+        std::vector<std::string> args = {"run", "-d", "--name", name};
+        for (const auto &l : labels)
+            args.insert(args.end(), {"--label", l});
+        args.insert(args.end(), {kImage, "/bin/busybox", "sleep", "3600"});
+        auto r = docker(args);
+        EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+        return r.out.substr(0, r.out.find('\n'));
+    }
+    std::string inspect(const std::string &name, const std::string &format) const {
+        auto r = docker({"inspect", "-f", format, name});
+        return r.out.substr(0, r.out.find('\n'));
+    }
+
+    std::string dir, bridge;
+    pid_t pid = -1;
+};
+
+class Containers : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        TRICOLOR_REQUIRE_ROOT();
+        if (access("/usr/sbin/dockerd", X_OK) != 0 || access("/bin/busybox", X_OK) != 0)
+            GTEST_SKIP() << "docker.io and busybox-static are not installed (./tricolor.sh test "
+                            "installs them)";
+        engine = std::make_unique<Dockerd>();
+    }
+    void start_engine() {
+        std::string why;
+        ASSERT_TRUE(engine->start(&why)) << why;
+        ASSERT_TRUE(engine->image(&why)) << why;
+    }
+    void start_daemon() {
+        daemon = std::make_unique<Daemon>(
+            "containers", std::vector<std::string>{"--containers", "docker=" + engine->socket()});
+    }
+    json policies() const {
+        auto r = control_request(daemon->socket(), {{"cmd", "policy_list"}});
+        return r ? (*r)["policies"] : json();
+    }
+    size_t count_policies() const { return policies().size(); }
+    json stats(const std::string &name) const {
+        auto r = control_request(daemon->socket(), {{"cmd", "stats"}, {"name", name}});
+        return r && r->value("ok", false) ? (*r)["policies"][0] : json();
+    }
+    json containers_status() const {
+        auto r = control_request(daemon->socket(), {{"cmd", "status"}});
+        return r ? (*r)["containers"][0] : json();
+    }
+    // Waits up to @ms for @done; true when it held.
+    bool within(int ms, const std::function<bool()> &done) const {
+        for (auto end = mono_ns() + ms * 1000000ull; mono_ns() < end;) {
+            if (done())
+                return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return done();
+    }
+    std::string in_container(const std::string &name) const {
+        return "--net=/proc/" + engine->inspect(name, "{{.State.Pid}}") + "/ns/net";
+    }
+
+    std::unique_ptr<Dockerd> engine;
+    std::unique_ptr<Daemon> daemon;
+};
+
+std::string pname(const std::string &id, bool in) {
+    return fmt::format("docker-{}-{}", id.substr(0, 12), in ? "in" : "out");
+}
+
+// UDP at twice the rate: green within CBS + rate*T (T from before the first datagram to after
+// the stats were read), and at least 90% of the rate.
+void expect_udp_within(const json &before, const json &after, uint64_t ns) {
+    const uint64_t green =
+        after["green"]["bytes"].get<uint64_t>() - before["green"]["bytes"].get<uint64_t>();
+    EXPECT_LE(static_cast<__int128>(green) * 8 * 1000000000,
+              static_cast<__int128>(kBurst) * 8 * 1000000000 + static_cast<__int128>(kRate) * ns)
+        << green << " green bytes in " << ns / 1e9 << " s";
+    EXPECT_GE(static_cast<double>(green) * 8 / (ns / 1e9), 0.9 * kRate);
+    EXPECT_GT(after["red"]["packets"].get<uint64_t>(), before["red"]["packets"].get<uint64_t>());
+}
+
+} // namespace
+
+// A container labelled 20mbit/64k each way is limited each way (UDP within the bound, TCP at
+// 95% or more), one beside it without labels is untouched, and `docker rm -f` leaves nothing
+// within a second.
+TEST_F(Containers, LabelledContainerIsLimitedBothWaysAndGoesWithinASecond) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    start_daemon();
+    const std::string id =
+        engine->run("limited", {"tricolor.egress=20mbit/64k", "tricolor.ingress=20mbit/64k"});
+    engine->run("plain", {});
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 2; }))
+        << policies().dump() << daemon->log();
+    const std::string ip = engine->inspect("limited", "{{.NetworkSettings.IPAddress}}");
+    const std::string in = pname(id, true), out = pname(id, false);
+    EXPECT_EQ(stats(in)["owner"].get<std::string>().substr(0, 14), "docker limited");
+    {
+        json b = stats(out);
+        uint64_t t0 = mono_ns();
+        auto r = run_command({"/usr/bin/nsenter", in_container("limited"), udp_tool_path(), "send",
+                              "198.19.91.1", "9", "10000", "972", "5000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        expect_udp_within(b, stats(out), mono_ns() - t0);
+    }
+    {
+        json b = stats(in);
+        uint64_t t0 = mono_ns();
+        auto r = run_command({udp_tool_path(), "send", ip, "9", "10000", "972", "5000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        expect_udp_within(b, stats(in), mono_ns() - t0);
+    }
+    if (run_command({"/bin/sh", "-c", "command -v iperf3"}).exit_code == 0) {
+        const std::string pid = fmt::format("/tmp/tricolor-e2e-docker-iperf3-{}.pid", getpid());
+        auto server = run_command({"/usr/bin/nsenter", in_container("limited"), "/usr/bin/iperf3",
+                                   "-s", "-D", "-B", ip, "--pidfile", pid});
+        ASSERT_EQ(server.exit_code, 0) << server.err;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (bool reverse : {false, true}) {
+            std::vector<std::string> argv = {"/usr/bin/iperf3", "-c", ip, "-t", "4", "-J"};
+            if (reverse)
+                argv.push_back("-R");
+            auto r = run_command(argv);
+            ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+            double bps = json::parse(r.out)["end"]["sum_received"]["bits_per_second"];
+            std::printf("TCP %s the container: %.2f Mbit/s\n", reverse ? "from" : "to", bps / 1e6);
+            EXPECT_GE(bps, 0.95 * kRate);
+            EXPECT_LE(bps, 1.01 * kRate);
+        }
+        run_command({"/bin/sh", "-c", "kill $(cat " + pid + ") 2>/dev/null; rm -f " + pid});
+    }
+    // The unlabelled one: no policy, its interface not attached.
+    const std::string plain_ip = engine->inspect("plain", "{{.NetworkSettings.IPAddress}}");
+    for (const auto &p : policies())
+        EXPECT_EQ(p.dump().find(plain_ip + "/"), std::string::npos) << p.dump();
+    auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_EQ((*st)["attachments"].size(), 2u) << st->dump();
+
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(engine->docker({"rm", "-f", "limited"}).exit_code, 0);
+    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
+    std::printf(
+        "policies gone %.0f ms after docker rm -f returned\n",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
+}
+
+// A label that does not parse: said once with the container's name, listed in status, nothing
+// made; the engine unreachable when the daemon starts: it starts, says so, and catches up.
+TEST_F(Containers, BadLabelsAreRefusedAndAnEngineThatComesLaterIsCaughtUp) {
+    start_daemon(); // no dockerd yet
+    auto c = containers_status();
+    EXPECT_EQ(c["connected"], false) << c.dump();
+    EXPECT_NE(c["last_error"].get<std::string>().find("cannot connect"), std::string::npos)
+        << c.dump();
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    ASSERT_TRUE(within(3000, [&] { return containers_status()["connected"] == true; }))
+        << containers_status().dump() << daemon->log();
+    engine->run("fast", {"tricolor.egress=fast"});
+    engine->run("typo", {"tricolor.egres=20mbit"});
+    engine->run("good", {"tricolor.ingress=10mbit"});
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 1; })) << policies().dump();
+    ASSERT_TRUE(within(1000, [&] { return containers_status()["bad_labels"].size() == 2; }));
+    c = containers_status();
+    EXPECT_NE(c["bad_labels"]["fast"].get<std::string>().find("tricolor.egress=fast"),
+              std::string::npos)
+        << c.dump();
+    EXPECT_NE(c["bad_labels"]["typo"].get<std::string>().find("unknown"), std::string::npos)
+        << c.dump();
+    // The default burst: 10 ms of the rate, at least 64 KiB.
+    auto show = control_request(
+        daemon->socket(),
+        {{"cmd", "policy_show"}, {"name", pname(engine->inspect("good", "{{.Id}}"), true)}});
+    EXPECT_EQ((*show)["policy"]["cbs"], "65536") << show->dump();
+    const std::string log = daemon->log();
+    const auto first = log.find("container fast");
+    ASSERT_NE(first, std::string::npos) << log;
+    EXPECT_EQ(log.find("container fast", first + 1), std::string::npos) << "once: " << log;
+    // Removed: no longer listed.
+    engine->docker({"rm", "-f", "fast", "typo", "good"});
+    ASSERT_TRUE(within(1000, [&] {
+        return count_policies() == 0 && containers_status()["bad_labels"].empty();
+    })) << containers_status().dump();
+}
+
+// 50 labelled containers started and removed in a burst, tricolord killed and restarted in the
+// middle of it: the policies follow the containers, none twice, none left.
+TEST_F(Containers, FiftyInABurstWithTheDaemonRestartedMidwayLeaveNothing) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    start_daemon();
+    constexpr int kN = 50;
+    std::vector<std::string> names;
+    std::thread starter([&] {
+        for (int i = 0; i < kN; ++i) {
+            names.push_back(fmt::format("burst{}", i));
+            engine->run(names.back(), {"tricolor.egress=5mbit"});
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    daemon->kill9();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    daemon->start();
+    starter.join();
+    ASSERT_TRUE(within(5000, [&] { return count_policies() == kN; }))
+        << count_policies() << " policies: " << daemon->log();
+    std::set<std::string> unique;
+    for (const auto &p : policies())
+        unique.insert(p["name"].get<std::string>());
+    EXPECT_EQ(unique.size(), static_cast<size_t>(kN));
+    // Half removed while the daemon is down: the restart removes theirs.
+    std::vector<std::string> args = {"rm", "-f"};
+    args.insert(args.end(), names.begin(), names.begin() + kN / 2);
+    daemon->kill9();
+    ASSERT_EQ(engine->docker(args).exit_code, 0);
+    daemon->start();
+    ASSERT_TRUE(within(5000, [&] { return count_policies() == kN / 2; }))
+        << count_policies() << " policies: " << daemon->log();
+    args = {"rm", "-f"};
+    args.insert(args.end(), names.begin() + kN / 2, names.end());
+    ASSERT_EQ(engine->docker(args).exit_code, 0);
+    ASSERT_TRUE(within(3000, [&] { return count_policies() == 0; }))
+        << policies().dump() << daemon->log();
+    auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
+}

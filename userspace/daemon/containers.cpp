@@ -1,0 +1,553 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// containers.cpp: containers.hpp. The Engine API spoken here is the little tricolor needs: GET
+// /containers/json (the running ones), GET /containers/ID/json (labels, pid, addresses) and the
+// stream of GET /events, over HTTP/1.1 on the engine's unix socket. Docker and Podman's
+// compatible API answer the same.
+#include "containers.hpp"
+
+#include "tricolor/netns.hpp"
+#include "tricolor/units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <set>
+#include <cstring>
+#include <iostream>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+using nlohmann::json;
+
+namespace tricolor {
+
+std::optional<EngineSpec> parse_engine(const std::string &text) {
+    const auto eq = text.find('=');
+    EngineSpec e{text.substr(0, eq), ""};
+    if (e.kind != "docker" && e.kind != "podman")
+        return std::nullopt;
+    if (eq != std::string::npos)
+        e.socket = text.substr(eq + 1);
+    else
+        e.socket = e.kind == "docker" ? "/var/run/docker.sock" : "/run/podman/podman.sock";
+    if (e.socket.empty() || e.socket[0] != '/')
+        return std::nullopt;
+    return e;
+}
+
+std::optional<LabelLimit> parse_label_limit(const std::string &text, std::string *why) {
+    const auto slash = text.find('/');
+    auto rate = parse_rate(text.substr(0, slash));
+    if (!rate || *rate == 0) {
+        *why = fmt::format("'{}': the rate: {}", text, rate ? "must be above 0" : rate.error());
+        return std::nullopt;
+    }
+    LabelLimit l{*rate, std::max<uint64_t>(*rate / 800, 65536)}; // 10 ms, at least 64 KiB
+    if (slash != std::string::npos) {
+        auto burst = parse_size(text.substr(slash + 1));
+        if (!burst || *burst == 0) {
+            *why =
+                fmt::format("'{}': the burst: {}", text, burst ? "must be above 0" : burst.error());
+            return std::nullopt;
+        }
+        l.burst = *burst;
+    }
+    return l;
+}
+
+namespace {
+
+constexpr int kPollMs = 250;
+
+int connect_unix(const std::string &path, std::string *why) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (fd < 0 || path.size() >= sizeof(a.sun_path)) {
+        *why = "cannot make a socket";
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
+        *why = fmt::format("cannot connect to {}: {}", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    timeval tv{5, 0}; // a one-shot request's reads and writes; the event stream polls
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+bool send_get(int fd, const std::string &path) {
+    const std::string req =
+        fmt::format("GET {} HTTP/1.1\r\nHost: tricolor\r\nUser-Agent: tricolord\r\n\r\n", path);
+    return send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+}
+
+// An HTTP/1.1 body as it arrives: chunked, of a length, or until the connection closes.
+class Body {
+  public:
+    // Takes the head (status line and headers) from @raw once whole; false until then.
+    bool head(std::string &raw) {
+        auto end = raw.find("\r\n\r\n");
+        if (end == std::string::npos)
+            return false;
+        std::string h = raw.substr(0, end);
+        raw.erase(0, end + 4);
+        status = std::atoi(h.substr(h.find(' ') + 1).c_str());
+        std::string lower;
+        for (char c : h)
+            lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        chunked = lower.find("transfer-encoding: chunked") != std::string::npos;
+        if (auto cl = lower.find("content-length:"); cl != std::string::npos)
+            left = std::strtoull(lower.c_str() + cl + 15, nullptr, 10);
+        return true;
+    }
+    // Moves what @raw holds of the body into @out; true once the body is complete.
+    bool take(std::string &raw, std::string &out) {
+        if (!chunked) {
+            if (left == UINT64_MAX) {
+                out += raw;
+                raw.clear();
+                return false;
+            }
+            size_t n = std::min<uint64_t>(left, raw.size());
+            out += raw.substr(0, n);
+            raw.erase(0, n);
+            left -= n;
+            return left == 0;
+        }
+        for (;;) {
+            if (chunk_left == 0) {
+                auto eol = raw.find("\r\n");
+                if (eol == std::string::npos)
+                    return false;
+                if (eol == 0) { // the CRLF after a chunk's data
+                    raw.erase(0, 2);
+                    continue;
+                }
+                chunk_left = std::strtoull(raw.substr(0, eol).c_str(), nullptr, 16);
+                raw.erase(0, eol + 2);
+                if (chunk_left == 0)
+                    return true;
+            }
+            size_t n = std::min<uint64_t>(chunk_left, raw.size());
+            if (n == 0)
+                return false;
+            out += raw.substr(0, n);
+            raw.erase(0, n);
+            chunk_left -= n;
+        }
+    }
+    int status = 0;
+    bool chunked = false;
+    uint64_t left = UINT64_MAX, chunk_left = 0;
+};
+
+// One GET: the status and the whole body, or nullopt with @why.
+std::optional<std::pair<int, std::string>> get(const std::string &socket, const std::string &path,
+                                               std::string *why) {
+    int fd = connect_unix(socket, why);
+    if (fd < 0)
+        return std::nullopt;
+    if (!send_get(fd, path)) {
+        *why = fmt::format("{}: cannot send GET {}", socket, path);
+        close(fd);
+        return std::nullopt;
+    }
+    std::string raw, body;
+    Body b;
+    bool have_head = false, done = false;
+    char buf[16384];
+    while (!done) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+            done = have_head && !b.chunked && b.left == UINT64_MAX; // until close
+            if (!done) {
+                *why = fmt::format("{}: GET {}: the reply ended early", socket, path);
+                close(fd);
+                return std::nullopt;
+            }
+            break;
+        }
+        raw.append(buf, static_cast<size_t>(n));
+        if (!have_head && !(have_head = b.head(raw)))
+            continue;
+        done = b.take(raw, body);
+    }
+    close(fd);
+    return std::pair{b.status, body};
+}
+
+std::optional<json> get_json(const std::string &socket, const std::string &path, std::string *why) {
+    auto r = get(socket, path, why);
+    if (!r)
+        return std::nullopt;
+    if (r->first != 200) {
+        *why = fmt::format("{}: GET {}: HTTP {}", socket, path, r->first);
+        return std::nullopt;
+    }
+    json j = json::parse(r->second, nullptr, false);
+    if (j.is_discarded()) {
+        *why = fmt::format("{}: GET {}: not JSON", socket, path);
+        return std::nullopt;
+    }
+    return j;
+}
+
+std::string policy_name(const std::string &kind, const std::string &id, bool ingress) {
+    return fmt::format("{}-{}-{}", kind, id.substr(0, 12), ingress ? "in" : "out");
+}
+
+// What a container's labels ask for; @why says what does not parse.
+struct Want {
+    std::optional<LabelLimit> in, out;
+};
+std::optional<Want> want_of(const json &labels, std::string *why) {
+    Want w;
+    if (!labels.is_object())
+        return w;
+    for (const auto &[k, v] : labels.items()) {
+        if (!k.starts_with("tricolor."))
+            continue;
+        const std::string val = v.is_string() ? v.get<std::string>() : v.dump();
+        std::string bad;
+        if (k == "tricolor.egress" || k == "tricolor.ingress") {
+            auto l = parse_label_limit(val, &bad);
+            if (!l) {
+                *why = fmt::format("label {}={}: {}", k, val, bad);
+                return std::nullopt;
+            }
+            (k == "tricolor.egress" ? w.out : w.in) = *l;
+        } else if (k == "tricolor.policy") {
+            *why = fmt::format("label {}={}: policy templates are not in this version (use "
+                               "tricolor.egress and tricolor.ingress)",
+                               k, val);
+            return std::nullopt;
+        } else {
+            *why = fmt::format("label {}: unknown (tricolor.egress, tricolor.ingress)", k);
+            return std::nullopt;
+        }
+    }
+    return w;
+}
+
+} // namespace
+
+ContainerWatcher::ContainerWatcher(EngineSpec engine, Request request)
+    : engine_(std::move(engine)), request_(std::move(request)) {
+    thread_ = std::thread([this] { run(); });
+}
+
+ContainerWatcher::~ContainerWatcher() {
+    stop_ = true;
+    if (thread_.joinable())
+        thread_.join();
+}
+
+void ContainerWatcher::log(const std::string &line) {
+    std::cerr << "tricolord: " << engine_.kind << ": " << line << std::endl;
+}
+
+json ContainerWatcher::status() const {
+    std::lock_guard l(mu_);
+    json made = json::array();
+    for (const auto &[id, m] : made_)
+        made.push_back({{"id", id.substr(0, 12)}, {"name", m.name}, {"iface", m.host_if}});
+    json bad = json::object(), skipped = json::object();
+    for (const auto &[id, v] : bad_labels_)
+        bad[v.first] = v.second;
+    for (const auto &[id, v] : skipped_)
+        skipped[v.first] = v.second;
+    return {{"engine", engine_.kind},
+            {"socket", engine_.socket},
+            {"connected", connected_},
+            {"last_error", last_error_},
+            {"containers", made},
+            {"bad_labels", bad},
+            {"skipped", skipped},
+            {"made_total", made_total_},
+            {"removed_total", removed_total_}};
+}
+
+void ContainerWatcher::run() {
+    bool said_down = false;
+    while (!stop_) {
+        std::string why;
+        // The event stream first, then the list: an event between the two is not lost (a
+        // container seen in both is made once).
+        int fd = connect_unix(engine_.socket, &why);
+        if (fd >= 0 && !send_get(fd, "/events?filters=%7B%22type%22%3A%5B%22container%22%5D%7D")) {
+            why = "cannot send GET /events";
+            close(fd);
+            fd = -1;
+        }
+        if (fd >= 0 && reconcile()) {
+            {
+                std::lock_guard l(mu_);
+                connected_ = true;
+                last_error_.clear();
+            }
+            if (said_down)
+                log(fmt::format("{} answers again: containers read anew", engine_.socket));
+            said_down = false;
+            follow_events(fd);
+            close(fd);
+            fd = -1;
+            std::lock_guard l(mu_);
+            connected_ = false;
+            why = last_error_.empty() ? "the event stream ended" : last_error_;
+        }
+        if (fd >= 0)
+            close(fd);
+        {
+            std::lock_guard l(mu_);
+            connected_ = false;
+            if (!why.empty())
+                last_error_ = why;
+        }
+        if (!said_down)
+            log(fmt::format("{}; retrying every second (policies of containers are kept)",
+                            last_error_));
+        said_down = true;
+        for (int i = 0; i < 4 && !stop_; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    }
+}
+
+bool ContainerWatcher::reconcile() {
+    std::string why;
+    auto list = get_json(engine_.socket, "/containers/json", &why);
+    if (!list || !list->is_array()) {
+        std::lock_guard l(mu_);
+        last_error_ = list ? "GET /containers/json: not a list" : why;
+        return false;
+    }
+    std::set<std::string> running;
+    for (const auto &c : *list)
+        if (c.is_object() && c.contains("Id") && c["Id"].is_string())
+            running.insert(c["Id"].get<std::string>());
+    // What the daemon holds of this engine's (after a restart of either side: from its
+    // policies, the interface in their owner) that no running container has now.
+    auto pl = request_({{"cmd", "policy_list"}});
+    std::map<std::string, std::string> held; // id prefix -> host_if
+    if (pl.value("ok", false))
+        for (const auto &p : pl["policies"]) {
+            const json &spec = p;
+            std::string name = spec.value("name", "");
+            if (!name.starts_with(prefix()))
+                continue;
+            std::string rest = name.substr(prefix().size());
+            std::string id = rest.substr(0, rest.rfind('-'));
+            std::string owner = spec.value("owner", "");
+            auto on = owner.rfind(" on ");
+            held[id] = on == std::string::npos ? "" : owner.substr(on + 4);
+        }
+    for (const auto &[id12, host_if] : held) {
+        bool alive = std::ranges::any_of(running, [&](auto &id) { return id.starts_with(id12); });
+        if (!alive) {
+            {
+                std::lock_guard l(mu_);
+                made_[id12] = {"", host_if};
+            }
+            container_gone(id12);
+        }
+    }
+    for (const auto &id : running)
+        container_up(id);
+    return true;
+}
+
+void ContainerWatcher::follow_events(int fd) {
+    std::string raw, lines;
+    Body b;
+    bool have_head = false;
+    char buf[16384];
+    while (!stop_) {
+        pollfd p{fd, POLLIN, 0};
+        int r = poll(&p, 1, kPollMs);
+        if (r < 0 && errno != EINTR)
+            return;
+        if (r <= 0)
+            continue;
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return;
+        if (n < 0)
+            continue;
+        raw.append(buf, static_cast<size_t>(n));
+        if (!have_head) {
+            if (!(have_head = b.head(raw)))
+                continue;
+            if (b.status != 200) {
+                std::lock_guard l(mu_);
+                last_error_ = fmt::format("GET /events: HTTP {}", b.status);
+                return;
+            }
+        }
+        const bool ended = b.take(raw, lines);
+        for (auto eol = lines.find('\n'); eol != std::string::npos; eol = lines.find('\n')) {
+            json e = json::parse(lines.substr(0, eol), nullptr, false);
+            lines.erase(0, eol + 1);
+            if (!e.is_object())
+                continue;
+            std::string action = e.value("Action", e.value("status", ""));
+            std::string id = e.value("id", "");
+            if (id.empty() && e.contains("Actor") && e["Actor"].is_object())
+                id = e["Actor"].value("ID", "");
+            if (id.empty())
+                continue;
+            if (action == "start")
+                container_up(id);
+            else if (action == "die" || action == "stop" || action == "kill" ||
+                     action == "destroy" || action == "remove" || action == "died" ||
+                     action == "cleanup")
+                container_gone(id);
+        }
+        if (ended)
+            return;
+    }
+}
+
+void ContainerWatcher::container_up(const std::string &id) {
+    std::string why;
+    auto c = get_json(engine_.socket, "/containers/" + id + "/json", &why);
+    if (!c || !c->is_object())
+        return; // gone already: its die event follows
+    std::string name = c->value("Name", id.substr(0, 12));
+    if (name.starts_with("/"))
+        name.erase(0, 1);
+    const json state = c->value("State", json::object());
+    if (!state.value("Running", false))
+        return;
+    const json labels = c->contains("Config") && (*c)["Config"].is_object()
+                            ? (*c)["Config"].value("Labels", json::object())
+                            : json::object();
+    auto want = want_of(labels, &why);
+    {
+        std::lock_guard l(mu_);
+        if (!want) {
+            if (!bad_labels_.contains(id.substr(0, 12)))
+                log(fmt::format("container {} ({}): {}: nothing made for it", name,
+                                id.substr(0, 12), why));
+            bad_labels_[id.substr(0, 12)] = {name, why};
+            return;
+        }
+        bad_labels_.erase(id.substr(0, 12));
+        if (!want->in && !want->out)
+            return; // not one of ours
+    }
+    const std::string id12 = id.substr(0, 12);
+    // Made already (an event after the list, or a daemon restarted): not twice.
+    auto have = request_(
+        {{"cmd", "policy_show"}, {"name", policy_name(engine_.kind, id, want->in.has_value())}});
+    if (have.value("ok", false)) {
+        std::lock_guard l(mu_);
+        if (!made_.contains(id12)) {
+            std::string owner = have["policy"].value("owner", "");
+            auto on = owner.rfind(" on ");
+            made_[id12] = {name, on == std::string::npos ? "" : owner.substr(on + 4)};
+        }
+        return;
+    }
+    auto skip = [&](const std::string &w) {
+        std::lock_guard l(mu_);
+        if (skipped_[id12].second != w)
+            log(fmt::format("container {} ({}): {}", name, id12, w));
+        skipped_[id12] = {name, w};
+    };
+    const json hc = c->value("HostConfig", json::object());
+    if (hc.value("NetworkMode", "") == "host") {
+        skip("on the host's network: no interface of its own to limit (not in this version)");
+        return;
+    }
+    const int pid = state.value("Pid", 0);
+    const std::string host_if =
+        pid > 0 ? veth_peer_name(fmt::format("/proc/{}/ns/net", pid), "eth0") : "";
+    std::string ip;
+    const json ns = c->value("NetworkSettings", json::object());
+    if (ns.contains("Networks") && ns["Networks"].is_object())
+        for (const auto &[net, v] : ns["Networks"].items())
+            if (ip.empty() && v.is_object() && !v.value("IPAddress", "").empty())
+                ip = v.value("IPAddress", "");
+    if (ip.empty())
+        ip = ns.value("IPAddress", "");
+    if (host_if.empty() || ip.empty()) {
+        skip(fmt::format("no {} found: nothing made", host_if.empty() ? "host-side veth of its "
+                                                                        "eth0"
+                                                                      : "IPv4 address"));
+        return;
+    }
+    std::vector<json> policies;
+    for (bool in : {true, false}) {
+        const auto &l = in ? want->in : want->out;
+        if (!l)
+            continue;
+        policies.push_back({{"name", policy_name(engine_.kind, id, in)},
+                            {"algo", "srtcm"},
+                            {"cir", fmt::format("{}bit", l->rate)},
+                            {"cbs", std::to_string(l->burst)},
+                            {"ebs", "0"},
+                            {"match", {{in ? "dst" : "src", ip + "/32"}}},
+                            {"shape", "sockets"},
+                            {"aqm", "ecn"},
+                            {"owner", fmt::format("{} {} on {}", engine_.kind, name, host_if)}});
+    }
+    std::vector<std::string> done;
+    auto undo = [&](const std::string &w) {
+        for (const auto &n : done)
+            request_({{"cmd", "policy_del"}, {"name", n}});
+        for (const char *d : {"ingress", "egress"})
+            request_({{"cmd", "detach"}, {"iface", host_if}, {"hook", "tc"}, {"direction", d}});
+        skip(w);
+    };
+    for (const auto &p : policies) {
+        auto r = request_({{"cmd", "policy_add"}, {"policy", p}});
+        if (!r.value("ok", false))
+            return undo(r.value("error", std::string("refused")));
+        done.push_back(p["name"]);
+    }
+    for (const char *d : {"egress", "ingress"}) { // egress first: as the CNI plugin, cni.cpp
+        auto r =
+            request_({{"cmd", "attach"}, {"iface", host_if}, {"hook", "tc"}, {"direction", d}});
+        if (!r.value("ok", false))
+            return undo(r.value("error", std::string("refused")));
+    }
+    std::lock_guard l(mu_);
+    skipped_.erase(id12);
+    made_[id12] = {name, host_if};
+    made_total_++;
+    log(fmt::format("container {} ({}): limited{}{} on {}", name, id12,
+                    want->out ? fmt::format(", egress {}", format_rate(want->out->rate)) : "",
+                    want->in ? fmt::format(", ingress {}", format_rate(want->in->rate)) : "",
+                    host_if));
+}
+
+void ContainerWatcher::container_gone(const std::string &id) {
+    const std::string id12 = id.substr(0, 12);
+    Made m;
+    {
+        std::lock_guard l(mu_);
+        bad_labels_.erase(id12);
+        skipped_.erase(id12);
+        auto it = made_.find(id12);
+        if (it == made_.end())
+            return;
+        m = it->second;
+        made_.erase(it);
+        removed_total_++;
+    }
+    for (bool in : {true, false})
+        request_({{"cmd", "policy_del"}, {"name", policy_name(engine_.kind, id12, in)}});
+    if (!m.host_if.empty())
+        for (const char *d : {"ingress", "egress"})
+            request_({{"cmd", "detach"}, {"iface", m.host_if}, {"hook", "tc"}, {"direction", d}});
+}
+
+} // namespace tricolor
