@@ -266,6 +266,8 @@ TEST_F(Fleet, ThreeDaemonsUnderOneNameRunOneLeaseAndTheOthersSayWhoHoldsIt) {
         EXPECT_EQ(st["name_held_by"], holder) << st.dump();
         EXPECT_NE(st["instance"], holder) << st.dump();
         EXPECT_EQ(st["name_collisions"], 1) << st.dump();
+        // A refusal is Redis answering: no fallback for want of an answer (closed or not).
+        EXPECT_EQ(st["fallbacks"], 0) << st.dump();
         auto f = fleet_policy_stats(*hosts[i])["fleet"];
         EXPECT_EQ(f["mode"], "name-held") << f.dump();
         EXPECT_EQ(f["lease_rate"], 0) << f.dump();
