@@ -499,3 +499,62 @@ TEST_F(Cni, TwoHundredPodsComeAndGoEightAtATimeAndLeaveNothing) {
     std::string text((std::istreambuf_iterator<char>(st)), {});
     EXPECT_EQ(text.find("cni-churn"), std::string::npos) << text;
 }
+
+// What tricolor has beyond the reference plugin: another meter by its keys, or a template (a
+// policy of tricolord's config, only_parent so that it matches nothing itself) whose meter and
+// actions the pod's policies copy, with the capability's rate and burst.
+TEST_F(Cni, OtherMetersByTheirKeysOrByATemplateFromTheConfig) {
+    json prev;
+    {
+        auto r = invoke("ADD", conflist(), 0, json(), json(), container);
+        ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+        prev = json::parse(r.out);
+    }
+    auto show = [&](bool in) {
+        auto s = control_request(daemon->socket(),
+                                 {{"cmd", "policy_show"}, {"name", cni_policy(container, in)}});
+        return s && s->value("ok", false) ? (*s)["policy"] : json();
+    };
+    // trTCM by its keys.
+    json l =
+        conflist({{"algo", "trtcm"}, {"pir", "40mbit"}, {"pbs", "128k"}, {"yellow", "dscp:af12"}});
+    auto r = invoke("ADD", l, 1, prev, bandwidth(), container);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(show(true)["algo"], "trtcm");
+    EXPECT_EQ(show(true)["pir"], "40mbit");
+    EXPECT_EQ(show(false)["yellow"], "dscp:af12");
+    invoke("DEL", l, 1, prev, bandwidth(), container);
+    // trTCM without its peak rate: the daemon's refusal, naming the field; nothing made.
+    l = conflist({{"algo", "trtcm"}});
+    r = invoke("ADD", l, 1, prev, bandwidth(), container);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.out.find("trtcm needs PIR"), std::string::npos) << r.out;
+    EXPECT_TRUE(show(true).is_null());
+    // A template.
+    ASSERT_EQ(
+        daemon
+            ->ctl({"policy", "add", "gold", "--algo", "rfc4115", "--cir", "1mbit", "--cbs", "16k",
+                   "--eir", "30mbit", "--ebs", "96k", "--yellow", "dscp:af12", "--only-parent"})
+            .exit_code,
+        0);
+    l = conflist({{"template", "gold"}});
+    r = invoke("ADD", l, 1, prev, bandwidth(), container);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    json p = show(true);
+    EXPECT_EQ(p["algo"], "rfc4115") << p.dump();
+    EXPECT_EQ(p["eir"], "30mbit") << p.dump();
+    EXPECT_EQ(p["cir"], "20000000bit") << p.dump(); // the capability's
+    EXPECT_FALSE(p.contains("only_parent")) << p.dump();
+    EXPECT_EQ(p["match"]["dst"], pod_ip(prev) + "/32") << p.dump();
+    EXPECT_EQ(p["yellow"], "dscp:af12") << p.dump();
+    invoke("DEL", l, 1, prev, bandwidth(), container);
+    // A template that is not there; a template beside a meter key.
+    r = invoke("ADD", conflist({{"template", "silver"}}), 1, prev, bandwidth(), container);
+    EXPECT_NE(r.out.find("template 'silver': tricolord has no such policy"), std::string::npos)
+        << r.out;
+    r = invoke("ADD", conflist({{"template", "gold"}, {"shape", "off"}}), 1, prev, bandwidth(),
+               container);
+    EXPECT_NE(r.out.find("shape and template"), std::string::npos) << r.out;
+    EXPECT_TRUE(show(true).is_null());
+    invoke("DEL", conflist(), 0, prev, json(), container);
+}

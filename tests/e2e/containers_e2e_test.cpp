@@ -295,6 +295,41 @@ TEST_F(Containers, BadLabelsAreRefusedAndAnEngineThatComesLaterIsCaughtUp) {
     const auto first = log.find("container fast");
     ASSERT_NE(first, std::string::npos) << log;
     EXPECT_EQ(log.find("container fast", first + 1), std::string::npos) << "once: " << log;
+    // tricolor.policy=NAME: a policy of the daemon's (only_parent: it matches nothing itself)
+    // whose meter and actions the container's copy, both ways at its own rate; with a rate
+    // label, that direction only, at the label's rate. A name tricolord has not: said, nothing
+    // made.
+    ASSERT_EQ(
+        daemon
+            ->ctl({"policy", "add", "gold", "--algo", "trtcm", "--cir", "3mbit", "--cbs", "32k",
+                   "--pir", "6mbit", "--pbs", "64k", "--yellow", "dscp:af12", "--only-parent"})
+            .exit_code,
+        0);
+    const std::string t1 = engine->run("templated", {"tricolor.policy=gold"});
+    const std::string t2 =
+        engine->run("templated-out", {"tricolor.policy=gold", "tricolor.egress=5mbit"});
+    engine->run("no-template", {"tricolor.policy=silver"});
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 1 + 1 + 2 + 1; }))
+        << policies().dump();
+    auto spec = [&](const std::string &name) {
+        auto s = control_request(daemon->socket(), {{"cmd", "policy_show"}, {"name", name}});
+        return s && s->value("ok", false) ? (*s)["policy"] : json();
+    };
+    EXPECT_EQ(spec(pname(t1, true))["algo"], "trtcm");
+    EXPECT_EQ(spec(pname(t1, false))["pir"], "6mbit");
+    EXPECT_EQ(spec(pname(t1, false))["cir"], "3mbit");
+    EXPECT_FALSE(spec(pname(t1, false)).contains("only_parent"));
+    EXPECT_EQ(spec(pname(t2, false))["cir"], "5000000bit");
+    EXPECT_EQ(spec(pname(t2, false))["yellow"], "dscp:af12");
+    EXPECT_TRUE(spec(pname(t2, true)).is_null());
+    ASSERT_TRUE(
+        within(1000, [&] { return containers_status()["skipped"].contains("no-template"); }));
+    EXPECT_NE(
+        containers_status()["skipped"]["no-template"].get<std::string>().find("no policy 'silver'"),
+        std::string::npos);
+    engine->docker({"rm", "-f", "templated", "templated-out", "no-template"});
+    ASSERT_TRUE(within(1000, [&] { return count_policies() == 2; })) << policies().dump();
+    daemon->ctl({"policy", "del", "gold"});
     // Removed: no longer listed.
     engine->docker({"rm", "-f", "fast", "typo", "good"});
     ASSERT_TRUE(within(1000, [&] {

@@ -54,7 +54,8 @@ const std::vector<std::string> &known_keys() {
         // the reference bandwidth plugin's static keys
         "ingressRate", "ingressBurst", "egressRate", "egressBurst",
         // this plugin's
-        "socket", "algo", "shape", "aqm", "per", "green", "yellow", "red"};
+        "socket", "algo", "pir", "pbs", "eir", "ebs", "shape", "aqm", "per", "green", "yellow",
+        "red", "template"};
     return k;
 }
 
@@ -275,22 +276,28 @@ std::expected<Config, Error> parse_config(const std::string &text, bool need_pre
         return std::unexpected(err(kInvalidConfig, "socket must be a path"));
     // Own keys: strings, checked by the daemon when it adds the policy (it names the field).
     for (auto [key, dst] : {std::pair{"algo", &c.algo},
+                            {"pir", &c.pir},
+                            {"pbs", &c.pbs},
+                            {"eir", &c.eir},
+                            {"ebs", &c.ebs},
                             {"shape", &c.shape},
                             {"aqm", &c.aqm},
                             {"per", &c.per},
                             {"green", &c.green},
                             {"yellow", &c.yellow},
-                            {"red", &c.red}}) {
+                            {"red", &c.red},
+                            {"template", &c.template_name}}) {
         if (j.contains(key) && !j[key].is_string())
             return std::unexpected(err(kInvalidConfig, fmt::format("{} must be a string", key)));
         *dst = str_key(j, key, *dst);
+        if (j.contains(key) && std::string(key) != "template" && j.contains("template"))
+            return std::unexpected(
+                err(kInvalidConfig, fmt::format("{} and template: the template gives the "
+                                                "meter and the actions",
+                                                key)));
     }
-    if (c.algo != "srtcm")
-        return std::unexpected(
-            err(kInvalidConfig, fmt::format("algo '{}': the bandwidth capability gives a rate "
-                                            "and a burst, an srtcm bucket (trtcm and rfc4115 "
-                                            "need a peak or excess rate)",
-                                            c.algo)));
+    if (j.contains("template") && c.template_name.empty())
+        return std::unexpected(err(kInvalidConfig, "template must name a policy"));
     // runtimeConfig.bandwidth wins over the static keys, as in the reference plugin.
     json bw = json::object();
     for (const char *k : {"ingressRate", "ingressBurst", "egressRate", "egressBurst"})
@@ -329,27 +336,40 @@ std::expected<Config, Error> parse_config(const std::string &text, bool need_pre
 }
 
 std::vector<json> policies_for(const Config &c, const std::string &container_id,
-                               const std::string &address, const json &k8s) {
+                               const std::string &address, const json &k8s, const json &tmpl) {
     const std::string prefix = address + (address.find(':') == std::string::npos ? "/32" : "/128");
     std::vector<json> out;
     for (bool in : {true, false}) {
         const std::optional<Limit> &l = in ? c.ingress : c.egress;
         if (!l)
             continue;
-        json p = {{"name", policy_name(container_id, in)},
-                  {"algo", c.algo},
-                  {"cir", fmt::format("{}bit", l->rate)},
-                  {"cbs", std::to_string(l->burst / 8)},
-                  {"ebs", "0"},
-                  {"match", {{in ? "dst" : "src", prefix}}},
-                  {"per", c.per},
-                  {"shape", c.shape},
-                  {"aqm", c.aqm},
-                  {"red", c.red}};
-        if (!c.green.empty())
-            p["green"] = c.green;
-        if (!c.yellow.empty())
-            p["yellow"] = c.yellow;
+        json p = json::object();
+        if (tmpl.is_object()) {
+            p = tmpl;
+            for (const char *k : {"name", "match", "parent", "only_parent", "owner", "priority"})
+                p.erase(k);
+        } else {
+            p = {{"algo", c.algo},
+                 {"per", c.per},
+                 {"shape", c.shape},
+                 {"aqm", c.aqm},
+                 {"red", c.red}};
+            // srTCM's E: none unless asked (the capability is a rate and a burst).
+            if (c.algo == "srtcm" && c.ebs.empty())
+                p["ebs"] = "0";
+            for (auto [k, v] : {std::pair{"pir", &c.pir},
+                                {"pbs", &c.pbs},
+                                {"eir", &c.eir},
+                                {"ebs", &c.ebs},
+                                {"green", &c.green},
+                                {"yellow", &c.yellow}})
+                if (!v->empty())
+                    p[k] = *v;
+        }
+        p["name"] = policy_name(container_id, in);
+        p["cir"] = fmt::format("{}bit", l->rate);
+        p["cbs"] = std::to_string(l->burst / 8);
+        p["match"] = {{in ? "dst" : "src", prefix}};
         // Shown beside the name in stats and flows: the pod where the runtime says which.
         p["owner"] = k8s.contains("namespace") && k8s.contains("name")
                          ? fmt::format("pod {}/{}", k8s["namespace"].get<std::string>(),
@@ -372,11 +392,22 @@ Outcome add(const Invocation &inv, const Config &c) {
         return fail(found.error(), c.cni_version);
     json result = c.prev_result;
     result["cniVersion"] = c.cni_version;
-    auto policies = policies_for(c, inv.container_id, found->address, k8s_of(inv.args));
-    if (policies.empty()) // no limit either way: nothing to make
+    if (!c.ingress && !c.egress) // no limit either way: nothing to make
         return {0, result.dump() + "\n"};
     if (auto st = ask(c.socket, {{"cmd", "status"}}); !st)
         return fail(st.error(), c.cni_version);
+    json tmpl;
+    if (!c.template_name.empty()) {
+        auto t = ask(c.socket, {{"cmd", "policy_show"}, {"name", c.template_name}});
+        if (!t)
+            return fail(
+                err(kInvalidConfig,
+                    fmt::format("template '{}': tricolord has no such policy", c.template_name),
+                    t.error().msg),
+                c.cni_version);
+        tmpl = (*t)["policy"];
+    }
+    auto policies = policies_for(c, inv.container_id, found->address, k8s_of(inv.args), tmpl);
     for (const auto &p : policies)
         if (has_policy(c.socket, p["name"]))
             return fail(err(kExists,

@@ -59,6 +59,10 @@ struct Config {
     std::string shape = "sockets", aqm = "ecn";
     std::string per = "aggregate";
     std::string green, yellow, red = "drop";
+    std::string pir, pbs, eir, ebs; // trtcm's peak, rfc4115's excess; EBS (srtcm: 0 unless given)
+    // A policy of tricolord's config whose meter and actions the container's policies copy
+    // (their rate and burst the capability's): "template"; none of the keys above with it.
+    std::string template_name;
     nlohmann::json prev_result;
 };
 
@@ -69,8 +73,11 @@ std::expected<Config, Error> parse_config(const std::string &text, bool need_pre
 // The policy names of a container ("cni-" + id + "-in" / "-out", the id cut to fit 63).
 std::string policy_name(const std::string &container_id, bool ingress);
 
-// The policies for one container's limits: to it (dst its address), from it (src its address).
+// The policies for one container's limits: to it (dst its address), from it (src its address);
+// with @tmpl (the template policy's spec, as tricolord shows it) its fields but the name, match,
+// parent, only_parent and owner.
 std::vector<nlohmann::json> policies_for(const Config &c, const std::string &container_id,
-                                         const std::string &address, const nlohmann::json &k8s);
+                                         const std::string &address, const nlohmann::json &k8s,
+                                         const nlohmann::json &tmpl = nullptr);
 
 } // namespace tricolor::cni

@@ -208,6 +208,7 @@ std::string policy_name(const std::string &kind, const std::string &id, bool ing
 // What a container's labels ask for; @why says what does not parse.
 struct Want {
     std::optional<LabelLimit> in, out;
+    std::string tmpl; // tricolor.policy: a policy of the daemon's whose meter and actions it copies
 };
 std::optional<Want> want_of(const json &labels, std::string *why) {
     Want w;
@@ -226,12 +227,15 @@ std::optional<Want> want_of(const json &labels, std::string *why) {
             }
             (k == "tricolor.egress" ? w.out : w.in) = *l;
         } else if (k == "tricolor.policy") {
-            *why = fmt::format("label {}={}: policy templates are not in this version (use "
-                               "tricolor.egress and tricolor.ingress)",
-                               k, val);
-            return std::nullopt;
+            if (val.empty() || val.size() > 63) {
+                *why = fmt::format("label {}={}: a policy name (1 to 63 characters)", k, val);
+                return std::nullopt;
+            }
+            w.tmpl = val;
         } else {
-            *why = fmt::format("label {}: unknown (tricolor.egress, tricolor.ingress)", k);
+            *why = fmt::format("label {}: unknown (tricolor.egress, tricolor.ingress, "
+                               "tricolor.policy)",
+                               k);
             return std::nullopt;
         }
     }
@@ -440,8 +444,17 @@ void ContainerWatcher::container_up(const std::string &id) {
             return;
         }
         bad_labels_.erase(id.substr(0, 12));
-        if (!want->in && !want->out)
+        if (!want->in && !want->out && want->tmpl.empty())
             return; // not one of ours
+    }
+    // tricolor.policy alone: both directions, at the template's own rate and burst.
+    json tmpl;
+    if (!want->tmpl.empty()) {
+        auto t = request_({{"cmd", "policy_show"}, {"name", want->tmpl}});
+        if (t.value("ok", false))
+            tmpl = t["policy"];
+        if (tmpl.is_object() && !want->in && !want->out)
+            want->in = want->out = LabelLimit{};
     }
     const std::string id12 = id.substr(0, 12);
     // Made already (an event after the list, or a daemon restarted): not twice.
@@ -484,20 +497,31 @@ void ContainerWatcher::container_up(const std::string &id) {
                                                                       : "IPv4 address"));
         return;
     }
+    if (!want->tmpl.empty() && !tmpl.is_object()) {
+        skip(fmt::format("label tricolor.policy={}: tricolord has no policy '{}' (add it, then "
+                         "restart the container)",
+                         want->tmpl, want->tmpl));
+        return;
+    }
     std::vector<json> policies;
     for (bool in : {true, false}) {
         const auto &l = in ? want->in : want->out;
         if (!l)
             continue;
-        policies.push_back({{"name", policy_name(engine_.kind, id, in)},
-                            {"algo", "srtcm"},
-                            {"cir", fmt::format("{}bit", l->rate)},
-                            {"cbs", std::to_string(l->burst)},
-                            {"ebs", "0"},
-                            {"match", {{in ? "dst" : "src", ip + "/32"}}},
-                            {"shape", "sockets"},
-                            {"aqm", "ecn"},
-                            {"owner", fmt::format("{} {} on {}", engine_.kind, name, host_if)}});
+        json p = {{"algo", "srtcm"}, {"ebs", "0"}, {"shape", "sockets"}, {"aqm", "ecn"}};
+        if (tmpl.is_object()) { // its meter and actions; its match is the container's
+            p = tmpl;
+            for (const char *k : {"name", "match", "parent", "only_parent", "owner", "priority"})
+                p.erase(k);
+        }
+        if (l->rate) { // a label's rate and burst (the template's own without one)
+            p["cir"] = fmt::format("{}bit", l->rate);
+            p["cbs"] = std::to_string(l->burst);
+        }
+        p["name"] = policy_name(engine_.kind, id, in);
+        p["match"] = {{in ? "dst" : "src", ip + "/32"}};
+        p["owner"] = fmt::format("{} {} on {}", engine_.kind, name, host_if);
+        policies.push_back(p);
     }
     std::vector<std::string> done;
     auto undo = [&](const std::string &w) {
@@ -523,10 +547,14 @@ void ContainerWatcher::container_up(const std::string &id) {
     skipped_.erase(id12);
     made_[id12] = {name, host_if};
     made_total_++;
-    log(fmt::format("container {} ({}): limited{}{} on {}", name, id12,
-                    want->out ? fmt::format(", egress {}", format_rate(want->out->rate)) : "",
-                    want->in ? fmt::format(", ingress {}", format_rate(want->in->rate)) : "",
-                    host_if));
+    auto say = [&](const char *dir, const std::optional<LabelLimit> &l) {
+        if (!l)
+            return std::string();
+        return fmt::format(", {} {}", dir,
+                           l->rate ? format_rate(l->rate) : "as policy " + want->tmpl);
+    };
+    log(fmt::format("container {} ({}): limited{}{} on {}", name, id12, say("egress", want->out),
+                    say("ingress", want->in), host_if));
 }
 
 void ContainerWatcher::container_gone(const std::string &id) {
