@@ -42,7 +42,7 @@ PACKAGES=(
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
     containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
                                                 # the reference bandwidth) and its bench's RTT
-    docker.io busybox-static                    # --containers docker: a dockerd of the tests'
+    docker.io podman busybox-static             # --containers docker|podman: engines of the tests'
                                                 # own, and the image they import
 )
 

@@ -214,6 +214,12 @@ TEST_F(Containers, LabelledContainerIsLimitedBothWaysAndGoesWithinASecond) {
     const std::string in = pname(id, true), out = pname(id, false);
     EXPECT_EQ(stats(in)["owner"].get<std::string>().substr(0, 14), "docker limited");
     {
+        auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+        auto m = scrape_metrics((*st)["metrics"].get<std::string>());
+        EXPECT_NE(m.find("tricolor_policy_info{owner=\"docker limited on "), std::string::npos)
+            << m;
+    }
+    {
         json b = stats(out);
         uint64_t t0 = mono_ns();
         auto r = run_command({"/usr/bin/nsenter", in_container("limited"), udp_tool_path(), "send",
@@ -376,4 +382,151 @@ TEST_F(Containers, FiftyInABurstWithTheDaemonRestartedMidwayLeaveNothing) {
         << policies().dump() << daemon->log();
     auto st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
+}
+
+namespace {
+
+// Podman's Docker-compatible API (podman system service), with storage, run and network
+// directories of the test's own: a network in 198.19.92.0/24 the test wrote (bridge and
+// host-local, no masquerade, no firewall rules), and a busybox image imported as for Docker.
+class PodmanService {
+  public:
+    PodmanService() {
+        dir = fmt::format("/tmp/tricolor-e2e-podman-{}", getpid());
+        bridge = fmt::format("tcpd{}", getpid() % 1000);
+        std::filesystem::create_directories(dir + "/net");
+        std::ofstream(dir + "/net/tcpod.conflist")
+            << json{{"cniVersion", "0.4.0"},
+                    {"name", "tcpod"},
+                    {"plugins",
+                     {{{"type", "bridge"},
+                       {"bridge", bridge},
+                       {"isGateway", true},
+                       {"ipMasq", false},
+                       {"ipam",
+                        {{"type", "host-local"},
+                         {"ranges",
+                          {{{{"subnet", "198.19.92.0/24"}, {"gateway", "198.19.92.1"}}}}}}}}}}}
+                   .dump();
+    }
+    ~PodmanService() {
+        if (pid > 0) {
+            podman({"rm", "-a", "-f", "-t", "0"});
+            kill(pid, SIGTERM);
+            waitpid(pid, nullptr, 0);
+        }
+        run_command({"/sbin/ip", "link", "del", bridge});
+        run_command({"/bin/sh", "-c", "umount -R " + dir + "/root/* 2>/dev/null"});
+        std::filesystem::remove_all(dir);
+    }
+    std::vector<std::string> base() const {
+        return {"/usr/bin/podman",
+                "--root",
+                dir + "/root",
+                "--runroot",
+                dir + "/run",
+                "--storage-driver",
+                "vfs",
+                "--network-config-dir",
+                dir + "/net",
+                "--cgroup-manager",
+                "cgroupfs",
+                "--events-backend",
+                "file",
+                "--tmpdir",
+                dir + "/tmp"};
+    }
+    RunResult podman(std::vector<std::string> args) const {
+        auto argv = base();
+        argv.insert(argv.end(), args.begin(), args.end());
+        return run_command(argv);
+    }
+    std::string socket() const { return dir + "/podman.sock"; }
+    bool start(std::string *why) {
+        std::filesystem::create_directories(dir + "/img/bin");
+        for (const char *d : {"/proc", "/sys", "/dev", "/etc", "/tmp"})
+            std::filesystem::create_directories(dir + "/img" + d);
+        std::filesystem::copy_file("/bin/busybox", dir + "/img/bin/busybox",
+                                   std::filesystem::copy_options::overwrite_existing);
+        std::string cmd;
+        for (const auto &a : base())
+            cmd += a + " ";
+        auto r = run_command(
+            {"/bin/sh", "-c", "tar -C " + dir + "/img -c . | " + cmd + "import - " + kImage});
+        if (r.exit_code != 0) {
+            *why = r.out + r.err;
+            return false;
+        }
+        pid = fork();
+        if (pid == 0) {
+            int log = open((dir + "/service.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+            dup2(log, 1);
+            dup2(log, 2);
+            setsid();
+            auto argv = base();
+            argv.insert(argv.end(), {"system", "service", "--time=0", "unix://" + socket()});
+            std::vector<char *> c;
+            for (auto &a : argv)
+                c.push_back(a.data());
+            c.push_back(nullptr);
+            execv(c[0], c.data());
+            _exit(127);
+        }
+        for (int i = 0; i < 100; ++i) {
+            if (access(socket().c_str(), F_OK) == 0)
+                return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        *why = "podman system service did not make its socket";
+        return false;
+    }
+    // A container that sleeps (podman's default limits above this machine's hard ones: set).
+    std::string run(const std::string &name, const std::vector<std::string> &labels) const {
+        std::vector<std::string> args = {"run",       "-d",
+                                         "--ulimit",  "nofile=1024:1024",
+                                         "--ulimit",  "nproc=1024:1024",
+                                         "--network", "tcpod",
+                                         "--name",    name};
+        for (const auto &l : labels)
+            args.insert(args.end(), {"--label", l});
+        args.insert(args.end(), {kImage, "/bin/busybox", "sleep", "3600"});
+        auto r = podman(args);
+        EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+        return r.out.substr(0, r.out.find('\n'));
+    }
+
+    std::string dir, bridge;
+    pid_t pid = -1;
+};
+
+} // namespace
+
+// Podman through its Docker-compatible API: a container running when the daemon starts and one
+// started after are limited (UDP within the bound), and `podman rm` takes theirs within a second.
+TEST_F(Containers, PodmanContainersAreLimitedThroughItsCompatibleApi) {
+    if (access("/usr/bin/podman", X_OK) != 0)
+        GTEST_SKIP() << "podman is not installed (./tricolor.sh test installs it)";
+    PodmanService pod;
+    std::string why;
+    ASSERT_TRUE(pod.start(&why)) << why;
+    const std::string before = pod.run("early", {"tricolor.egress=20mbit/64k"});
+    daemon = std::make_unique<Daemon>(
+        "podman", std::vector<std::string>{"--containers", "podman=" + pod.socket()});
+    ASSERT_TRUE(within(3000, [&] { return count_policies() == 1; }))
+        << policies().dump() << daemon->log();
+    const std::string after = pod.run("late", {"tricolor.egress=20mbit/64k"});
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 2; }))
+        << policies().dump() << daemon->log();
+    const std::string out = fmt::format("podman-{}-out", after.substr(0, 12));
+    const std::string pid_text = pod.podman({"inspect", "-f", "{{.State.Pid}}", "late"}).out;
+    json b = stats(out);
+    ASSERT_FALSE(b.is_null()) << policies().dump();
+    uint64_t t0 = mono_ns();
+    auto r = run_command({"/usr/bin/nsenter",
+                          "--net=/proc/" + pid_text.substr(0, pid_text.find('\n')) + "/ns/net",
+                          udp_tool_path(), "send", "198.19.92.1", "9", "10000", "972", "5000"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_udp_within(b, stats(out), mono_ns() - t0);
+    ASSERT_EQ(pod.podman({"rm", "-f", "-t", "0", "early", "late"}).exit_code, 0);
+    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
 }

@@ -94,6 +94,19 @@ std::vector<MetricFamily> Daemon::metrics() const {
                 cg_bytes.metric.push_back(m);
             }
     }
+    // Who a policy is for (a pod, a container: its "owner"), as an info series to join on
+    // `policy`: the counters' label sets stay what they were.
+    MetricFamily info{"tricolor_policy_info",
+                      "1 for each policy that names its owner (a pod or container by name)",
+                      MetricType::Gauge,
+                      {}};
+    for (const auto &e : policies_)
+        if (auto o = e.spec.value("owner", std::string()); !o.empty()) {
+            ClientMetric m;
+            m.label = {{"owner", o}, {"policy", e.spec.value("name", "")}};
+            m.gauge.value = 1;
+            info.metric.push_back(m);
+        }
     for (const auto &e : policies_) {
         const auto &c = counters[e.id];
         std::string name = e.spec.value("name", "");
@@ -110,6 +123,7 @@ std::vector<MetricFamily> Daemon::metrics() const {
     }
     return {packets,
             bytes,
+            info,
             cg_packets,
             cg_bytes,
             sockets,
