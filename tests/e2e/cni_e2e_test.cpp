@@ -230,9 +230,26 @@ TEST_F(Cni, TheChainLimitsThePodBothWaysAndDelLeavesNothing) {
         run_command({"/bin/sh", "-c", "kill $(cat " + pid + ") 2>/dev/null; rm -f " + pid});
     }
 
-    // CHECK: all there.
+    // CHECK: all there; and still, after a reload of a config that names none of it (a pod's
+    // limits are not the config's to remove).
     auto c = invoke("CHECK", list, 1, result, bandwidth(), container);
     EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+    std::ofstream(daemon->config()) << "policies: []\n";
+    daemon->hup();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_NE(daemon->log().find("reloaded"), std::string::npos) << daemon->log();
+    c = invoke("CHECK", list, 1, result, bandwidth(), container);
+    EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+    // And a daemon started again from a config newer than its state (a DaemonSet's ConfigMap
+    // edited): the state's pod policies and attachments stay.
+    daemon->settle_state();
+    daemon->kill9();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ofstream(daemon->config()) << "policies: []\n";
+    daemon->start();
+    EXPECT_NE(daemon->log().find("applying the config"), std::string::npos) << daemon->log();
+    c = invoke("CHECK", list, 1, result, bandwidth(), container);
+    EXPECT_EQ(c.exit_code, 0) << c.out << c.err << daemon->log();
 
     // DEL in reverse: no policy, no attachment of the pod's interface, nothing in status.
     const std::string host_if = [&] {

@@ -530,3 +530,43 @@ TEST_F(Containers, PodmanContainersAreLimitedThroughItsCompatibleApi) {
     ASSERT_EQ(pod.podman({"rm", "-f", "-t", "0", "early", "late"}).exit_code, 0);
     ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
 }
+
+// containers: in the config file: followed after a reload, stopped by the next that leaves it
+// out; a bad entry refuses the reload, naming it, and changes nothing.
+TEST_F(Containers, TheConfigsContainersSectionIsFollowedAndAReloadStopsIt) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    daemon = std::make_unique<Daemon>("containers-config");
+    auto engines = [&] {
+        auto r = control_request(daemon->socket(), {{"cmd", "status"}});
+        return r ? (*r)["containers"] : json();
+    };
+    EXPECT_TRUE(engines().empty());
+    std::ofstream(daemon->config()) << "containers: [docker=" << engine->socket() << "]\n";
+    daemon->hup();
+    ASSERT_TRUE(
+        within(3000, [&] { return engines().size() == 1 && engines()[0]["connected"] == true; }))
+        << engines().dump() << daemon->log();
+    engine->run("cfg", {"tricolor.ingress=10mbit"});
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 1; })) << daemon->log();
+    // A reload keeps what was made for a container (not the config's to remove), policy and
+    // attachments, beside a policy the config adds.
+    std::ofstream(daemon->config()) << "containers: [docker=" << engine->socket()
+                                    << "]\npolicies:\n  - {name: mine, algo: srtcm, cir: 1mbit, "
+                                       "cbs: 16k, ebs: 0, match: {proto: icmp}}\n";
+    daemon->hup();
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 2; })) << daemon->log();
+    {
+        auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+        EXPECT_EQ((*st)["attachments"].size(), 2u) << st->dump();
+    }
+    std::ofstream(daemon->config()) << "containers: [docker=relative.sock]\n";
+    daemon->hup();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_NE(daemon->log().find("containers: \"docker=relative.sock\" is not docker"),
+              std::string::npos)
+        << daemon->log();
+    EXPECT_EQ(engines().size(), 1u);
+    std::ofstream(daemon->config()) << "containers: []\n";
+    daemon->hup();
+    ASSERT_TRUE(within(2000, [&] { return engines().empty(); })) << engines().dump();
+}

@@ -229,7 +229,10 @@ std::expected<json, Error> ask(const std::string &socket, const json &req) {
 }
 
 json attach_req(const std::string &cmd, const std::string &iface, const char *direction) {
-    return {{"cmd", cmd}, {"iface", iface}, {"hook", "tc"}, {"direction", direction}};
+    json r = {{"cmd", cmd}, {"iface", iface}, {"hook", "tc"}, {"direction", direction}};
+    if (cmd == "attach")
+        r["managed_by"] = "cni";
+    return r;
 }
 
 bool has_policy(const std::string &socket, const std::string &name) {
@@ -346,7 +349,8 @@ std::vector<json> policies_for(const Config &c, const std::string &container_id,
         json p = json::object();
         if (tmpl.is_object()) {
             p = tmpl;
-            for (const char *k : {"name", "match", "parent", "only_parent", "owner", "priority"})
+            for (const char *k :
+                 {"name", "match", "parent", "only_parent", "owner", "priority", "managed_by"})
                 p.erase(k);
         } else {
             p = {{"algo", c.algo},
@@ -367,6 +371,7 @@ std::vector<json> policies_for(const Config &c, const std::string &container_id,
                     p[k] = *v;
         }
         p["name"] = policy_name(container_id, in);
+        p["managed_by"] = "cni"; // kept by a reload of tricolord's config
         p["cir"] = fmt::format("{}bit", l->rate);
         p["cbs"] = std::to_string(l->burst / 8);
         p["match"] = {{in ? "dst" : "src", prefix}};

@@ -27,11 +27,9 @@ struct Daemon::Command {
 std::span<const Daemon::Command> Daemon::commands() {
     using enum Command::Access;
     // iface or match_ifname: attachment_from says which it needs.
-    static const std::vector<Field> kAttach = {{"iface", Kind::string},
-                                               {"match_ifname", Kind::string},
-                                               {"hook", Kind::string},
-                                               {"direction", Kind::string},
-                                               {"xdp_mode", Kind::string}};
+    static const std::vector<Field> kAttach = {
+        {"iface", Kind::string}, {"match_ifname", Kind::string}, {"managed_by", Kind::string},
+        {"hook", Kind::string},  {"direction", Kind::string},    {"xdp_mode", Kind::string}};
     static const Command kCommands[] = {
         {"attach", &Daemon::cmd_attach, kAttach, changes},
         {"detach", &Daemon::cmd_detach, kAttach, changes},

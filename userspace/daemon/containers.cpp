@@ -511,7 +511,8 @@ void ContainerWatcher::container_up(const std::string &id) {
         json p = {{"algo", "srtcm"}, {"ebs", "0"}, {"shape", "sockets"}, {"aqm", "ecn"}};
         if (tmpl.is_object()) { // its meter and actions; its match is the container's
             p = tmpl;
-            for (const char *k : {"name", "match", "parent", "only_parent", "owner", "priority"})
+            for (const char *k :
+                 {"name", "match", "parent", "only_parent", "owner", "priority", "managed_by"})
                 p.erase(k);
         }
         if (l->rate) { // a label's rate and burst (the template's own without one)
@@ -519,6 +520,7 @@ void ContainerWatcher::container_up(const std::string &id) {
             p["cbs"] = std::to_string(l->burst);
         }
         p["name"] = policy_name(engine_.kind, id, in);
+        p["managed_by"] = engine_.kind; // kept by a reload of the config
         p["match"] = {{in ? "dst" : "src", ip + "/32"}};
         p["owner"] = fmt::format("{} {} on {}", engine_.kind, name, host_if);
         policies.push_back(p);
@@ -538,8 +540,11 @@ void ContainerWatcher::container_up(const std::string &id) {
         done.push_back(p["name"]);
     }
     for (const char *d : {"egress", "ingress"}) { // egress first: as the CNI plugin, cni.cpp
-        auto r =
-            request_({{"cmd", "attach"}, {"iface", host_if}, {"hook", "tc"}, {"direction", d}});
+        auto r = request_({{"cmd", "attach"},
+                           {"iface", host_if},
+                           {"hook", "tc"},
+                           {"direction", d},
+                           {"managed_by", engine_.kind}});
         if (!r.value("ok", false))
             return undo(r.value("error", std::string("refused")));
     }

@@ -71,6 +71,9 @@ struct AttachmentSpec {
     XdpMode xdp_mode = XdpMode::auto_mode;
     std::string mode; // what it runs in: native, generic, tc
     int ifindex = 0;  // when last attached: finds a pinned tcx link once the name is gone
+    // Made for a container by the CNI plugin or an engine's follower ("cni", "docker",
+    // "podman"): a reload of the config keeps it, as it keeps their policies (managed_by).
+    std::string managed_by;
 };
 
 // The state file's default for a pin directory: /var/lib/tricolor/state.yaml for the default
@@ -86,6 +89,10 @@ class Daemon {
     // Answers one request; never throws for a bad request. A peer that may not change state
     // gets the read-only commands alone.
     nlohmann::json handle(const nlohmann::json &request, const Peer &peer = {});
+    // The container engines of --containers and of the config's containers: followed, those no
+    // longer named stopped (at start, and after each reload; not under the request lock: a
+    // watcher being stopped may be waiting for it).
+    void follow_engines();
     // Re-reads the config file and makes it the running state: all or nothing, attachments
     // included (an interface that does not exist refuses the whole file).
     Result<void> reload();

@@ -406,6 +406,8 @@ bool on_signal(int sig_fd, Daemon &daemon, const DaemonOptions &o) {
         return false;
     sd_notify(0, "RELOADING=1");
     auto r = daemon.reload();
+    if (r)
+        daemon.follow_engines();
     sd_notify(0, "READY=1");
     if (r)
         for (const auto &w : daemon.reload_warnings)

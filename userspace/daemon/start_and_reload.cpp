@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <net/if.h>
 #include <unistd.h>
 
 namespace tricolor {
@@ -120,13 +121,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         }
     }
     // Container engines last: what they make goes through handle(), on the set just loaded.
-    for (const auto &text : options_.containers)
-        if (auto e = parse_engine(text))
-            watchers_.push_back(std::make_unique<ContainerWatcher>(
-                *e, [this](nlohmann::json r) {
-                    r["version"] = kControlProtocolVersion;
-                    return handle(r, Peer{});
-                }));
+    follow_engines();
 }
 
 Daemon::~Daemon() = default;
@@ -150,6 +145,21 @@ Result<void> Daemon::load_at_start() {
     started_from_ = start->from;
     startup_notes.push_back(start->note);
     bool use_state = start->from == "state";
+    // Started from a config newer than the state: what the state holds for containers (the CNI
+    // plugin's, the engines' followers') is not the config's, and stays, as a reload keeps it.
+    if (!use_state && *st) {
+        for (const auto &spec : (*st)->specs)
+            if (spec.is_object() && spec.contains("managed_by") &&
+                std::ranges::none_of(start->doc.specs, [&](const json &c) {
+                    return c.is_object() && c.value("name", "") == spec.value("name", "");
+                }))
+                start->doc.specs.push_back(spec);
+        for (const auto &a : (*st)->attachments)
+            if (!a.managed_by.empty() && std::ranges::none_of(start->doc.attachments, [&](auto &d) {
+                    return same_hook(d, a);
+                }))
+                start->doc.attachments.push_back(a);
+    }
     if (auto r = apply_at_start(start->doc.specs, use_state ? options_.state : options_.config); !r)
         return r;
     attach_at_start(start->doc.attachments);
@@ -231,7 +241,19 @@ Result<void> Daemon::reload() {
         return std::unexpected(cfg.error());
     if (!*cfg)
         return std::unexpected(fmt::format("cannot read {}: no such file", options_.config));
-    const Doc &doc = **cfg;
+    Doc doc = **cfg;
+    // What the CNI plugin and the engines' followers made for containers is not the config's:
+    // kept, unless the config names a policy of the same name (then the config's).
+    for (const auto &e : policies_)
+        if (e.spec.contains("managed_by") && std::ranges::none_of(doc.specs, [&](const json &s) {
+                return s.is_object() && s.value("name", "") == e.spec.value("name", "");
+            }))
+            doc.specs.push_back(e.spec);
+    // (An interface gone with its container is left out: the reload would refuse it.)
+    for (const auto &a : attachments_)
+        if (!a.managed_by.empty() && if_nametoindex(a.iface.c_str()) != 0 &&
+            std::ranges::none_of(doc.attachments, [&](const auto &d) { return same_hook(d, a); }))
+            doc.attachments.push_back(a);
     std::vector<std::string> warnings;
     auto prep = check_reload(doc.specs, doc.attachments, &warnings);
     if (!prep)
@@ -348,6 +370,49 @@ void Daemon::detach_unlisted(const std::vector<AttachmentSpec> &kept,
                                              options_.config, note->empty() ? "" : "; " + *note)
                                : fmt::format("cannot detach {}: {}", hook_text(old), note.error()));
     }
+}
+
+} // namespace tricolor
+
+namespace tricolor {
+
+void Daemon::follow_engines() {
+    std::vector<std::string> want = options_.containers;
+    if (auto cfg = read_doc(options_.config); cfg && *cfg)
+        for (const auto &c : (*cfg)->containers)
+            if (std::ranges::find(want, c) == want.end())
+                want.push_back(c);
+    std::vector<std::unique_ptr<ContainerWatcher>> gone;
+    {
+        std::lock_guard lock(mu_);
+        for (auto it = watchers_.begin(); it != watchers_.end();) {
+            const auto &e = (*it)->engine();
+            const bool kept = std::ranges::any_of(want, [&](const std::string &t) {
+                auto p = parse_engine(t);
+                return p && p->kind == e.kind && p->socket == e.socket;
+            });
+            if (kept) {
+                ++it;
+            } else {
+                gone.push_back(std::move(*it));
+                it = watchers_.erase(it);
+            }
+        }
+        for (const auto &t : want) {
+            auto e = parse_engine(t);
+            if (!e || std::ranges::any_of(watchers_, [&](const auto &w) {
+                    return w->engine().kind == e->kind && w->engine().socket == e->socket;
+                }))
+                continue;
+            watchers_.push_back(std::make_unique<ContainerWatcher>(*e, [this](nlohmann::json r) {
+                r["version"] = kControlProtocolVersion;
+                return handle(r, Peer{});
+            }));
+        }
+    }
+    // Stopped here, without the lock their threads may be waiting for. What they made stays
+    // (policies are the state's); a follower started again reads the engine anew.
+    gone.clear();
 }
 
 } // namespace tricolor

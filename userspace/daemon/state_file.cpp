@@ -101,7 +101,7 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
         return std::unexpected(
             fmt::format("{}: expected sections policies: and attachments:", path));
     for (const auto &[key, value] : cfg.items())
-        if (key != "policies" && key != "attachments")
+        if (key != "policies" && key != "attachments" && key != "containers")
             return std::unexpected(fmt::format("{}: unknown section '{}'", path, key));
     Doc doc;
     doc.text_hash = text_hash(text);
@@ -109,6 +109,17 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
         if (!cfg["policies"].is_array())
             return std::unexpected(fmt::format("{}: policies must be a list", path));
         doc.specs.assign(cfg["policies"].begin(), cfg["policies"].end());
+    }
+    if (cfg.contains("containers") && !cfg["containers"].is_null()) {
+        if (!cfg["containers"].is_array())
+            return std::unexpected(fmt::format("{}: containers must be a list", path));
+        for (const auto &c : cfg["containers"]) {
+            if (!c.is_string() || !parse_engine(c.get<std::string>()))
+                return std::unexpected(fmt::format("{}: containers: {} is not docker, "
+                                                   "docker=SOCKET, podman or podman=SOCKET",
+                                                   path, c.dump()));
+            doc.containers.push_back(c.get<std::string>());
+        }
     }
     if (cfg.contains("attachments") && !cfg["attachments"].is_null()) {
         if (!cfg["attachments"].is_array())

@@ -131,6 +131,12 @@ Result<AttachmentSpec> attachment_from(const json &r) {
             return std::unexpected(iface.error());
         a.iface = *iface;
     }
+    if (r.contains("managed_by")) {
+        auto m = need_string(r, "managed_by");
+        if (!m)
+            return std::unexpected(m.error());
+        a.managed_by = *m;
+    }
     std::string hook = r.value("hook", "xdp"), dir = r.value("direction", "ingress"),
                 mode = r.value("xdp_mode", "auto");
     if (hook == "xdp")
@@ -170,6 +176,8 @@ json attachment_json(const AttachmentSpec &a) {
         j["xdp_mode"] = to_string(a.xdp_mode);
     if (!a.by.empty())
         j["by"] = a.by;
+    if (!a.managed_by.empty())
+        j["managed_by"] = a.managed_by;
     return j;
 }
 

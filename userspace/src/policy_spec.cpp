@@ -136,6 +136,11 @@ const std::vector<PolicyFlag> &policy_flags() {
          .help = "A new flow's buckets start full (default) or empty",
          .choices = {"full", "empty"},
          .meter = true},
+        {.key = "managed_by",
+         .kind = Text,
+         .help = "What made the policy for a container (cni, docker, podman): a reload of the "
+                 "config keeps it",
+         .value = "WHAT"},
         {.key = "owner",
          .kind = Text,
          .help = "Who the policy is for, shown beside its name in stats and flows (e.g. a pod "
@@ -519,6 +524,11 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
     if (auto t = r.text(spec, "parent"); t && !t->empty())
         p.parent = *t;
     p.only_parent = r.flag(spec, "only_parent").value_or(false);
+    if (auto t = r.text(spec, "managed_by"))
+        if (t->empty() || t->size() > 16 || !std::ranges::all_of(*t, [](char c) {
+                return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+            }))
+            r.error("managed_by", "1 to 16 of a-z, 0-9 and '-'");
     // Only shown (stats, flows): what a table's line and a metric's label can carry.
     if (auto t = r.text(spec, "owner"))
         if (t->size() > 253 ||
