@@ -40,6 +40,11 @@ PACKAGES=(
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
+)
+# The container suites' (CNI, Docker, Podman, the Kubernetes manifests): installed where they
+# run, natively with every end-to-end case (not in the Debian 13 root or the guests, whose
+# platform cases leave them out): ./tricolor.sh test, bench.
+CONTAINER_PACKAGES=(
     containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
                                                 # the reference bandwidth) and its bench's RTT
     docker.io podman busybox-static             # --containers docker|podman: engines of the tests'
@@ -501,9 +506,15 @@ build)
     ;;
 test)
     need_root
-    # node and npm: the Kubernetes manifests checked against the API's schemas (tests/k8s/);
-    # Debian's own where the machine has none (a NodeSource node carries its npm).
-    if command -v node >/dev/null && command -v npm >/dev/null; then install_deps; else install_deps nodejs npm; fi
+    if [ "${TRICOLOR_E2E:-all}" = all ]; then
+        # node and npm: the Kubernetes manifests checked against the API's schemas
+        # (tests/k8s/); Debian's own where the machine has none (NodeSource's carries its npm).
+        node_packages=()
+        command -v node >/dev/null && command -v npm >/dev/null || node_packages=(nodejs npm)
+        install_deps "${CONTAINER_PACKAGES[@]}" "${node_packages[@]}"
+    else
+        install_deps
+    fi
     mount_bpffs
     build
     run_tests "$@"
@@ -521,7 +532,8 @@ bench)
     need_root
     # rte_meter; traffic and its JSON for the veth benches; a browser for the whatif picture;
     # the 6.1 guest for act_police; perf for where a packet's time goes
-    install_deps libdpdk-dev iperf3 python3 ethtool chromium linux-perf "${KERNEL_PACKAGES[@]}"
+    install_deps libdpdk-dev iperf3 python3 ethtool chromium linux-perf "${KERNEL_PACKAGES[@]}" \
+        "${CONTAINER_PACKAGES[@]}"
     mount_bpffs
     build
     # Everything the benchmarks print is kept; their RESULT lines become the docs' generated
