@@ -41,14 +41,15 @@ PACKAGES=(
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
 )
-# The container suites' (CNI, Docker, Podman, the Kubernetes manifests): installed where they
-# run, natively with every end-to-end case (not in the Debian 13 root or the guests, whose
-# platform cases leave them out): ./tricolor.sh test, bench.
-CONTAINER_PACKAGES=(
+# The suites that run natively only (CNI, Docker, Podman, the Kubernetes manifests, Prometheus):
+# installed where they run, with every end-to-end case (not in the Debian 13 root or the guests,
+# whose platform cases leave them out): ./tricolor.sh test, bench.
+NATIVE_PACKAGES=(
     containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
                                                 # the reference bandwidth) and its bench's RTT
     docker.io podman busybox-static             # --containers docker|podman: engines of the tests'
                                                 # own, and the image they import
+    prometheus                                  # deploy/prometheus's rules, checked and scraped
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -511,7 +512,7 @@ test)
         # (tests/k8s/); Debian's own where the machine has none (NodeSource's carries its npm).
         node_packages=()
         command -v node >/dev/null && command -v npm >/dev/null || node_packages=(nodejs npm)
-        install_deps "${CONTAINER_PACKAGES[@]}" "${node_packages[@]}"
+        install_deps "${NATIVE_PACKAGES[@]}" "${node_packages[@]}"
     else
         install_deps
     fi
@@ -533,7 +534,7 @@ bench)
     # rte_meter; traffic and its JSON for the veth benches; a browser for the whatif picture;
     # the 6.1 guest for act_police; perf for where a packet's time goes
     install_deps libdpdk-dev iperf3 python3 ethtool chromium linux-perf "${KERNEL_PACKAGES[@]}" \
-        "${CONTAINER_PACKAGES[@]}"
+        "${NATIVE_PACKAGES[@]}"
     mount_bpffs
     build
     # Everything the benchmarks print is kept; their RESULT lines become the docs' generated
