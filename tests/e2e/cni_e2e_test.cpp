@@ -102,9 +102,10 @@ class Cni : public ::testing::Test {
     }
 
     // One plugin invocation as the runtime makes it (CNI SPEC "Section 4: Plugin Delegation").
+    // @ns: the network namespace's path (default: the fixture's).
     RunResult invoke(const std::string &command, const json &list, size_t index, const json &prev,
-                     const json &runtime_bw, const std::string &id,
-                     const std::string &args = "") const {
+                     const json &runtime_bw, const std::string &id, const std::string &args = "",
+                     const std::string &ns = "") const {
         json conf = list["plugins"][index];
         conf["cniVersion"] = list["cniVersion"];
         conf["name"] = list["name"];
@@ -116,8 +117,9 @@ class Cni : public ::testing::Test {
         const std::string type = conf["type"];
         const std::string dir = type == "tricolor" ? plugin_dir() : kRefPlugins;
         return run_command({"/usr/bin/env", "CNI_COMMAND=" + command, "CNI_CONTAINERID=" + id,
-                            "CNI_NETNS=" + netns_path, "CNI_IFNAME=eth0", "CNI_ARGS=" + args,
-                            "CNI_PATH=" + plugin_dir() + ":" + kRefPlugins, dir + "/" + type},
+                            "CNI_NETNS=" + (ns.empty() ? netns_path : ns), "CNI_IFNAME=eth0",
+                            "CNI_ARGS=" + args, "CNI_PATH=" + plugin_dir() + ":" + kRefPlugins,
+                            dir + "/" + type},
                            conf.dump());
     }
     // ADD through the whole chain: the final result, or the failing plugin's output.
@@ -435,41 +437,19 @@ TEST_F(Cni, TwoHundredPodsComeAndGoEightAtATimeAndLeaveNothing) {
         json prev;
         bool ok = true;
         for (size_t p = 0; p < list["plugins"].size() && ok; ++p) {
-            json conf = list["plugins"][p];
-            conf["cniVersion"] = list["cniVersion"];
-            conf["name"] = list["name"];
-            if (p == 1)
-                conf["runtimeConfig"] = {{"bandwidth", bandwidth()}};
-            if (!prev.is_null())
-                conf["prevResult"] = prev;
-            const std::string type = conf["type"];
-            auto r = run_command(
-                {"/usr/bin/env", "CNI_COMMAND=ADD", "CNI_CONTAINERID=" + id, "CNI_NETNS=" + path,
-                 "CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni",
-                 (type == "tricolor" ? plugin_dir() : std::string(kRefPlugins)) + "/" + type},
-                conf.dump());
+            auto r = invoke("ADD", list, p, prev, bandwidth(), id, "", path);
             if (r.exit_code != 0) {
                 ok = false;
-                ADD_FAILURE() << "ADD " << type << " of " << id << ": " << r.out << r.err;
+                ADD_FAILURE() << "ADD " << p << " of " << id << ": " << r.out << r.err;
             } else {
                 prev = json::parse(r.out);
             }
         }
         for (size_t p = list["plugins"].size(); p-- > 0;) {
-            json conf = list["plugins"][p];
-            conf["cniVersion"] = list["cniVersion"];
-            conf["name"] = list["name"];
-            if (!prev.is_null())
-                conf["prevResult"] = prev;
-            const std::string type = conf["type"];
-            auto r = run_command(
-                {"/usr/bin/env", "CNI_COMMAND=DEL", "CNI_CONTAINERID=" + id, "CNI_NETNS=" + path,
-                 "CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni",
-                 (type == "tricolor" ? plugin_dir() : std::string(kRefPlugins)) + "/" + type},
-                conf.dump());
+            auto r = invoke("DEL", list, p, prev, bandwidth(), id, "", path);
             if (r.exit_code != 0) {
                 ok = false;
-                ADD_FAILURE() << "DEL " << type << " of " << id << ": " << r.out << r.err;
+                ADD_FAILURE() << "DEL " << p << " of " << id << ": " << r.out << r.err;
             }
         }
         run_command({"/sbin/ip", "netns", "del", ns});
