@@ -38,6 +38,11 @@ for f in /usr/share/man/man8/tricolord.8 /usr/share/man/man8/tricolorctl.8 \
     /usr/share/bash-completion/completions/tricolorctl /usr/lib/systemd/system/tricolord.service; do
     [ -s "$f" ] || [ -s "$f.gz" ] || { echo "deb_test: $f missing"; exit 1; }
 done
+# The CNI plugin, and postinst's link where the runtimes look by default.
+[ -x /usr/lib/cni/tricolor ] && [ "$(readlink /opt/cni/bin/tricolor)" = /usr/lib/cni/tricolor ] ||
+    { echo "deb_test: the CNI plugin or its /opt/cni/bin link is missing"; exit 1; }
+CNI_COMMAND=VERSION /opt/cni/bin/tricolor | grep -q '"1.0.0"' ||
+    { echo "deb_test: the CNI plugin does not answer VERSION"; exit 1; }
 unit=/usr/lib/systemd/system/tricolord.service
 grep -q '^ExecStart=/usr/sbin/tricolord ' "$unit" || { echo "deb_test: $unit does not start /usr/sbin/tricolord"; exit 1; }
 systemd-analyze verify "$unit"
