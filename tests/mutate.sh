@@ -412,6 +412,23 @@ mutant fleet-restart-not-told userspace/daemon/start_and_reload.cpp \
     's/(return std::unexpected\(fmt::format\("\{\}: \{\}", from, r\.error\(\)\)\);\n(?:.*\n){2})\s*if \(fleet_\)\n\s*fleet_->set_policies\(dp_->policies\(\)\);/$1/' \
     "fleet: a daemon restarted with fleet policies in its state never leases them" \
     "e2e:Fleet.ARestartedHost*"
+# The CNI plugin and the container engines' followers (docs/containers.md).
+mutant cni-runtime-burst-taken tools/cni/cni.cpp \
+    's/if \(\*b >= kUnsetBurstBits\)/if (false)/' \
+    "cni: containerd's 'no burst said' (2^32-1 bits) taken as a 512 MiB burst" \
+    "e2e:Cni.BadInputIsACniErrorAndMakesNothing"
+mutant cni-second-add-unchecked tools/cni/cni.cpp \
+    's/if \(has_policy\(c\.socket, p\["name"\]\)\)/if (false)/' \
+    "cni: a second ADD for a container is not told apart from a daemon's refusal" \
+    "e2e:Cni.BadInputIsACniErrorAndMakesNothing"
+mutant managed-dropped-by-reload userspace/daemon/start_and_reload.cpp \
+    's/if \(e\.spec\.contains\("managed_by"\) &&/if (false \&\&/' \
+    "reload: what the CNI plugin made for pods is dropped by a reload of the config" \
+    "e2e:Cni.TheChainLimitsThePodBothWaysAndDelLeavesNothing"
+mutant watcher-gone-ignored userspace/daemon/containers.cpp \
+    's/action == "cleanup"\)\n(\s*)container_gone\(id\);/action == "cleanup")\n$1(void)id;/' \
+    "--containers: a container that dies or is removed keeps its policies" \
+    "e2e:Containers.LabelledContainerIsLimitedBothWaysAndGoesWithinASecond"
 mutant fleet-moved-not-followed userspace/src/fleet_redis.cpp \
     's/const bool moved = why\.starts_with\("MOVED "\)/const bool moved = false/' \
     "fleet on Redis Cluster: MOVED is an error, not followed (a failover fails every exchange)" \
