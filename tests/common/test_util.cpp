@@ -134,6 +134,23 @@ Policy policy(uint32_t id, std::string name, Algo algo, uint64_t cir, uint64_t c
     return p;
 }
 
+int spawn(const std::vector<std::string> &argv, const std::string &log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setsid();
+        std::vector<char *> c;
+        for (const auto &a : argv)
+            c.push_back(const_cast<char *>(a.c_str()));
+        c.push_back(nullptr);
+        execv(c[0], c.data());
+        _exit(127);
+    }
+    return pid;
+}
+
 RunResult run_command(const std::vector<std::string> &argv, const std::string &input) {
     // Temporary files rather than pipes: no deadlock whatever the command prints.
     char in_path[] = "/tmp/tricolor-test-in-XXXXXX";

@@ -57,6 +57,9 @@ struct RunResult {
 };
 // Runs argv[0] with @input on stdin; waits for it.
 RunResult run_command(const std::vector<std::string> &argv, const std::string &input = "");
+// Starts @argv in a session of its own (a server the test stops: SIGTERM, waitpid), its stdout
+// and stderr appended to @log; returns its pid.
+int spawn(const std::vector<std::string> &argv, const std::string &log);
 
 bool is_root();
 

@@ -34,6 +34,16 @@ constexpr uint64_t kRate = 20000000; // bit/s
 constexpr uint64_t kBurst = 65536;   // bytes
 constexpr const char *kImage = "tcbusy:1";
 
+// A root of busybox alone, for `docker import` / `podman import`: the containers only sleep.
+std::string busybox_root(const std::string &dir) {
+    const std::string root = dir + "/image";
+    for (const char *d : {"/bin", "/proc", "/sys", "/dev", "/etc", "/tmp"})
+        std::filesystem::create_directories(root + d);
+    std::filesystem::copy_file("/bin/busybox", root + "/bin/busybox",
+                               std::filesystem::copy_options::overwrite_existing);
+    return root;
+}
+
 uint64_t mono_ns() {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -61,20 +71,12 @@ class Dockerd {
     }
     std::string socket() const { return dir + "/docker.sock"; }
     bool start(std::string *why) {
-        pid = fork();
-        if (pid == 0) {
-            int log = open((dir + "/dockerd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-            dup2(log, 1);
-            dup2(log, 2);
-            setsid();
-            execl("/usr/sbin/dockerd", "dockerd", "--host", ("unix://" + socket()).c_str(),
-                  "--data-root", (dir + "/root").c_str(), "--exec-root", (dir + "/exec").c_str(),
-                  "--pidfile", (dir + "/docker.pid").c_str(), "--bridge", bridge.c_str(),
-                  "--iptables=false", "--ip-masq=false", "--ip-forward=false",
-                  "--storage-driver=vfs", "--log-level=warn", "--userland-proxy=false",
-                  static_cast<char *>(nullptr));
-            _exit(127);
-        }
+        pid =
+            spawn({"/usr/sbin/dockerd", "--host", "unix://" + socket(), "--data-root",
+                   dir + "/root", "--exec-root", dir + "/exec", "--pidfile", dir + "/docker.pid",
+                   "--bridge", bridge, "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+                   "--storage-driver=vfs", "--log-level=warn", "--userland-proxy=false"},
+                  dir + "/dockerd.log");
         for (int i = 0; i < 300; ++i) {
             if (docker({"version"}).exit_code == 0)
                 return true;
@@ -101,12 +103,7 @@ class Dockerd {
     }
     // The image: busybox, imported from a root made here.
     bool image(std::string *why) {
-        const std::string root = dir + "/image";
-        std::filesystem::create_directories(root + "/bin");
-        for (const char *d : {"/proc", "/sys", "/dev", "/etc", "/tmp"})
-            std::filesystem::create_directories(root + d);
-        std::filesystem::copy_file("/bin/busybox", root + "/bin/busybox",
-                                   std::filesystem::copy_options::overwrite_existing);
+        const std::string root = busybox_root(dir);
         auto r = run_command({"/bin/sh", "-c",
                               fmt::format("tar -C {} -c . | /usr/bin/docker -H unix://{} import "
                                           "- {}",
@@ -443,35 +440,19 @@ class PodmanService {
     }
     std::string socket() const { return dir + "/podman.sock"; }
     bool start(std::string *why) {
-        std::filesystem::create_directories(dir + "/img/bin");
-        for (const char *d : {"/proc", "/sys", "/dev", "/etc", "/tmp"})
-            std::filesystem::create_directories(dir + "/img" + d);
-        std::filesystem::copy_file("/bin/busybox", dir + "/img/bin/busybox",
-                                   std::filesystem::copy_options::overwrite_existing);
+        const std::string root = busybox_root(dir);
         std::string cmd;
         for (const auto &a : base())
             cmd += a + " ";
         auto r = run_command(
-            {"/bin/sh", "-c", "tar -C " + dir + "/img -c . | " + cmd + "import - " + kImage});
+            {"/bin/sh", "-c", "tar -C " + root + " -c . | " + cmd + "import - " + kImage});
         if (r.exit_code != 0) {
             *why = r.out + r.err;
             return false;
         }
-        pid = fork();
-        if (pid == 0) {
-            int log = open((dir + "/service.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-            dup2(log, 1);
-            dup2(log, 2);
-            setsid();
-            auto argv = base();
-            argv.insert(argv.end(), {"system", "service", "--time=0", "unix://" + socket()});
-            std::vector<char *> c;
-            for (auto &a : argv)
-                c.push_back(a.data());
-            c.push_back(nullptr);
-            execv(c[0], c.data());
-            _exit(127);
-        }
+        auto argv = base();
+        argv.insert(argv.end(), {"system", "service", "--time=0", "unix://" + socket()});
+        pid = spawn(argv, dir + "/service.log");
         for (int i = 0; i < 100; ++i) {
             if (access(socket().c_str(), F_OK) == 0)
                 return true;
