@@ -575,7 +575,7 @@ deb)
     ;;
 test-deb)
     need_root
-    install_deps debootstrap
+    install_deps debootstrap lintian
     build
     tests/distros/deb_test.sh "$BUILD_DIR"
     ;;

@@ -75,6 +75,11 @@ echo "== Debian 12: build the .deb here"
 deb12=$(BUILD_DIR=$BUILD ./tricolor.sh deb | tail -1)
 echo "== Debian 13: build the .deb in the Debian 13 root"
 deb13=$("$ROOT_SH" --suite trixie -- env BUILD_DIR="$BUILD/debian13" ./tricolor.sh deb | tail -1)
+# Lintian, as Debian's archive would run it: no error and no warning on either package.
+for deb in "$deb12" "$deb13"; do
+    echo "== lintian $(basename "$deb")"
+    lintian --fail-on error,warning "$deb" || { echo "deb_test: lintian: $(basename "$deb")"; rc=1; }
+done
 for pair in "bookworm $deb12" "trixie $deb13"; do
     set -- $pair
     install_check "$1" "$2" || { echo "deb_test: $(basename "$2") on $1: FAILED"; rc=1; }
