@@ -55,3 +55,15 @@ add_custom_command(
 add_custom_target(deb_doc ALL DEPENDS ${deb_doc}/changelog.Debian.gz)
 install(FILES ${deb_doc}/copyright ${deb_doc}/changelog.Debian.gz
         DESTINATION share/doc/tricolor)
+
+# The config file, a conffile of the package (cmake/deb/conffiles): a commented example. Only
+# into a staged install (DESTDIR, which file(INSTALL) puts first: the package's, as CPack makes
+# it), never into this machine's /etc by `cmake --install` / `./tricolor.sh install`, where it
+# could replace a config in use.
+install(CODE "
+  if(NOT \"\$ENV{DESTDIR}\" STREQUAL \"\")
+    file(INSTALL ${PROJECT_SOURCE_DIR}/cmake/deb/tricolor.yaml
+         DESTINATION /etc/tricolor FILE_PERMISSIONS OWNER_READ OWNER_WRITE
+         GROUP_READ WORLD_READ)
+  endif()
+")

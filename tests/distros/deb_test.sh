@@ -38,6 +38,9 @@ for f in /usr/share/man/man8/tricolord.8 /usr/share/man/man8/tricolorctl.8 \
     /usr/share/bash-completion/completions/tricolorctl /usr/lib/systemd/system/tricolord.service; do
     [ -s "$f" ] || [ -s "$f.gz" ] || { echo "deb_test: $f missing"; exit 1; }
 done
+# The config, a conffile (dpkg keeps an admin's edits through upgrades and purges it).
+dpkg-query -W -f='${Conffiles}' tricolor | grep -q ' /etc/tricolor/tricolor.yaml ' ||
+    { echo "deb_test: /etc/tricolor/tricolor.yaml is not a conffile"; exit 1; }
 # The CNI plugin, and postinst's link where the runtimes look by default.
 [ -x /usr/lib/cni/tricolor ] && [ "$(readlink /opt/cni/bin/tricolor)" = /usr/lib/cni/tricolor ] ||
     { echo "deb_test: the CNI plugin or its /opt/cni/bin link is missing"; exit 1; }
