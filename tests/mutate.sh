@@ -405,7 +405,7 @@ mutant fleet-held-not-an-answer userspace/src/fleet.cpp \
     "fleet: a refusal of the name is not counted as Redis answering (the refused daemon falls back)" \
     "e2e:Fleet.ThreeDaemonsUnderOneName*"
 mutant fleet-held-runs-fallback userspace/src/fleet.cpp \
-    's/const Fallback fb = s\.held_by\.empty\(\) \? o_\.fallback : Fallback::closed;/const Fallback fb = o_.fallback;/; s/s\.rate = s\.cap = s\.epoch = s\.until_dp = 0;\n(\s*)dp_\.fleet_set_lease\(s\.policy\.id, s\.lease\(0\)\);/enter_fallback(s, name, "held");/' \
+    's/return s\.held_by\.empty\(\) \? o_\.fallback : Fallback::closed;/return o_.fallback;/; s/s\.rate = s\.cap = s\.epoch = s\.until_dp = 0;\n(\s*)dp_\.fleet_set_lease\(s\.policy\.id, s\.lease\(0\)\);/enter_fallback(s, name, "held");/' \
     "fleet: a daemon refused its name runs its fallback's lease" \
     "e2e:Fleet.ThreeDaemonsUnderOneName*"
 mutant fleet-restart-not-told userspace/daemon/start_and_reload.cpp \
@@ -422,8 +422,8 @@ mutant cni-second-add-unchecked tools/cni/cni.cpp \
     "cni: a second ADD for a container is not told apart from a daemon's refusal" \
     "e2e:Cni.BadInputIsACniErrorAndMakesNothing"
 mutant managed-dropped-by-reload userspace/daemon/start_and_reload.cpp \
-    's/if \(e\.spec\.contains\("managed_by"\) &&/if (false \&\&/' \
-    "reload: what the CNI plugin made for pods is dropped by a reload of the config" \
+    's/if \(spec\.is_object\(\) && spec\.contains\("managed_by"\) &&/if (false \&\&/' \
+    "reload: what the CNI plugin made for pods is dropped by a reload of the config (and a start from a newer one)" \
     "e2e:Cni.TheChainLimitsThePodBothWaysAndDelLeavesNothing"
 mutant watcher-gone-ignored userspace/daemon/containers.cpp \
     's/action == "cleanup"\)\n(\s*)container_gone\(id\);/action == "cleanup")\n$1(void)id;/' \

@@ -5,6 +5,7 @@
 // kept (a CNI plugin keeps no state of its own between invocations).
 #include "cni.hpp"
 
+#include "tricolor/container_limits.hpp"
 #include "tricolor/control.hpp"
 #include "tricolor/netns.hpp"
 #include "tricolor/units.hpp"
@@ -12,15 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
-#include <fcntl.h>
-#include <linux/if_link.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <net/if.h>
-#include <sched.h>
-#include <sys/socket.h>
-#include <thread>
 #include <unistd.h>
 
 using nlohmann::json;
@@ -37,7 +30,7 @@ namespace {
 // The spec's error codes (CNI SPEC.md, "Error").
 constexpr int kIncompatibleVersion = 1, kUnsupportedField = 2, kBadEnv = 4, kDecodeFailure = 6,
               kInvalidConfig = 7, kTryAgainLater = 11;
-constexpr uint64_t kUnsetBurstBits = 0xffffffffull, kDefaultBurstBytes = 65536;
+constexpr uint64_t kUnsetBurstBits = 0xffffffffull;
 // This plugin's own (100 and up).
 constexpr int kExists = 100, kDaemonRefused = 101, kDrift = 102;
 
@@ -100,7 +93,7 @@ std::expected<std::optional<Limit>, Error> limit_from(const json &src, const std
     // bits, CRI-O 2^35-1 (512 MiB, 4 GiB: no limit for as long). Those, and any burst of 512 MiB
     // or more, are "not set": 10 ms of the rate, at least 64 KiB (as a container's label).
     if (*b >= kUnsetBurstBits)
-        *b = std::max<uint64_t>(*r / 100, kDefaultBurstBytes * 8);
+        *b = default_burst_bytes(*r) * 8;
     return Limit{*r, *b};
 }
 
@@ -110,9 +103,6 @@ std::string str_key(const json &j, const char *key, const std::string &def) {
     return j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
-// The container's interface in the result, and the host-side one: the interface without a
-// sandbox whose ifindex is the container interface's veth peer (as the reference plugin finds
-// it), else the one interface without a sandbox that is not a bridge.
 bool is_bridge(const std::string &name) {
     return access(fmt::format("/sys/class/net/{}/bridge", name).c_str(), F_OK) == 0;
 }
@@ -122,6 +112,9 @@ struct Found {
     std::string address; // the container's first address, without its prefix length
 };
 
+// The container's interface in the result, and the host-side one: the interface without a
+// sandbox that is the container interface's veth peer (as the reference plugin finds it), else
+// the one interface without a sandbox that is not a bridge.
 std::expected<Found, Error> find_in_result(const json &prev, const Invocation &inv) {
     if (!prev.is_object() || !prev.contains("interfaces") || !prev["interfaces"].is_array())
         return std::unexpected(err(kInvalidConfig,
@@ -147,12 +140,9 @@ std::expected<Found, Error> find_in_result(const json &prev, const Invocation &i
                 fmt::format("prevResult names no interface '{}' in the container (CNI_IFNAME)",
                             inv.ifname)));
     Found f;
-    if (int peer = veth_peer_ifindex(inv.netns, inv.ifname); peer > 0) {
-        char name[IF_NAMESIZE] = {};
-        if (if_indextoname(static_cast<unsigned>(peer), name) &&
-            std::ranges::find(host_side, std::string(name)) != host_side.end())
-            f.host_if = name;
-    }
+    if (auto peer = veth_peer_name(inv.netns, inv.ifname);
+        !peer.empty() && std::ranges::find(host_side, peer) != host_side.end())
+        f.host_if = peer;
     if (f.host_if.empty()) {
         std::vector<std::string> veths;
         for (const auto &n : host_side)
@@ -228,13 +218,6 @@ std::expected<json, Error> ask(const std::string &socket, const json &req) {
     return *r;
 }
 
-json attach_req(const std::string &cmd, const std::string &iface, const char *direction) {
-    json r = {{"cmd", cmd}, {"iface", iface}, {"hook", "tc"}, {"direction", direction}};
-    if (cmd == "attach")
-        r["managed_by"] = "cni";
-    return r;
-}
-
 bool has_policy(const std::string &socket, const std::string &name) {
     auto r = control_request(socket, {{"cmd", "policy_show"}, {"name", name}});
     return r && r->value("ok", false);
@@ -246,8 +229,8 @@ void remove_all(const std::string &socket, const std::string &id, const std::str
     for (bool in : {true, false})
         control_request(socket, {{"cmd", "policy_del"}, {"name", policy_name(id, in)}});
     if (!host_if.empty())
-        for (const char *d : {"ingress", "egress"}) // the reverse of ADD's order
-            control_request(socket, attach_req("detach", host_if, d));
+        for (const auto &r : container_detach(host_if))
+            control_request(socket, r);
 }
 
 } // namespace
@@ -340,48 +323,34 @@ std::expected<Config, Error> parse_config(const std::string &text, bool need_pre
 
 std::vector<json> policies_for(const Config &c, const std::string &container_id,
                                const std::string &address, const json &k8s, const json &tmpl) {
-    const std::string prefix = address + (address.find(':') == std::string::npos ? "/32" : "/128");
-    std::vector<json> out;
-    for (bool in : {true, false}) {
-        const std::optional<Limit> &l = in ? c.ingress : c.egress;
-        if (!l)
-            continue;
-        json p = json::object();
-        if (tmpl.is_object()) {
-            p = tmpl;
-            for (const char *k :
-                 {"name", "match", "parent", "only_parent", "owner", "priority", "managed_by"})
-                p.erase(k);
-        } else {
-            p = {{"algo", c.algo},
-                 {"per", c.per},
-                 {"shape", c.shape},
-                 {"aqm", c.aqm},
-                 {"red", c.red}};
-            // srTCM's E: none unless asked (the capability is a rate and a burst).
-            if (c.algo == "srtcm" && c.ebs.empty())
-                p["ebs"] = "0";
-            for (auto [k, v] : {std::pair{"pir", &c.pir},
-                                {"pbs", &c.pbs},
-                                {"eir", &c.eir},
-                                {"ebs", &c.ebs},
-                                {"green", &c.green},
-                                {"yellow", &c.yellow}})
-                if (!v->empty())
-                    p[k] = *v;
-        }
-        p["name"] = policy_name(container_id, in);
-        p["managed_by"] = "cni"; // kept by a reload of tricolord's config
-        p["cir"] = fmt::format("{}bit", l->rate);
-        p["cbs"] = std::to_string(l->burst / 8);
-        p["match"] = {{in ? "dst" : "src", prefix}};
-        // Shown beside the name in stats and flows: the pod where the runtime says which.
-        p["owner"] = k8s.contains("namespace") && k8s.contains("name")
-                         ? fmt::format("pod {}/{}", k8s["namespace"].get<std::string>(),
-                                       k8s["name"].get<std::string>())
-                         : fmt::format("container {}", container_id.substr(0, 12));
-        out.push_back(p);
+    json base;
+    if (tmpl.is_object()) {
+        base = template_base(tmpl);
+    } else {
+        base = {
+            {"algo", c.algo}, {"per", c.per}, {"shape", c.shape}, {"aqm", c.aqm}, {"red", c.red}};
+        // srTCM's E: none unless asked (the capability is a rate and a burst).
+        if (c.algo == "srtcm" && c.ebs.empty())
+            base["ebs"] = "0";
+        for (auto [k, v] : {std::pair{"pir", &c.pir},
+                            {"pbs", &c.pbs},
+                            {"eir", &c.eir},
+                            {"ebs", &c.ebs},
+                            {"green", &c.green},
+                            {"yellow", &c.yellow}})
+            if (!v->empty())
+                base[k] = *v;
     }
+    // Shown beside the name in stats and flows: the pod where the runtime says which.
+    const std::string owner = k8s.contains("namespace") && k8s.contains("name")
+                                  ? fmt::format("pod {}/{}", k8s["namespace"].get<std::string>(),
+                                                k8s["name"].get<std::string>())
+                                  : fmt::format("container {}", container_id.substr(0, 12));
+    std::vector<json> out;
+    for (bool in : {true, false})
+        if (const std::optional<Limit> &l = in ? c.ingress : c.egress)
+            out.push_back(container_policy(base, policy_name(container_id, in), in, address,
+                                           l->rate, l->burst / 8, owner, "cni"));
     return out;
 }
 
@@ -426,8 +395,8 @@ Outcome add(const Invocation &inv, const Config &c) {
     auto undo = [&](const Error &e) {
         for (const auto &n : made)
             control_request(c.socket, {{"cmd", "policy_del"}, {"name", n}});
-        for (const char *d : {"ingress", "egress"})
-            control_request(c.socket, attach_req("detach", found->host_if, d));
+        for (const auto &r : container_detach(found->host_if))
+            control_request(c.socket, r);
         return fail(e, c.cni_version);
     };
     for (const auto &p : policies) {
@@ -435,12 +404,10 @@ Outcome add(const Invocation &inv, const Config &c) {
             return undo(r.error());
         made.push_back(p["name"]);
     }
-    // The container's egress arrives at the host side's tc ingress, its ingress leaves by the
-    // host side's tc egress (where --shape sockets finds the local senders' sockets too).
-    // Egress first, and gone last: a daemon with some tc ingress but no tc egress refuses a
-    // shaping policy, and other pods' ADDs run meanwhile.
-    for (const char *d : {"egress", "ingress"})
-        if (auto r = ask(c.socket, attach_req("attach", found->host_if, d)); !r)
+    // The host side's tc hooks (where --shape sockets finds the local senders' sockets too), in
+    // container_attach's order.
+    for (const auto &req : container_attach(found->host_if, "cni"))
+        if (auto r = ask(c.socket, req); !r)
             return undo(r.error());
     return {0, result.dump() + "\n"};
 }
@@ -452,11 +419,7 @@ Outcome del(const Invocation &inv, const Config &c) {
         if (auto f = find_in_result(c.prev_result, inv))
             host_if = f->host_if;
     if (host_if.empty() && !inv.netns.empty())
-        if (int peer = veth_peer_ifindex(inv.netns, inv.ifname); peer > 0) {
-            char name[IF_NAMESIZE] = {};
-            if (if_indextoname(static_cast<unsigned>(peer), name))
-                host_if = name;
-        }
+        host_if = veth_peer_name(inv.netns, inv.ifname);
     remove_all(c.socket, inv.container_id, host_if);
     return {0, ""};
 }

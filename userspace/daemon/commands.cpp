@@ -293,8 +293,8 @@ json Daemon::cmd_stats(const json &r) {
         found = true;
         json p = counters_json(counters[e.id]);
         p["name"] = name;
-        if (auto o = e.spec.find("owner"); o != e.spec.end() && o->is_string())
-            p["owner"] = *o;
+        if (auto o = e.spec.value("owner", std::string()); !o.empty())
+            p["owner"] = o;
         p.update(tcp_counters_json(tcp[e.id]));
         if (fleet_)
             if (auto f = fleet_->policy_status(name); !f.is_null())
@@ -339,8 +339,8 @@ json Daemon::cmd_flows(const json &r) {
             continue;
         if (auto p = to_policy(e.spec, e.id))
             by_id[e.id] = *p;
-        if (auto o = e.spec.find("owner"); o != e.spec.end() && o->is_string())
-            owners[e.id] = *o;
+        if (auto o = e.spec.value("owner", std::string()); !o.empty())
+            owners[e.id] = o;
     }
     if (!only.empty() && by_id.empty())
         return error(fmt::format("no policy named '{}'", only));

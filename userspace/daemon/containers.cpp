@@ -5,6 +5,7 @@
 // compatible API answer the same.
 #include "containers.hpp"
 
+#include "tricolor/container_limits.hpp"
 #include "tricolor/netns.hpp"
 #include "tricolor/units.hpp"
 
@@ -45,7 +46,7 @@ std::optional<LabelLimit> parse_label_limit(const std::string &text, std::string
         *why = fmt::format("'{}': the rate: {}", text, rate ? "must be above 0" : rate.error());
         return std::nullopt;
     }
-    LabelLimit l{*rate, std::max<uint64_t>(*rate / 800, 65536)}; // 10 ms, at least 64 KiB
+    LabelLimit l{*rate, default_burst_bytes(*rate)};
     if (slash != std::string::npos) {
         auto burst = parse_size(text.substr(slash + 1));
         if (!burst || *burst == 0) {
@@ -201,6 +202,16 @@ std::optional<json> get_json(const std::string &socket, const std::string &path,
     return j;
 }
 
+// A container's policies say who they are for and on which interface: "docker NAME on IF". The
+// interface is read back from there after a restart of either side (to detach it).
+std::string owner_of(const std::string &kind, const std::string &name, const std::string &host_if) {
+    return fmt::format("{} {} on {}", kind, name, host_if);
+}
+std::string host_if_of(const std::string &owner) {
+    auto on = owner.rfind(" on ");
+    return on == std::string::npos ? "" : owner.substr(on + 4);
+}
+
 std::string policy_name(const std::string &kind, const std::string &id, bool ingress) {
     return fmt::format("{}-{}-{}", kind, id.substr(0, 12), ingress ? "in" : "out");
 }
@@ -302,10 +313,7 @@ void ContainerWatcher::run() {
                 log(fmt::format("{} answers again: containers read anew", engine_.socket));
             said_down = false;
             follow_events(fd);
-            close(fd);
-            fd = -1;
             std::lock_guard l(mu_);
-            connected_ = false;
             why = last_error_.empty() ? "the event stream ended" : last_error_;
         }
         if (fd >= 0)
@@ -349,9 +357,7 @@ bool ContainerWatcher::reconcile() {
                 continue;
             std::string rest = name.substr(prefix().size());
             std::string id = rest.substr(0, rest.rfind('-'));
-            std::string owner = spec.value("owner", "");
-            auto on = owner.rfind(" on ");
-            held[id] = on == std::string::npos ? "" : owner.substr(on + 4);
+            held[id] = host_if_of(spec.value("owner", ""));
         }
     for (const auto &[id12, host_if] : held) {
         bool alive = std::ranges::any_of(running, [&](auto &id) { return id.starts_with(id12); });
@@ -462,11 +468,8 @@ void ContainerWatcher::container_up(const std::string &id) {
         {{"cmd", "policy_show"}, {"name", policy_name(engine_.kind, id, want->in.has_value())}});
     if (have.value("ok", false)) {
         std::lock_guard l(mu_);
-        if (!made_.contains(id12)) {
-            std::string owner = have["policy"].value("owner", "");
-            auto on = owner.rfind(" on ");
-            made_[id12] = {name, on == std::string::npos ? "" : owner.substr(on + 4)};
-        }
+        if (!made_.contains(id12))
+            made_[id12] = {name, host_if_of(have["policy"].value("owner", ""))};
         return;
     }
     auto skip = [&](const std::string &w) {
@@ -503,34 +506,24 @@ void ContainerWatcher::container_up(const std::string &id) {
                          want->tmpl, want->tmpl));
         return;
     }
+    // A template's meter and actions (tricolor.policy), or an srTCM committed bucket; a label's
+    // rate and burst (the template's own without one).
+    const json base =
+        tmpl.is_object()
+            ? template_base(tmpl)
+            : json{{"algo", "srtcm"}, {"ebs", "0"}, {"shape", "sockets"}, {"aqm", "ecn"}};
     std::vector<json> policies;
-    for (bool in : {true, false}) {
-        const auto &l = in ? want->in : want->out;
-        if (!l)
-            continue;
-        json p = {{"algo", "srtcm"}, {"ebs", "0"}, {"shape", "sockets"}, {"aqm", "ecn"}};
-        if (tmpl.is_object()) { // its meter and actions; its match is the container's
-            p = tmpl;
-            for (const char *k :
-                 {"name", "match", "parent", "only_parent", "owner", "priority", "managed_by"})
-                p.erase(k);
-        }
-        if (l->rate) { // a label's rate and burst (the template's own without one)
-            p["cir"] = fmt::format("{}bit", l->rate);
-            p["cbs"] = std::to_string(l->burst);
-        }
-        p["name"] = policy_name(engine_.kind, id, in);
-        p["managed_by"] = engine_.kind; // kept by a reload of the config
-        p["match"] = {{in ? "dst" : "src", ip + "/32"}};
-        p["owner"] = fmt::format("{} {} on {}", engine_.kind, name, host_if);
-        policies.push_back(p);
-    }
+    for (bool in : {true, false})
+        if (const auto &l = in ? want->in : want->out)
+            policies.push_back(
+                container_policy(base, policy_name(engine_.kind, id, in), in, ip, l->rate, l->burst,
+                                 owner_of(engine_.kind, name, host_if), engine_.kind));
     std::vector<std::string> done;
     auto undo = [&](const std::string &w) {
         for (const auto &n : done)
             request_({{"cmd", "policy_del"}, {"name", n}});
-        for (const char *d : {"ingress", "egress"})
-            request_({{"cmd", "detach"}, {"iface", host_if}, {"hook", "tc"}, {"direction", d}});
+        for (const auto &r : container_detach(host_if))
+            request_(r);
         skip(w);
     };
     for (const auto &p : policies) {
@@ -539,12 +532,8 @@ void ContainerWatcher::container_up(const std::string &id) {
             return undo(r.value("error", std::string("refused")));
         done.push_back(p["name"]);
     }
-    for (const char *d : {"egress", "ingress"}) { // egress first: as the CNI plugin, cni.cpp
-        auto r = request_({{"cmd", "attach"},
-                           {"iface", host_if},
-                           {"hook", "tc"},
-                           {"direction", d},
-                           {"managed_by", engine_.kind}});
+    for (const auto &req : container_attach(host_if, engine_.kind)) {
+        auto r = request_(req);
         if (!r.value("ok", false))
             return undo(r.value("error", std::string("refused")));
     }
@@ -579,8 +568,8 @@ void ContainerWatcher::container_gone(const std::string &id) {
     for (bool in : {true, false})
         request_({{"cmd", "policy_del"}, {"name", policy_name(engine_.kind, id12, in)}});
     if (!m.host_if.empty())
-        for (const char *d : {"ingress", "egress"})
-            request_({{"cmd", "detach"}, {"iface", m.host_if}, {"hook", "tc"}, {"direction", d}});
+        for (const auto &r : container_detach(m.host_if))
+            request_(r);
 }
 
 } // namespace tricolor

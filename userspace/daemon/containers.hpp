@@ -25,6 +25,7 @@ namespace tricolor {
 struct EngineSpec {
     std::string kind;   // docker | podman
     std::string socket; // the Engine API's unix socket
+    bool operator==(const EngineSpec &) const = default;
 };
 
 // "docker", "docker=/path", "podman", "podman=/path"; nullopt when it is none of those.

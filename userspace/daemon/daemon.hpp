@@ -274,6 +274,8 @@ class Daemon {
     mutable std::mutex mu_;
     // Last: stopped before the data path it grants to.
     std::unique_ptr<fleet::Agent> fleet_;
+    // The engines the config names (containers:), as of the start or the last reload.
+    std::vector<std::string> config_containers_;
     // Last of all: their threads call handle(), so they stop before anything it uses goes.
     std::vector<std::unique_ptr<ContainerWatcher>> watchers_;
 };

@@ -21,6 +21,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// What the CNI plugin and the engines' followers made for containers (managed_by) is not a
+// config's: carried into @into from @specs and @attachments (what ran), unless @into names a
+// policy of the same name (then the config's) or the same hook. @present_only: only
+// attachments whose interface exists.
+void keep_managed(Doc &into, const std::vector<json> &specs,
+                  const std::vector<AttachmentSpec> &attachments, bool present_only) {
+    for (const auto &spec : specs)
+        if (spec.is_object() && spec.contains("managed_by") &&
+            std::ranges::none_of(into.specs, [&](const json &c) {
+                return c.is_object() && c.value("name", "") == spec.value("name", "");
+            }))
+            into.specs.push_back(spec);
+    for (const auto &a : attachments)
+        if (!a.managed_by.empty() && (!present_only || if_nametoindex(a.iface.c_str()) != 0) &&
+            std::ranges::none_of(into.attachments, [&](const auto &d) { return same_hook(d, a); }))
+            into.attachments.push_back(a);
+}
+
 // What a start applies (tricolord --help), and why.
 struct StartChoice {
     Doc doc;
@@ -145,21 +163,11 @@ Result<void> Daemon::load_at_start() {
     started_from_ = start->from;
     startup_notes.push_back(start->note);
     bool use_state = start->from == "state";
-    // Started from a config newer than the state: what the state holds for containers (the CNI
-    // plugin's, the engines' followers') is not the config's, and stays, as a reload keeps it.
-    if (!use_state && *st) {
-        for (const auto &spec : (*st)->specs)
-            if (spec.is_object() && spec.contains("managed_by") &&
-                std::ranges::none_of(start->doc.specs, [&](const json &c) {
-                    return c.is_object() && c.value("name", "") == spec.value("name", "");
-                }))
-                start->doc.specs.push_back(spec);
-        for (const auto &a : (*st)->attachments)
-            if (!a.managed_by.empty() && std::ranges::none_of(start->doc.attachments, [&](auto &d) {
-                    return same_hook(d, a);
-                }))
-                start->doc.attachments.push_back(a);
-    }
+    // Started from a config newer than the state: the state's containers' policies stay.
+    if (!use_state && *st)
+        keep_managed(start->doc, (*st)->specs, (*st)->attachments, false);
+    if (cfg && *cfg)
+        config_containers_ = (*cfg)->containers;
     if (auto r = apply_at_start(start->doc.specs, use_state ? options_.state : options_.config); !r)
         return r;
     attach_at_start(start->doc.attachments);
@@ -242,18 +250,9 @@ Result<void> Daemon::reload() {
     if (!*cfg)
         return std::unexpected(fmt::format("cannot read {}: no such file", options_.config));
     Doc doc = **cfg;
-    // What the CNI plugin and the engines' followers made for containers is not the config's:
-    // kept, unless the config names a policy of the same name (then the config's).
-    for (const auto &e : policies_)
-        if (e.spec.contains("managed_by") && std::ranges::none_of(doc.specs, [&](const json &s) {
-                return s.is_object() && s.value("name", "") == e.spec.value("name", "");
-            }))
-            doc.specs.push_back(e.spec);
-    // (An interface gone with its container is left out: the reload would refuse it.)
-    for (const auto &a : attachments_)
-        if (!a.managed_by.empty() && if_nametoindex(a.iface.c_str()) != 0 &&
-            std::ranges::none_of(doc.attachments, [&](const auto &d) { return same_hook(d, a); }))
-            doc.attachments.push_back(a);
+    // What runs for containers stays (an interface gone with its container goes: the reload
+    // would refuse it).
+    keep_managed(doc, specs(), attachments_, true);
     std::vector<std::string> warnings;
     auto prep = check_reload(doc.specs, doc.attachments, &warnings);
     if (!prep)
@@ -314,6 +313,7 @@ Result<void> Daemon::reload() {
     if (auto c = commit(); !c)
         warnings.push_back(c.error());
     reload_warnings = std::move(warnings);
+    config_containers_ = doc.containers;
     return {};
 }
 
@@ -372,43 +372,29 @@ void Daemon::detach_unlisted(const std::vector<AttachmentSpec> &kept,
     }
 }
 
-} // namespace tricolor
-
-namespace tricolor {
-
 void Daemon::follow_engines() {
-    std::vector<std::string> want = options_.containers;
-    if (auto cfg = read_doc(options_.config); cfg && *cfg)
-        for (const auto &c : (*cfg)->containers)
-            if (std::ranges::find(want, c) == want.end())
-                want.push_back(c);
     std::vector<std::unique_ptr<ContainerWatcher>> gone;
     {
         std::lock_guard lock(mu_);
+        std::vector<EngineSpec> want;
+        for (const auto *list : {&options_.containers, &config_containers_})
+            for (const auto &t : *list)
+                if (auto e = parse_engine(t); e && std::ranges::find(want, *e) == want.end())
+                    want.push_back(*e);
         for (auto it = watchers_.begin(); it != watchers_.end();) {
-            const auto &e = (*it)->engine();
-            const bool kept = std::ranges::any_of(want, [&](const std::string &t) {
-                auto p = parse_engine(t);
-                return p && p->kind == e.kind && p->socket == e.socket;
-            });
-            if (kept) {
+            if (std::ranges::find(want, (*it)->engine()) != want.end()) {
                 ++it;
             } else {
                 gone.push_back(std::move(*it));
                 it = watchers_.erase(it);
             }
         }
-        for (const auto &t : want) {
-            auto e = parse_engine(t);
-            if (!e || std::ranges::any_of(watchers_, [&](const auto &w) {
-                    return w->engine().kind == e->kind && w->engine().socket == e->socket;
-                }))
-                continue;
-            watchers_.push_back(std::make_unique<ContainerWatcher>(*e, [this](nlohmann::json r) {
-                r["version"] = kControlProtocolVersion;
-                return handle(r, Peer{});
-            }));
-        }
+        for (const auto &e : want)
+            if (std::ranges::none_of(watchers_, [&](const auto &w) { return w->engine() == e; }))
+                watchers_.push_back(std::make_unique<ContainerWatcher>(e, [this](json r) {
+                    r["version"] = kControlProtocolVersion;
+                    return handle(r, Peer{});
+                }));
     }
     // Stopped here, without the lock their threads may be waiting for. What they made stays
     // (policies are the state's); a follower started again reads the engine anew.

@@ -195,13 +195,17 @@ void Agent::run() {
     }
 }
 
+Fallback Agent::fallback_of(const State &s) const {
+    // Refused our name last: the holder counts as the name's one host and may run its own
+    // fallback; ours on top of it would pass the bound. Closed until the name is ours.
+    return s.held_by.empty() ? o_.fallback : Fallback::closed;
+}
+
 void Agent::enter_fallback(State &s, const std::string &name, const std::string &why) {
     // Redis no longer counts our lease (or never gave one): a lease of our own, without a
     // deadline: CIR/N (share), CIR (open) or nothing (closed, which also empties C).
     uint64_t n = std::max<uint64_t>(s.hosts, 1);
-    // Refused our name last: the holder counts as the name's one host and may run its own
-    // fallback; ours on top of it would pass the bound. Closed until the name is ours.
-    const Fallback fb = s.held_by.empty() ? o_.fallback : Fallback::closed;
+    const Fallback fb = fallback_of(s);
     s.rate = fb == Fallback::share ? s.fleet_cir / n : fb == Fallback::open ? s.fleet_cir : 0;
     // share: CBS/N of the burst too, so that the fallback leases the hosts report when Redis
     // returns sum to CBS and nobody's cap has to wait for the others' to shrink.
@@ -397,12 +401,10 @@ nlohmann::json Agent::policy_status(const std::string &name) const {
     FleetLocal local = dp_.fleet_local(s.policy.id);
     // Bits (packets): a data-path token is 10^-9 bit (packet).
     auto cir = static_cast<double>(s.fleet_cir);
-    const std::string mode =
-        s.fallback           ? fmt::format("fallback-{}",
-                                           to_string(s.held_by.empty() ? o_.fallback : Fallback::closed))
-        : !s.held_by.empty() ? "name-held"
-        : !s.ever_ok         ? "joining" // no answer from Redis yet
-                             : "fleet";
+    const std::string mode = s.fallback ? fmt::format("fallback-{}", to_string(fallback_of(s)))
+                             : !s.held_by.empty() ? "name-held"
+                             : !s.ever_ok         ? "joining" // no answer from Redis yet
+                                                  : "fleet";
     return {{"mode", mode},
             {"name_held_by", s.held_by},
             {"hosts_seen", s.hosts},

@@ -68,11 +68,13 @@ if run_epoch ~= born and (run_rate > 0 or run_cap > 0) and settle < now + ttl th
     settle = now + ttl
 end
 
--- Nodes silent for a lease have stopped running theirs (after 0.9 lease of their own clock,
--- counted from before their last exchange reached Redis).
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', num(now - ttl), 'LIMIT', 0, 64)
-for _, n in ipairs(gone) do
-    local rec = redis.call('HGET', KEYS[2], n)
+-- Hosts of the token-grant version that exchanged within a lease (KEYS[4]).
+local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
+local older = 0
+if ot and ot > now - ttl then older = 1 end
+
+-- A node that runs no lease of ours any more: its record and its counted lease go.
+local function drop(n, rec)
     if rec then
         local f = fields(rec)
         rates = rates - math.max(f[1], f[3])
@@ -80,6 +82,13 @@ for _, n in ipairs(gone) do
     end
     redis.call('HDEL', KEYS[2], n)
     redis.call('ZREM', KEYS[3], n)
+end
+
+-- Nodes silent for a lease have stopped running theirs (after 0.9 lease of their own clock,
+-- counted from before their last exchange reached Redis).
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', num(now - ttl), 'LIMIT', 0, 64)
+for _, n in ipairs(gone) do
+    drop(n, redis.call('HGET', KEYS[2], n))
 end
 
 -- The name: held by another instance whose lease is live, this one is refused. A record of the
@@ -96,19 +105,12 @@ if rec then
     if holder ~= instance then
         local seen = tonumber(redis.call('ZSCORE', KEYS[3], node) or '')
         if seen and seen > now - ttl then
-            local older = 0
-            local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
-            if ot and ot > now - ttl then older = 1 end
             -- Nothing of this instance is written; the sums lose the silent hosts dropped above.
             redis.call('HSET', KEYS[1], 'rates', num(rates), 'caps', num(caps))
             return {0, 0, redis.call('ZCARD', KEYS[3]), cir, cbs, now, mismatch, born, 0, rates,
                     older, 1, holder}
         end
-        local f = fields(rec)
-        rates = rates - math.max(f[1], f[3])
-        caps = caps - math.max(f[2], f[4])
-        redis.call('HDEL', KEYS[2], node)
-        redis.call('ZREM', KEYS[3], node)
+        drop(node, rec)
         rec = nil
     end
 end
@@ -182,7 +184,4 @@ redis.call('HSET', KEYS[1], 'cir', num(cir), 'cbs', num(cbs), 'born', num(born),
 redis.call('HSET', KEYS[2], node,
            table.concat({num(rate), num(cap), num(run_rate), num(run_cap), num(demand),
                          num(allow_rate), num(allow_cap), instance}, ' '))
-local ot = tonumber(redis.call('HGET', KEYS[4], 't') or '')
-local older = 0
-if ot and ot > now - ttl then older = 1 end
 return {rate, cap, n, cir, cbs, now, mismatch, born, fair, rates, older, 0, ''}

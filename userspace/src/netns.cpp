@@ -18,6 +18,9 @@
 
 namespace tricolor {
 
+namespace {
+
+// The peer's ifindex in its namespace (0: none).
 int veth_peer_ifindex(const std::string &netns, const std::string &ifname) {
     int peer = 0;
     std::thread t([&] {
@@ -65,6 +68,8 @@ int veth_peer_ifindex(const std::string &netns, const std::string &ifname) {
     t.join();
     return peer;
 }
+
+} // namespace
 
 std::string veth_peer_name(const std::string &netns_path, const std::string &ifname) {
     int peer = veth_peer_ifindex(netns_path, ifname);

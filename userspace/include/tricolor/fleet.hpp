@@ -166,6 +166,9 @@ class Agent {
     struct State;
     void run();
     void enter_fallback(State &s, const std::string &name, const std::string &why);
+    // The fallback @s runs when Redis does not answer: --fleet-fallback's, but closed while
+    // another daemon holds our node name (its holder may run one of its own).
+    Fallback fallback_of(const State &s) const;
     std::optional<Reply> exchange(State &s, const std::string &name, uint64_t lease_ns,
                                   uint64_t revoke_after_ns, uint64_t period_ns);
     void log(const std::string &line);

@@ -7,12 +7,9 @@
 
 namespace tricolor {
 
-// The ifindex (in the network namespace the veth's peer is in: for a container's veth, the
-// host's) of the peer of @ifname in the network namespace at @netns_path (/var/run/netns/X,
-// /proc/PID/ns/net); 0 when there is no such namespace or interface, or it is no veth.
-int veth_peer_ifindex(const std::string &netns_path, const std::string &ifname);
-
-// The same, as the interface's name in this namespace ("" when none).
+// The name, in this network namespace (for a container's veth: the host's), of the peer of
+// @ifname in the network namespace at @netns_path (/var/run/netns/X, /proc/PID/ns/net); "" when
+// there is no such namespace or interface, or it is no veth.
 std::string veth_peer_name(const std::string &netns_path, const std::string &ifname);
 
 } // namespace tricolor
