@@ -35,21 +35,23 @@ PACKAGES=(
     libelf-dev zlib1g-dev                       # libbpf's link dependencies
     libcli11-dev libfmt-dev nlohmann-json3-dev  # tricolorctl, tricolord
     libyaml-cpp-dev prometheus-cpp-dev libsystemd-dev
+    libcivetweb-dev                             # tricolord --web (the metrics' HTTP server too)
     libgtest-dev libgmock-dev                   # tests
     iproute2 iperf3 python3                     # test labs: TCP through them, ss parsed
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
 )
-# The suites that run natively only (CNI, Docker, Podman, the Kubernetes manifests, Prometheus):
-# installed where they run, with every end-to-end case (not in the Debian 13 root or the guests,
-# whose platform cases leave them out): ./tricolor.sh test, bench.
+# The suites that run natively only (CNI, Docker, Podman, the Kubernetes manifests, Prometheus,
+# the page in a browser): installed where they run, with every end-to-end case (not in the
+# Debian 13 root or the guests, whose platform cases leave them out): ./tricolor.sh test, bench.
 NATIVE_PACKAGES=(
     containernetworking-plugins iputils-ping    # the CNI plugin's chain (bridge, host-local,
                                                 # the reference bandwidth) and its bench's RTT
     docker.io podman busybox-static             # --containers docker|podman: engines of the tests'
                                                 # own, and the image they import
     prometheus                                  # deploy/prometheus's rules, checked and scraped
+    chromium                                    # tricolord --web's page, in a headless browser
 )
 
 die() { echo "tricolor.sh: $*" >&2; exit 1; }
@@ -509,7 +511,8 @@ test)
     need_root
     if [ "${TRICOLOR_E2E:-all}" = all ]; then
         # node and npm: the Kubernetes manifests checked against the API's schemas
-        # (tests/k8s/); Debian's own where the machine has none (NodeSource's carries its npm).
+        # (tests/k8s/), and the browser that loads the live page driven (tests/web/); Debian's
+        # own where the machine has none (NodeSource's carries its npm).
         node_packages=()
         command -v node >/dev/null && command -v npm >/dev/null || node_packages=(nodejs npm)
         install_deps "${NATIVE_PACKAGES[@]}" "${node_packages[@]}"

@@ -33,7 +33,8 @@ TIMEOUT=${MUTATE_TIMEOUT:-600}
 # mutant ID FILE PERL-SUBSTITUTION DESCRIPTION TESTS
 #   PERL-SUBSTITUTION is applied with perl -0pe (the whole file is one string) and must change
 #   the file. TESTS is a space-separated list of SUITE:GTEST_FILTER, SUITE one of unit, bpf,
-#   cli, e2e (build/tests/SUITE_tests).
+#   cli, e2e (build/tests/SUITE_tests), or script:PATH (a test script of the tree, run as root
+#   with BUILD_DIR set: tests/web/page_test.sh).
 IDS=()
 declare -A FILE EXPR DESC TESTS
 mutant() {
@@ -453,6 +454,19 @@ mutant abi1-not-migrated userspace/daemon/pin_dir.cpp \
     's/std::string to = name\.rfind\("tc_", 0\) == 0 \? "tcm_" \+ name\.substr\(3\) : name;/std::string to = "old_" + name;/' \
     "pin ABI 1 -> 2: the old maps are moved but not under their new names" \
     "e2e:Fault.UpgradeFromAbi1KeepsCountersAndPolicies"
+# The live page (docs/page.md).
+mutant page-bytes-not-bits userspace/daemon/rate_history.cpp \
+    's/8\.0 \* static_cast<double>\(diff\)/static_cast<double>(diff)/' \
+    "--web: the rate history in bytes/s where the page says bit/s" \
+    "script:tests/web/page_test.sh"
+mutant page-colours-shifted userspace/daemon/web/tricolor.js \
+    's/const COLORS = \["green", "yellow", "red"\];/const COLORS = ["green", "red", "yellow"];/' \
+    "--web: the page reads the daemon's colour columns in the wrong order" \
+    "script:tests/web/page_test.sh"
+mutant page-not-read-only userspace/daemon/web.cpp \
+    's/bool handlePost\(CivetServer \*, mg_connection \*c\) override \{ return refuse\(c\); \}/bool handlePost(CivetServer *s, mg_connection *c) override { return handleGet(s, c); }/' \
+    "--web: a POST is answered as a GET" \
+    "script:tests/web/page_test.sh"
 mutant metrics-no-parent userspace/daemon/metrics.cpp \
     's/m\.label = \{\{"color", colors\[i\]\}, \{"parent", parent\}, \{"policy", name\}\};/m.label = {{"color", colors[i]}, {"policy", name}};/' \
     "metrics: per-policy counters lose their parent label" \
@@ -566,7 +580,9 @@ suites_of() { # the distinct suites a test list needs
 }
 build_for() { # $1: test list; builds only those suites' binaries (and what e2e/cli run)
     local targets=() s
-    for s in $(suites_of "$1"); do targets+=("${s}_tests"); done
+    for s in $(suites_of "$1"); do
+        if [ "$s" = script ]; then targets+=(all); else targets+=("${s}_tests"); fi
+    done
     cmake --build "$WORK/build" -j "$(nproc)" --target "${targets[@]}" >"$2" 2>&1
 }
 run_tests() { # $1: test list, $2: log. Returns 0 if all passed; lists failed tests in $FAILED
@@ -577,8 +593,12 @@ run_tests() { # $1: test list, $2: log. Returns 0 if all passed; lists failed te
         suite=${t%%:*}
         filter=${t#*:}
         local limit=$TIMEOUT
-        [ "$suite" = e2e ] || limit=$((TIMEOUT / 4)) # unit, bpf and cli take seconds
-        out=$(cd "$WORK/build" && timeout "$limit" "tests/${suite}_tests" --gtest_filter="$filter" 2>&1)
+        [ "$suite" = e2e ] || [ "$suite" = script ] || limit=$((TIMEOUT / 4)) # seconds, these
+        if [ "$suite" = script ]; then
+            out=$(cd "$WORK/build" && BUILD_DIR=$WORK/build timeout "$limit" "$WORK/src/$filter" 2>&1)
+        else
+            out=$(cd "$WORK/build" && timeout "$limit" "tests/${suite}_tests" --gtest_filter="$filter" 2>&1)
+        fi
         local st=$?
         printf '%s\n' "== $suite $filter (exit $st)" "$out" >>"$2"
         if [ $st -eq 124 ]; then

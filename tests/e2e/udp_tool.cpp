@@ -9,6 +9,9 @@
 //   udp_tool steps ADDR PORT SIZE SECONDS PPS...     datagrams of SIZE payload bytes at each PPS
 //                                                    in turn, SECONDS each (0: silent), with no
 //                                                    gap between steps
+//   udp_tool flows ADDR PORT N COUNT PPS             COUNT datagrams of 100 payload bytes at PPS,
+//                                                    round robin from N sockets (N source
+//                                                    ports: N flows of a per-5-tuple policy)
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
 //   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
 //   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
@@ -59,6 +62,7 @@ uint64_t monotonic_ns() {
 int usage() {
     std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]\n"
                          "       udp_tool steps ADDR PORT SIZE SECONDS PPS...\n"
+                         "       udp_tool flows ADDR PORT N COUNT PPS\n"
                          "       udp_tool recv ADDR PORT SECONDS\n"
                          "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
@@ -125,6 +129,23 @@ int main(int argc, char **argv) {
         }
         std::printf("bytes %lld\n", bytes);
         return 0;
+    }
+    if (mode == "flows" && argc >= 7) {
+        long n = std::atol(argv[4]), count = std::atol(argv[5]);
+        double pps = std::atof(argv[6]);
+        std::vector<int> fds;
+        for (long i = 0; i < n; ++i)
+            fds.push_back(socket(ss.ss_family, SOCK_DGRAM, 0));
+        std::vector<char> payload(100, 'x');
+        auto start = std::chrono::steady_clock::now();
+        long sent = 0;
+        for (long i = 0; i < count; ++i) {
+            std::this_thread::sleep_until(start + std::chrono::duration<double>(i / pps));
+            sent += sendto(fds[static_cast<size_t>(i % n)], payload.data(), payload.size(), 0,
+                           reinterpret_cast<sockaddr *>(&ss), len) == 100;
+        }
+        std::printf("sent %ld\n", sent);
+        return sent == count ? 0 : 1;
     }
     int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
     if (mode == "send" && argc >= 6) {

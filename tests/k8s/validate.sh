@@ -23,15 +23,9 @@ die() { echo "validate.sh: $*" >&2; exit 1; }
 command -v node >/dev/null || die "needs node (apt-get install nodejs npm)"
 
 # 1. Dependencies, pinned by package-lock.json.
-lock_sum=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
-stamp=$here/node_modules/.tricolor-lock-sha256
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
-    command -v npm >/dev/null || die "needs npm to install tests/k8s/node_modules (apt-get install npm)"
-    echo "validate.sh: npm ci --prefix tests/k8s (kept in tests/k8s/node_modules for later runs)"
-    npm ci --prefix "$here" --no-audit --no-fund --loglevel=error ||
-        die "npm ci failed: the registry must be reachable once (or copy a node_modules made by it)"
-    echo "$lock_sum" >"$stamp"
-fi
+# shellcheck source=tests/common/npm_deps.sh
+. "$repo/tests/common/npm_deps.sh"
+npm_deps "$here" validate.sh || exit 1
 
 # 2. The manifests.
 if [ $# -gt 0 ]; then

@@ -69,6 +69,8 @@ int run_status(Context &ctx) {
                               t.value("threshold", uint64_t{0}), t.value("candidates", uint64_t{0}))
                 : std::string("walks the table (no heavy hitters now)"));
     std::cout << fmt::format("metrics     {}\n", s.value("metrics", std::string("none")));
+    if (auto web = s.value("web", std::string("none")); web != "none")
+        std::cout << fmt::format("page        http://{}/\n", web);
     std::cout << fmt::format("pin dir     {}\n", s["pin_dir"].get<std::string>());
     std::cout << fmt::format("config      {}\n", s["config"].get<std::string>());
     if (s.contains("state")) {

@@ -398,6 +398,7 @@ json Daemon::cmd_status(const json &) {
                     return c;
                 }()},
                {"metrics", metrics_address_.empty() ? "none" : metrics_address_},
+               {"web", page_address_.empty() ? "none" : page_address_},
                {"pin_dir", options_.pin_dir},
                {"config", options_.config},
                {"state", options_.state},

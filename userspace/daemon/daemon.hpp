@@ -15,6 +15,7 @@
 
 #include <prometheus/metric_family.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -76,6 +77,14 @@ struct AttachmentSpec {
     std::string managed_by;
 };
 
+// A policy's byte counters by colour (green, yellow, red) as of one read: the live page's rate
+// history (web.cpp) is made of these.
+struct PolicyTotal {
+    std::string name;
+    uint32_t id = 0; // a policy removed and added again under its name has another
+    std::array<uint64_t, 3> bytes{};
+};
+
 // The state file's default for a pin directory: /var/lib/tricolor/state.yaml for the default
 // one, else /var/lib/tricolor/state-<pin dir, '/' as '-'>.yaml, so daemons side by side (one per
 // pin directory) never share one.
@@ -120,6 +129,13 @@ class Daemon {
     std::vector<std::string> follow_interfaces();
     // Where the metrics are served, once known (for status).
     void set_metrics_address(std::string address);
+    // The live page (page_data.cpp): every policy's byte counters, in one read; and what the
+    // page shows beside its rates: stats, status and (unless nullopt) flows --top @top_flows as
+    // the control socket answers them, and each policy's spec (with its buckets, for an
+    // aggregate policy).
+    std::vector<PolicyTotal> policy_totals() const;
+    void set_page_address(std::string address); // where --web serves it, for status
+    nlohmann::json page_view(std::optional<size_t> top_flows);
     const DaemonOptions &options() const { return options_; }
     std::vector<std::string> startup_warnings;
     std::vector<std::string> startup_notes;   // which file the start applied, and why
@@ -260,6 +276,7 @@ class Daemon {
     nlohmann::json cmd_attach_pattern(AttachmentSpec a, bool attach);
     std::map<std::string, uint32_t> adopted_ids_; // names the pinned set already knew
     std::string metrics_address_;
+    std::string page_address_; // --web: "" none
     std::string started_from_; // "config", "state" or "nothing"
     uint64_t reclaimed_total_ = 0;
     mutable int journal_fd_ = -1;

@@ -4,6 +4,7 @@
 // the daemon exits for any reason, unless --detach-on-exit. main.cpp: the command line, the
 // start in its steps, the main loop and the exit.
 #include "tricolord.hpp"
+#include "web.hpp"
 
 #include "tricolor/control.hpp"
 #include "tricolor/replay.hpp"
@@ -49,6 +50,7 @@ struct CommandLine {
     DaemonOptions daemon;
     std::string socket_group;
     std::string fleet_fallback = "share";
+    std::string web; // --web as given ("" none), then as listened on (ADDR:PORT)
 };
 
 // Parses the command line into @cl; returns the exit status when the program ends here (help,
@@ -91,6 +93,10 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
     app.add_option("--metrics", o.metrics,
                    "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
         ->capture_default_str();
+    app.add_option("--web", cl.web,
+                   "Serve the live page (read-only) on PORT (loopback) or ADDR:PORT; port 0: "
+                   "any free port (default: none)")
+        ->type_name("[ADDR:]PORT");
     app.add_option("--reclaim-interval", o.reclaim_interval,
                    "Seconds between deletions of idle flows (buckets full again); 0: never")
         ->capture_default_str()
@@ -159,6 +165,12 @@ std::optional<std::string> complete_options(CommandLine &cl) {
             return fmt::format("--containers '{}': docker, docker=SOCKET, podman or "
                                "podman=SOCKET (SOCKET an absolute path)",
                                c);
+    if (!cl.web.empty()) {
+        auto w = page_listen_address(cl.web);
+        if (!w)
+            return w.error();
+        cl.web = *w;
+    }
     if (o.fleet.empty())
         return std::nullopt;
     if (auto u = fleet::parse_redis_url(o.fleet); !u)
@@ -205,9 +217,9 @@ std::string check_metrics_address(const std::string &a) {
     return a;
 }
 
-// Binds ADDR:PORT once to say exactly why the metrics endpoint cannot be served there (the
-// HTTP server only says "null context").
-void probe_metrics_address(const std::string &a) {
+// Binds ADDR:PORT once to say exactly why @what (the metrics, the page) cannot be served there
+// (the HTTP server only says "null context"); @option is what chooses another address.
+void probe_listen_address(const std::string &a, const char *what, const char *option) {
     auto colon = a.rfind(':');
     std::string host = a.substr(0, colon), port = a.substr(colon + 1);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
@@ -218,7 +230,7 @@ void probe_metrics_address(const std::string &a) {
     if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
         rc != 0)
         throw std::runtime_error(
-            fmt::format("cannot serve metrics on {}: {}", a, gai_strerror(rc)));
+            fmt::format("cannot serve {} on {}: {}", what, a, gai_strerror(rc)));
     int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -228,10 +240,13 @@ void probe_metrics_address(const std::string &a) {
     freeaddrinfo(res);
     if (rc < 0)
         throw std::runtime_error(fmt::format(
-            "cannot serve metrics on {}: {}{}", a, std::strerror(err),
-            err == EADDRINUSE ? " (another process listens there: choose another port with "
-                                "--metrics ADDR:PORT, port 0 for any free one, or --metrics none)"
-                              : ""));
+            "cannot serve {} on {}: {}{}", what, a, std::strerror(err),
+            err == EADDRINUSE
+                ? fmt::format(" (another process listens there: choose another port with {} "
+                              "ADDR:PORT, port 0 for any free one{})",
+                              option,
+                              std::string_view(option) == "--metrics" ? ", or --metrics none" : "")
+                : ""));
 }
 
 // ---- the start ----
@@ -244,7 +259,9 @@ gid_t check_before_start(const CommandLine &cl) {
     gid_t socket_gid = socket_group_id(cl.socket_group);
     probe_socket(o.socket);
     if (o.metrics != "none")
-        probe_metrics_address(o.metrics);
+        probe_listen_address(o.metrics, "metrics", "--metrics");
+    if (!cl.web.empty())
+        probe_listen_address(cl.web, "the page", "--web");
     check_pin_dir(o.pin_dir);
     return socket_gid;
 }
@@ -294,11 +311,13 @@ struct Running {
     std::unique_ptr<Daemon> daemon;
     std::shared_ptr<Metrics> metrics; // the exposer keeps only a weak_ptr
     std::string metrics_at = "none";
+    std::unique_ptr<PageServer> page; // --web; stopped before the daemon it reads
 };
 
-// Listens, starts the metrics endpoint and the daemon (which applies the config or state):
-// throws what refuses the start, leaving in @run what it created.
-void start(const DaemonOptions &o, gid_t socket_gid, Running &run) {
+// Listens, starts the metrics endpoint, the daemon (which applies the config or state) and the
+// page: throws what refuses the start, leaving in @run what it created.
+void start(const CommandLine &cl, gid_t socket_gid, Running &run) {
+    const DaemonOptions &o = cl.daemon;
     // Clients that connect now wait until the main loop answers them.
     run.listen_fd = listen_on(o.socket, socket_gid);
     if (o.metrics != "none") {
@@ -322,11 +341,16 @@ void start(const DaemonOptions &o, gid_t socket_gid, Running &run) {
         run.metrics_at = fmt::format("{}:{}", host, ports.empty() ? 0 : ports.front());
         run.daemon->set_metrics_address(run.metrics_at);
     }
+    if (!cl.web.empty()) {
+        run.page = std::make_unique<PageServer>(*run.daemon, cl.web);
+        run.daemon->set_page_address(run.page->address());
+    }
 }
 
 // A failed start leaves nothing behind that it created.
 void undo_start(const DaemonOptions &o, const Before &before, Running &run) {
     std::error_code ec;
+    run.page.reset();
     run.exposer.reset();
     if (run.listen_fd >= 0) {
         close(run.listen_fd);
@@ -342,7 +366,8 @@ void undo_start(const DaemonOptions &o, const Before &before, Running &run) {
     fs::remove(o.state + ".tmp", ec);
 }
 
-void log_ready(const CommandLine &cl, const std::string &metrics_at) {
+void log_ready(const CommandLine &cl, const Running &run) {
+    const std::string &metrics_at = run.metrics_at;
     const DaemonOptions &o = cl.daemon;
     log(fmt::format(
         "ready: socket {} ({}), pin dir {}, config {}, state {}, metrics {}{}", o.socket,
@@ -351,6 +376,10 @@ void log_ready(const CommandLine &cl, const std::string &metrics_at) {
             : fmt::format("read-only commands for group {} too", cl.socket_group),
         o.pin_dir, o.config, o.state, metrics_at,
         is_loopback(metrics_at) ? " (loopback only: --metrics ADDR:PORT opens it)" : ""));
+    if (run.page)
+        log(fmt::format(
+            "the live page: http://{}/{}", run.page->address(),
+            is_loopback(run.page->address()) ? " (loopback only: --web ADDR:PORT opens it)" : ""));
 }
 
 // ---- running ----
@@ -448,6 +477,7 @@ void main_loop(const DaemonOptions &o, int listen_fd, int sig_fd, Daemon &daemon
 }
 
 void shut_down(const DaemonOptions &o, Running &run) {
+    run.page.reset();
     run.exposer.reset();
     close(run.listen_fd);
     unlink(o.socket.c_str());
@@ -484,13 +514,13 @@ int main(int argc, char **argv) {
     int sig_fd = signals_to_fd();
     Running run;
     try {
-        start(o, socket_gid, run);
+        start(cl, socket_gid, run);
     } catch (const std::exception &e) {
         undo_start(o, before, run);
         log(e.what());
         return 1;
     }
-    log_ready(cl, run.metrics_at);
+    log_ready(cl, run);
     sd_notify(0, "READY=1"); // systemd Type=notify: the config is applied, the socket answers
 
     ClientPool clients;
