@@ -464,6 +464,10 @@ run_benches() {
     done
     echo "== a pod's limit through CNI: the reference bandwidth plugin against tricolor's, same chain"
     tests/bench/cni_bench.py "$BUILD_DIR"
+    echo "== the live page (tricolord --web): 500 policies, 1000 flows: its first render in headless"
+    echo "   Chromium and the daemon's CPU with one viewer; then docs/page.png"
+    BUILD_DIR="$BUILD_DIR" tests/web/page_test.sh --bench
+    BUILD_DIR="$BUILD_DIR" tests/web/page_test.sh --screenshot docs/page.png
     echo "== the delay line natively (no netem in this kernel)"
     HOWS=delayline ID_SUFFIX=_native tests/bench/delayline_check.sh "$BUILD_DIR"
     echo "== the delay line against netem, in Debian's 6.1 booted in QEMU (TCG)"

@@ -16,6 +16,16 @@ string(REGEX REPLACE "\n\n" "\n.\n" bsd "${bsd}")
 string(REGEX REPLACE "\n" "\n " bsd "${bsd}")
 string(REGEX MATCH "Copyright \\(c\\) ([0-9]+), ([^\n]+)" _ "${license}")
 set(holder "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
+# uPlot, built into tricolord for --web's page, under its own licence (Expat: Debian's name for
+# this MIT text).
+file(READ ${PROJECT_SOURCE_DIR}/userspace/daemon/web/vendor/uPlot/LICENSE uplot)
+string(REGEX MATCH "Copyright \\(c\\) ([0-9]+) ([^\n]+)" _ "${uplot}")
+set(uplot_holder "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
+string(FIND "${uplot}" "Permission is hereby" expat_at)
+string(SUBSTRING "${uplot}" ${expat_at} -1 expat)
+string(STRIP "${expat}" expat)
+string(REGEX REPLACE "\n\n" "\n.\n" expat "${expat}")
+string(REGEX REPLACE "\n" "\n " expat "${expat}")
 file(WRITE ${deb_doc}/copyright
 "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: tricolor
@@ -25,6 +35,10 @@ Comment: Every source file says SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0
 Files: *
 Copyright: ${holder}
 License: BSD-2-Clause or GPL-2
+
+Files: userspace/daemon/web/vendor/uPlot/*
+Copyright: ${uplot_holder}
+License: Expat
 
 License: BSD-2-Clause
  ${bsd}
@@ -36,6 +50,9 @@ License: GPL-2
  On Debian systems, the complete text of the GNU General Public License version 2 can be
  found in /usr/share/common-licenses/GPL-2 (the same text as LICENSES/GPL-2.0-only.txt in
  the source).
+
+License: Expat
+ ${expat}
 ")
 
 # changelog.Debian.gz: the version being packaged, signed by the maintainer, dated by the last

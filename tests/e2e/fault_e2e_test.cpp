@@ -399,12 +399,29 @@ TEST_F(Fault, RefusedStartsLeaveNothingBehind) {
     std::string sock = daemon->dir() + "/refused.sock";
     auto r2 = start({"--socket", sock, "--config", daemon->dir() + "/none.yaml", "--metrics",
                      fmt::format("127.0.0.1:{}", ntohs(addr.sin_port))});
-    close(fd);
     EXPECT_EQ(r2.exit_code, 1);
     EXPECT_THAT(r2.err, HasSubstr("Address already in use"));
     EXPECT_THAT(r2.err, ::testing::Not(HasSubstr("CivetServer")));
     EXPECT_FALSE(fs::exists(pin));
     EXPECT_FALSE(fs::exists(sock));
+    // The page's port in use, and --web values that are not an address: refused, by name.
+    auto r2w = start({"--socket", sock, "--config", daemon->dir() + "/none.yaml", "--metrics",
+                      "none", "--web", std::to_string(ntohs(addr.sin_port))});
+    close(fd);
+    EXPECT_EQ(r2w.exit_code, 1);
+    EXPECT_THAT(r2w.err, HasSubstr(fmt::format("cannot serve the page on 127.0.0.1:{}: Address "
+                                               "already in use",
+                                               ntohs(addr.sin_port))));
+    EXPECT_THAT(r2w.err, HasSubstr("--web ADDR:PORT"));
+    EXPECT_FALSE(fs::exists(pin));
+    EXPECT_FALSE(fs::exists(sock));
+    for (std::string bad : {"http", "70000", "::1:80", "127.0.0.1:", ":80", "-1"}) {
+        auto r = start({"--socket", sock, "--config", daemon->dir() + "/none.yaml", "--metrics",
+                        "none", "--web", bad});
+        EXPECT_EQ(r.exit_code, 2) << bad;
+        EXPECT_THAT(r.err, HasSubstr(fmt::format("--web '{}': expected PORT", bad))) << bad;
+        EXPECT_FALSE(fs::exists(pin)) << bad;
+    }
     // A config that does not check, and no state to fall back on: the maps this start created
     // are removed again.
     write_file(daemon->dir() + "/bad.yaml",
