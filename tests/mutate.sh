@@ -604,6 +604,9 @@ run_tests() { # $1: test list, $2: log. Returns 0 if all passed; lists failed te
         if [ $st -eq 124 ]; then
             FAILED+=" ${suite}:(timeout)"
             rc=1
+        elif [ $st -ne 0 ] && [ "$suite" = script ]; then
+            FAILED+=" ${filter}"
+            rc=1
         elif [ $st -ne 0 ]; then
             # Failed tests, parameterised ones once (AllModes/Suite.Test/param -> Suite.Test).
             FAILED+=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([A-Za-z][^ ,]*\).*/\1/p' |
