@@ -268,7 +268,7 @@ async function benchPolicies(sock) {
   // them), and one per-source policy whose 1000 flows are UDP from 1000 source ports.
   const lines = ["policies:"];
   for (let i = 0; i < 499; i++)
-    lines.push(`  - {name: p${String(i).padStart(3, "0")}, cir: ${1 + (i % 8)}mbit, cbs: 16k, match: {proto: udp, dport: ${2000 + i}}}`);
+    lines.push(`  - {name: p${String(i).padStart(3, "0")}, algo: srtcm, cir: ${1 + (i % 8)}mbit, cbs: 16k, match: {proto: udp, dport: ${2000 + i}}}`);
   lines.push("  - {name: flows, algo: trtcm, cir: 1mbit, cbs: 16k, pir: 2mbit, pbs: 16k, per: 5tuple, match: {proto: udp, dport: 9}}");
   const file = path.join(os.tmpdir(), `tricolor-page-bench-${process.pid}.yaml`);
   fs.writeFileSync(file, lines.join("\n") + "\n");

@@ -131,11 +131,11 @@ class Daemon {
     void set_metrics_address(std::string address);
     // The live page (page_data.cpp): every policy's byte counters, in one read; and what the
     // page shows beside its rates: stats, status and (unless nullopt) flows --top @top_flows as
-    // the control socket answers them, and each policy's spec (with its buckets, for an
-    // aggregate policy).
+    // the control socket answers them, each aggregate policy's buckets, and (@with_specs) each
+    // policy's spec.
     std::vector<PolicyTotal> policy_totals() const;
     void set_page_address(std::string address); // where --web serves it, for status
-    nlohmann::json page_view(std::optional<size_t> top_flows);
+    nlohmann::json page_view(std::optional<size_t> top_flows, bool with_specs);
     const DaemonOptions &options() const { return options_; }
     std::vector<std::string> startup_warnings;
     std::vector<std::string> startup_notes;   // which file the start applied, and why

@@ -3,7 +3,6 @@
 // counters each second for its rate history, and a view of everything else it shows, made of
 // the control protocol's own replies so that the page and tricolorctl never disagree.
 #include "daemon_internal.hpp"
-#include "tricolor/policy_spec.hpp"
 
 namespace tricolor {
 
@@ -26,23 +25,36 @@ std::vector<PolicyTotal> Daemon::policy_totals() const {
     return out;
 }
 
-nlohmann::json Daemon::page_view(std::optional<size_t> top_flows) {
+nlohmann::json Daemon::page_view(std::optional<size_t> top_flows, bool with_specs) {
     std::lock_guard lock(mu_);
     json stats = cmd_stats(json::object());
+    // The page reads the colours: --aqm's and --shape's counters (tricolorctl stats has them)
+    // would be half of what it is sent each second.
+    for (auto &p : stats["policies"]) {
+        p.erase("aqm");
+        p.erase("shape");
+    }
     json status = cmd_status(json::object());
     json flows = top_flows ? cmd_flows(json{{"top", *top_flows}}) : json(nullptr);
-    // Each policy's spec as the user wrote it, and, for an aggregate policy, its buckets now:
-    // stats has the counters, flows only the busiest flows.
+    // Each aggregate policy's buckets now (stats has the counters, flows only the busiest
+    // flows), and, when asked, each policy's spec as the user wrote it.
     uint64_t now = dp_->now_ns();
-    json specs = json::object();
+    std::map<uint32_t, const Policy *> by_id;
+    auto active = dp_->policies();
+    for (const auto &p : active)
+        by_id[p.id] = &p;
+    json buckets = json::object(), specs = json::object();
     for (const auto &e : policies_) {
-        json j = {{"spec", e.spec}};
-        if (auto p = to_policy(e.spec, e.id); p && p->per == TCM_PER_AGGREGATE)
-            j["buckets"] = buckets_json(*p, dp_->policy_state(e.id), now);
-        specs[e.name] = std::move(j);
+        if (auto p = by_id.find(e.id); p != by_id.end() && p->second->per == TCM_PER_AGGREGATE)
+            buckets[e.name] = buckets_json(*p->second, dp_->policy_state(e.id), now);
+        if (with_specs)
+            specs[e.name] = e.spec;
     }
-    json view = {
-        {"stats", std::move(stats)}, {"status", std::move(status)}, {"policies", std::move(specs)}};
+    json view = {{"stats", std::move(stats)},
+                 {"status", std::move(status)},
+                 {"buckets", std::move(buckets)}};
+    if (with_specs)
+        view["specs"] = std::move(specs);
     if (top_flows)
         view["flows"] = std::move(flows);
     return view;

@@ -81,11 +81,12 @@ struct PageServer::Impl : public CivetHandler {
 
     explicit Impl(Daemon &d) : daemon(d) {}
 
-    nlohmann::json view(size_t top) {
+    nlohmann::json view(size_t top, bool specs) {
         std::lock_guard lock(flows_mu);
         auto now = Clock::now();
         bool fresh = !flows.is_null() && flows_top == top && now - flows_at < kFlowsEvery;
-        nlohmann::json v = daemon.page_view(fresh ? std::nullopt : std::optional<size_t>(top));
+        nlohmann::json v =
+            daemon.page_view(fresh ? std::nullopt : std::optional<size_t>(top), specs);
         if (fresh) {
             v["flows"] = flows;
         } else {
@@ -146,8 +147,12 @@ struct PageServer::Impl : public CivetHandler {
                 return true;
             }
             if (uri == "/api/v1/view") {
-                std::string top;
+                std::string top, specs;
                 size_t n = 20;
+                if (CivetServer::getParam(c, "specs", specs) && specs != "0" && specs != "1") {
+                    reply(c, 400, "text/plain; charset=utf-8", "specs: expected 0 or 1\n");
+                    return true;
+                }
                 if (CivetServer::getParam(c, "top", top) &&
                     (std::from_chars(top.data(), top.data() + top.size(), n).ec != std::errc() ||
                      n > 1000)) {
@@ -155,7 +160,7 @@ struct PageServer::Impl : public CivetHandler {
                           "top: expected a number of flows from 0 to 1000\n");
                     return true;
                 }
-                reply(c, 200, "application/json", view(n).dump());
+                reply(c, 200, "application/json", view(n, specs == "1").dump());
                 return true;
             }
             if (uri == "/")

@@ -7,7 +7,11 @@ namespace tricolor {
 
 std::map<uint32_t, tcm_counters> Datapath::policy_counters() const {
     std::map<uint32_t, tcm_counters> out;
+    if (impl_->active.empty())
+        return out;
     size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    // Ids are given lowest first: up to the highest active one, not the whole array (16384
+    // policies, per CPU), which a reader once a second (--web) would pay for every time.
     detail::for_each_entry<uint32_t, tcm_counters>(
         impl_->fd(impl_->skel->maps.tcm_policy_stats), ncpus,
         [&](uint32_t id, const tcm_counters *per_cpu) {
@@ -20,7 +24,8 @@ std::map<uint32_t, tcm_counters> Datapath::policy_counters() const {
                     sum.bytes[i] += per_cpu[c].bytes[i];
                 }
             out[id] = sum;
-        });
+        },
+        impl_->active.rbegin()->first + size_t{1});
     return out;
 }
 

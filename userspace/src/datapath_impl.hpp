@@ -7,6 +7,7 @@
 #include "tricolor/cgroups.hpp"
 #include "tricolor/policy_sets.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -164,9 +165,11 @@ tcm_flow_key flow_key_of_id(const tcm_flow_id &id, int tuples_fd);
 
 // Reads every entry of @fd in batches of keys K and values V (V per CPU: @values_per_key of
 // them), calling @each(key, values). Falls back to one lookup a key where batching is missing.
+// @max_keys: stop after that many (an array's first keys: its low indexes).
 template <typename K, typename V, typename F>
-void for_each_entry(int fd, size_t values_per_key, F each) {
-    size_t chunk = 4096;
+void for_each_entry(int fd, size_t values_per_key, F each, size_t max_keys = SIZE_MAX) {
+    size_t chunk = std::min<size_t>(4096, std::max<size_t>(max_keys, 1));
+    size_t read = 0;
     std::vector<K> keys(chunk);
     std::vector<V> values(chunk * values_per_key);
     uint32_t in_batch = 0, out_batch = 0;
@@ -194,9 +197,9 @@ void for_each_entry(int fd, size_t values_per_key, F each) {
             values.resize(chunk * values_per_key);
             continue;
         }
-        for (uint32_t i = 0; i < count; ++i)
+        for (uint32_t i = 0; i < count && read < max_keys; ++i, ++read)
             each(keys[i], &values[i * values_per_key]);
-        if (err < 0) // ENOENT: that was the last batch
+        if (err < 0 || read >= max_keys) // ENOENT: that was the last batch
             return;
         in_batch = out_batch;
         first = false;

@@ -11,10 +11,16 @@
   const WINDOW = 10;     // the table's rates: the mean over the last 10 samples
   const AUTO_CHARTS = 6; // the busiest policies charted without a click
   const POLL_MS = 1000;
+  // The rates come from the samples, asked for at every poll; the view (counters, buckets,
+  // status, flows) costs the daemon more to make (a JSON of every policy): every other poll.
+  const VIEW_EVERY = 2;   // polls
+  const SPECS_EVERY = 10; // polls
 
   // The rate history: t[i] (ms) and, per policy, bit/s per colour (null: no rate then).
   const hist = { seq: 0, t: [], bps: new Map() };
   let view = null;
+  let specs = {};   // each policy's spec, asked for now and then (SPECS_EVERY) and on a change
+  let polls = 0;
   const pinned = new Set(); // charted because clicked
   const charts = new Map(); // policy -> {plot, el}
   let totalPlot = null;
@@ -175,13 +181,12 @@
   }
   function drawPolicies() {
     const filter = document.getElementById("filter").value.trim().toLowerCase();
-    const list = view.stats.policies.map((p) => ({ p, r: windowRate(p.name), spec: view.policies[p.name] ?? {} }));
+    const list = view.stats.policies.map((p) => ({ p, r: windowRate(p.name), s: specs[p.name] ?? {}, b: view.buckets[p.name] }));
     const total = (x) => (x.r ? x.r.green + x.r.yellow + x.r.red : -1);
     list.sort((a, b) => total(b) - total(a) || a.p.name.localeCompare(b.p.name));
     const html = [];
-    for (const { p, r, spec } of list) {
+    for (const { p, r, s, b } of list) {
       if (filter && !p.name.toLowerCase().includes(filter) && !(p.owner ?? "").toLowerCase().includes(filter)) continue;
-      const s = spec.spec ?? {};
       const sum = r ? r.green + r.yellow + r.red : 0;
       const cells = COLORS.map((c) =>
         `<td class="num rate ${c}" data-color="${c}" data-bps="${r ? r[c].toFixed(0) : ""}">${r ? fmtRate(r[c]) : "–"}</td>`).join("");
@@ -191,7 +196,7 @@
         `<td class="name">${esc(p.name)}</td><td>${esc(p.owner ?? "")}</td><td>${esc(meterText(s))}</td>` +
         `<td>${esc(matchText(s))}</td>${cells}` +
         `<td class="num">${r && sum > 0 ? (100 * r.red / sum).toFixed(1) + "%" : "–"}</td>` +
-        `<td>${spec.buckets ? bucketBars(spec.buckets) : s.per ? "per flow: see the flows" : ""}</td>` +
+        `<td>${b ? bucketBars(b) : s.per ? "per flow: see the flows" : ""}</td>` +
         `<td>${f ? esc(f.mode) : ""}</td></tr>`);
     }
     rows(document.querySelector("#policies tbody"), html, filter ? "no policy matches the filter" : "no policies", 10);
@@ -289,9 +294,20 @@
   }
   async function poll() {
     try {
-      const [s, v] = await Promise.all([getJson(`/api/v1/samples?after=${hist.seq}`), getJson("/api/v1/view")]);
+      // Specs change only when policies do: asked for every SPECS_EVERY polls, and at once when
+      // the daemon's policies are not those the page has specs of.
+      const names = view ? view.stats.policies.map((p) => p.name) : [];
+      const stale = !view || polls % SPECS_EVERY === 0 || names.length !== Object.keys(specs).length ||
+        names.some((n) => !(n in specs));
+      const wantView = !view || stale || polls % VIEW_EVERY === 0;
+      const [s, v] = await Promise.all([getJson(`/api/v1/samples?after=${hist.seq}`),
+        wantView ? getJson(`/api/v1/view?specs=${stale ? 1 : 0}`) : null]);
       merge(s);
-      view = v;
+      if (v) {
+        view = v;
+        if (v.specs) specs = v.specs;
+      }
+      polls++;
       draw();
       document.getElementById("error").hidden = true;
     } catch (e) {
