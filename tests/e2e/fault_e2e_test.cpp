@@ -422,6 +422,12 @@ TEST_F(Fault, RefusedStartsLeaveNothingBehind) {
         EXPECT_THAT(r.err, HasSubstr(fmt::format("--web '{}': expected PORT", bad))) << bad;
         EXPECT_FALSE(fs::exists(pin)) << bad;
     }
+    // Debian's civetweb has no IPv6: said before anything starts (it would say "null context").
+    auto r6 = start({"--socket", sock, "--config", daemon->dir() + "/none.yaml", "--metrics",
+                     "none", "--web", "[::1]:0"});
+    EXPECT_EQ(r6.exit_code, 2);
+    EXPECT_THAT(r6.err, HasSubstr("--web '[::1]:0': this build's HTTP server (civetweb) has no "
+                                  "IPv6"));
     // A config that does not check, and no state to fall back on: the maps this start created
     // are removed again.
     write_file(daemon->dir() + "/bad.yaml",

@@ -122,6 +122,8 @@ async function main() {
     if (!status) throw new Error("tricolord did not answer");
     const base = `http://${status.web}`;
     check(/^127\.0\.0\.1:[1-9]\d*$/.test(status.web), `status says where the page is: ${status.web}`);
+    const text = await ctl(sock, "status");
+    check(text.includes(`page        http://${status.web}/`), "tricolorctl status prints the page's address");
     await ctl(sock, "attach", HOST_IF);
     const policies = bench ? await benchPolicies(sock) : ["web", "bulk", "idle"];
     if (!bench) {

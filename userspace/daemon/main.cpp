@@ -160,6 +160,8 @@ std::optional<std::string> complete_options(CommandLine &cl) {
     if (o.state.empty())
         o.state = default_state_path(o.pin_dir);
     o.fleet_fallback = *fleet::parse_fallback(cl.fleet_fallback);
+    if (auto no = http_address_problem(o.metrics, "--metrics"); !no.empty())
+        return no;
     for (const auto &c : o.containers)
         if (!parse_engine(c))
             return fmt::format("--containers '{}': docker, docker=SOCKET, podman or "

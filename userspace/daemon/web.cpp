@@ -38,7 +38,19 @@ Result<std::string> page_listen_address(const std::string &arg) {
         return std::unexpected(bad);
     if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']'))
         return std::unexpected(bad + " (an IPv6 address goes in brackets)");
+    if (auto no = http_address_problem(arg, "--web"); !no.empty())
+        return std::unexpected(no);
     return arg;
+}
+
+std::string http_address_problem(const std::string &address, const char *option) {
+    // mg_check_feature(8): civetweb built with IPv6 (Debian's is not: it would fail to bind
+    // with "null context" and no more).
+    if (address.starts_with('[') && !mg_check_feature(8))
+        return fmt::format("{} '{}': this build's HTTP server (civetweb) has no IPv6: give an "
+                           "IPv4 address (127.0.0.1 for loopback)",
+                           option, address);
+    return "";
 }
 
 namespace {

@@ -14,6 +14,9 @@ namespace tricolor {
 // "PORT", "ADDR:PORT" or "[V6ADDR]:PORT" as --web takes it, as ADDR:PORT to listen on (a port
 // alone: loopback), or what is wrong with it.
 Result<std::string> page_listen_address(const std::string &arg);
+// What keeps the HTTP server (civetweb, for --web and --metrics) from listening on @address as
+// @option gave it ("" nothing known).
+std::string http_address_problem(const std::string &address, const char *option);
 
 class PageServer {
   public:
