@@ -454,6 +454,24 @@ mutant abi1-not-migrated userspace/daemon/pin_dir.cpp \
     's/std::string to = name\.rfind\("tc_", 0\) == 0 \? "tcm_" \+ name\.substr\(3\) : name;/std::string to = "old_" + name;/' \
     "pin ABI 1 -> 2: the old maps are moved but not under their new names" \
     "e2e:Fault.UpgradeFromAbi1KeepsCountersAndPolicies"
+# Least privilege (docs/daemon.md): the daemon as a user of its own with CAP_BPF, CAP_NET_ADMIN
+# and CAP_PERFMON alone.
+mutant prog-id-not-known userspace/src/attach.cpp \
+    's/s\.ours = std::ranges::find\(ours, id\) != ours\.end\(\);/s.ours = false;/' \
+    "least privilege: a hook's program known as ours by its name alone (which only CAP_SYS_ADMIN reads)" \
+    "e2e:LeastPrivilege.*"
+mutant writers-assumed userspace/src/datapath_flows.cpp \
+    's/return impl_->previous_progs\.size\(\);/return impl_->previous_progs.size() + 1;/' \
+    "least privilege: writers of the flow table assumed where programs cannot be listed (flows --top always walks)" \
+    "e2e:LeastPrivilege.*"
+mutant previous-never-released userspace/src/datapath_load.cpp \
+    's/n \+= unlink\(p\.second\.c_str\(\)\) == 0;/(void)p;/' \
+    "least privilege: an earlier daemon's pinned programs are never let go" \
+    "e2e:LeastPrivilege.*"
+mutant socket-owner-root userspace/daemon/control_socket.cpp \
+    's/chown\(path\.c_str\(\), static_cast<uid_t>\(-1\), gid\)/chown(path.c_str(), 0, gid)/' \
+    "least privilege: the socket given to root with its group (a daemon not run as root cannot)" \
+    "e2e:LeastPrivilege.*"
 # The live page (docs/page.md).
 mutant page-bytes-not-bits userspace/daemon/rate_history.cpp \
     's/8\.0 \* static_cast<double>\(diff\)/static_cast<double>(diff)/' \

@@ -34,8 +34,8 @@ std::string hook_text(const AttachmentSpec &a) {
                                : fmt::format("{} tc {}", name, to_string(a.direction));
 }
 
-HookState query_hook(const AttachmentSpec &a, int ifindex) {
-    return a.hook == Hook::xdp ? query_xdp(ifindex) : query_tc(ifindex, a.direction);
+HookState query_hook(const AttachmentSpec &a, int ifindex, const ProgramIds &ours) {
+    return a.hook == Hook::xdp ? query_xdp(ifindex, ours) : query_tc(ifindex, a.direction, ours);
 }
 
 std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attachments) {
@@ -52,7 +52,7 @@ std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attach
 namespace {
 
 bool runs_tricolor(const HookState &s) {
-    return s.prog_id != 0 && (s.prog_name == kXdpProgName || s.prog_name == kTcProgName);
+    return s.prog_id != 0 && s.ours;
 }
 
 // The name @a's interface has now, when its own name is gone but its ifindex is not (renamed).
@@ -80,12 +80,13 @@ Result<AttachResult> Daemon::do_attach(AttachmentSpec &a) {
         return std::unexpected(idx.error());
     a.ifindex = *idx;
     if (a.hook == Hook::xdp)
-        return attach_xdp(*idx, dp_->xdp_prog_fd(), a.xdp_mode);
-    return attach_tc(*idx, a.direction, dp_->tc_prog_fd(), link_dir());
+        return attach_xdp(*idx, dp_->xdp_prog_fd(), a.xdp_mode, dp_->program_ids());
+    return attach_tc(*idx, a.direction, dp_->tc_prog_fd(), link_dir(), dp_->program_ids());
 }
 
 Result<void> Daemon::detach_hook(const AttachmentSpec &a, int ifindex) {
-    return a.hook == Hook::xdp ? detach_xdp(ifindex) : detach_tc(ifindex, a.direction, link_dir());
+    return a.hook == Hook::xdp ? detach_xdp(ifindex, dp_->program_ids())
+                               : detach_tc(ifindex, a.direction, link_dir());
 }
 
 // Takes @a off its hook. An interface that is gone (deleted, moved to another namespace) has
@@ -104,7 +105,7 @@ Result<std::string> Daemon::detach_one(const AttachmentSpec &a) {
                            "removed{}",
                            a.iface, released ? ", its pinned tcx link released" : "");
     }
-    if (!runs_tricolor(query_hook(a, *idx))) {
+    if (!runs_tricolor(query_hook(a, *idx, dp_->program_ids()))) {
         // Not in the kernel (taken off by hand): only the entry is left to remove.
         if (a.hook == Hook::tc)
             (void)detach_tc(*idx, a.direction, link_dir()); // a pinned link, if one is left
@@ -122,6 +123,17 @@ void Daemon::detach_all() {
     detach_sockops(link_dir());
     detach_cgroup_ingress(link_dir());
     Datapath::remove_pins(options_.pin_dir);
+}
+
+// An earlier daemon's programs, pinned for their ids (Datapath::program_ids), go once no hook of
+// ours runs them: they would keep flows --top from the heavy hitters (writers it cannot see).
+void Daemon::release_previous_programs() {
+    ProgramIds running;
+    for (const auto &a : attachments_)
+        if (auto idx = interface_index(a.iface))
+            if (auto s = query_hook(a, *idx, dp_->program_ids()); s.prog_id)
+                running.push_back(s.prog_id);
+    dp_->release_previous_programs(running);
 }
 
 std::vector<AttachmentSpec> Daemon::attachments_without(const AttachmentSpec &a) const {
@@ -145,15 +157,17 @@ json Daemon::attachment_status(const AttachmentSpec &a) const {
             stale = fmt::format("{} is now called {} (ifindex {})", a.iface, *now, a.ifindex);
         }
     if (where)
-        s = query_hook(a, where);
+        s = query_hook(a, where, dp_->program_ids());
     bool attached = runs_tricolor(s);
     if (!where)
         stale = fmt::format("no interface named '{}' (deleted, or moved to another "
                             "namespace)",
                             a.iface);
     else if (!attached && stale.empty())
-        stale = s.prog_id ? fmt::format("the kernel runs '{}' there, not tricolor", s.prog_name)
-                          : "the kernel has no tricolor program there";
+        stale = !s.prog_id ? "the kernel has no tricolor program there"
+                : s.prog_name.empty()
+                    ? fmt::format("the kernel runs program id {} there, not tricolor", s.prog_id)
+                    : fmt::format("the kernel runs '{}' there, not tricolor", s.prog_name);
     if (attached && !s.mode.empty())
         j["mode"] = s.mode; // as the kernel reports it
     j["prog_id"] = s.prog_id;
@@ -171,6 +185,14 @@ json Daemon::unlisted_attachments() const {
     struct if_nameindex *all = if_nameindex();
     if (!all)
         return out;
+    // Ours: one of this pin directory's programs by id, or (where the kernel names programs to
+    // us) a tricolor program on these very maps, left by a daemon from before programs were
+    // pinned; never another pin directory's.
+    const ProgramIds ids = dp_->program_ids();
+    auto mine = [&](const HookState &s, int prog_fd) {
+        return std::ranges::find(ids, s.prog_id) != ids.end() ||
+               (s.ours && shares_maps(s.prog_id, prog_fd));
+    };
     for (auto *i = all; i->if_index != 0; ++i) {
         int idx = static_cast<int>(i->if_index);
         std::string name = i->if_name;
@@ -191,14 +213,14 @@ json Daemon::unlisted_attachments() const {
             out.push_back(j);
         };
         if (!listed(Hook::xdp, Direction::ingress)) {
-            HookState s = query_xdp(idx);
-            if (s.prog_name == kXdpProgName && shares_maps(s.prog_id, dp_->xdp_prog_fd()))
+            HookState s = query_xdp(idx, ids);
+            if (s.prog_id && mine(s, dp_->xdp_prog_fd()))
                 add(Hook::xdp, Direction::ingress, s);
         }
         for (Direction d : {Direction::ingress, Direction::egress})
             if (!listed(Hook::tc, d)) {
-                HookState s = query_tc(idx, d);
-                if (s.prog_name == kTcProgName && shares_maps(s.prog_id, dp_->tc_prog_fd()))
+                HookState s = query_tc(idx, d, ids);
+                if (s.prog_id && mine(s, dp_->tc_prog_fd()))
                     add(Hook::tc, d, s);
             }
     }

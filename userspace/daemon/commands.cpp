@@ -174,6 +174,7 @@ json Daemon::cmd_detach(const json &r) {
 // follow, and the staged state file is committed (a failure to is the reply's "warning").
 json Daemon::commit_attachments(std::vector<AttachmentSpec> next, json reply) {
     attachments_ = std::move(next);
+    release_previous_programs();
     dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     if (auto c = commit(); !c)
         reply["warning"] = c.error();

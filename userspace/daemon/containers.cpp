@@ -484,8 +484,7 @@ void ContainerWatcher::container_up(const std::string &id) {
         return;
     }
     const int pid = state.value("Pid", 0);
-    const std::string host_if =
-        pid > 0 ? veth_peer_name(fmt::format("/proc/{}/ns/net", pid), "eth0") : "";
+    const std::string host_if = pid > 0 ? veth_peer_name(static_cast<pid_t>(pid), "eth0") : "";
     std::string ip;
     const json ns = c->value("NetworkSettings", json::object());
     if (ns.contains("Networks") && ns["Networks"].is_object())

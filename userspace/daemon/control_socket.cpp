@@ -145,11 +145,25 @@ int listen_on(const std::string &path, gid_t gid) {
         throw std::runtime_error(
             fmt::format("cannot listen on {}: {}", path, std::strerror(errno)));
     // Group ownership first, then the group's bits: there is never a moment when the socket
-    // is open to a group other than the one asked for.
-    if (gid != static_cast<gid_t>(-1) && chown(path.c_str(), 0, gid) < 0)
-        throw std::runtime_error(
-            fmt::format("cannot give {} to group {}: {}", path, gid, std::strerror(errno)));
-    chmod(path.c_str(), gid != static_cast<gid_t>(-1) ? 0660 : 0600);
+    // is open to a group other than the one asked for. The owner stays the daemon's user (root,
+    // or the user of its own it runs as under systemd, which may give a socket to a group it is
+    // a member of: SupplementaryGroups=).
+    auto refuse = [&](const char *what) {
+        int err = errno;
+        close(fd);
+        unlink(path.c_str());
+        throw std::runtime_error(fmt::format(
+            "cannot {} {}: {}{}", what, path, std::strerror(err),
+            err == EPERM && geteuid() != 0
+                ? fmt::format(" (tricolord runs as uid {}: it must be a member of the group, "
+                              "e.g. SupplementaryGroups= in its unit)",
+                              geteuid())
+                : ""));
+    };
+    if (gid != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), gid) < 0)
+        refuse(fmt::format("give to group {}", gid).c_str());
+    if (chmod(path.c_str(), gid != static_cast<gid_t>(-1) ? 0660 : 0600) < 0)
+        refuse("set the mode of");
     return fd;
 }
 

@@ -223,6 +223,7 @@ class Daemon {
     Result<std::string> detach_one(const AttachmentSpec &a);
     Result<void> detach_hook(const AttachmentSpec &a, int ifindex);
     std::vector<AttachmentSpec> attachments_without(const AttachmentSpec &a) const;
+    void release_previous_programs();
     nlohmann::json attachment_status(const AttachmentSpec &a) const;
     nlohmann::json unlisted_attachments() const;
 

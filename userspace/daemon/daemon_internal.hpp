@@ -80,7 +80,7 @@ bool same_hook(const AttachmentSpec &a, const AttachmentSpec &b);
 // Whether attachment @a was made by the attach --match-ifname pattern @pattern.
 bool made_by(const AttachmentSpec &a, const AttachmentSpec &pattern);
 std::string hook_text(const AttachmentSpec &a); // "eth0 xdp", "eth0 tc egress"
-HookState query_hook(const AttachmentSpec &a, int ifindex);
+HookState query_hook(const AttachmentSpec &a, int ifindex, const ProgramIds &ours);
 std::vector<uint32_t> egress_ifindexes(const std::vector<AttachmentSpec> &attachments);
 
 } // namespace tricolor::daemon_internal

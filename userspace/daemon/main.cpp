@@ -283,8 +283,15 @@ bool lock_pin_dir(const DaemonOptions &o, Before &before) {
     int lock_fd = open(o.pin_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
         int err = errno;
-        log(fmt::format("cannot lock {}: {}", o.pin_dir,
-                        err == EWOULDBLOCK ? "another tricolord uses it" : std::strerror(err)));
+        log(fmt::format(
+            "cannot lock {}: {}{}", o.pin_dir,
+            err == EWOULDBLOCK ? "another tricolord uses it" : std::strerror(err),
+            err == EACCES && geteuid() != 0
+                ? fmt::format(" (tricolord runs as uid {}: the pin directory must be its own, "
+                              "and the directories above it open to it; /sys/fs/bpf is root's "
+                              "alone, mode 0700, where systemd mounts it)",
+                              geteuid())
+                : ""));
         return false; // never remove anything here: the directory may be the other daemon's
     }
     before.abi_dir = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);

@@ -180,6 +180,7 @@ Result<void> Daemon::load_at_start() {
         for (const auto &f : failed)
             startup_warnings.push_back("cannot attach " + f);
     }
+    release_previous_programs();
     if (use_state)
         state_hash_ = (*st)->text_hash;
     if (!use_state || !journal.empty() ||
@@ -303,6 +304,7 @@ Result<void> Daemon::reload() {
     patterns_ = doc.patterns;
     detach_unlisted(*attached, warnings);
     attachments_ = std::move(*attached);
+    release_previous_programs();
     if (!std::ranges::any_of(prep->policies,
                              [](const Policy &p) { return p.shape == TCM_SHAPE_SOCKETS; }))
         dp_->set_shape_ifaces(egress_ifindexes(attachments_));
@@ -344,7 +346,7 @@ Daemon::attach_for_reload(const std::vector<AttachmentSpec> &attachments,
     std::vector<AttachmentSpec> done;
     for (auto a : attachments) {
         auto idx = interface_index(a.iface);
-        HookState before = idx ? query_hook(a, *idx) : HookState{};
+        HookState before = idx ? query_hook(a, *idx, dp_->program_ids()) : HookState{};
         auto r = do_attach(a);
         if (!r)
             return std::unexpected(fmt::format("attachment {}: {}", hook_text(a), r.error()));

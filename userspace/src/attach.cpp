@@ -43,15 +43,38 @@ std::string ifname(int ifindex) {
     return if_indextoname(ifindex, buf) ? buf : fmt::format("ifindex {}", ifindex);
 }
 
+// A program's name as the kernel has it: "" when it will not say (BPF_PROG_GET_FD_BY_ID needs
+// CAP_SYS_ADMIN, which a daemon run as a user of its own does not have).
 std::string prog_name(uint32_t id) {
     int fd = bpf_prog_get_fd_by_id(id);
     if (fd < 0)
-        return "?";
+        return "";
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
-    std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
+    std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "";
     close(fd);
     return name;
+}
+
+// What runs at a hook, and whether it is the data path's: one of @ours (by id: this pin
+// directory's programs, which needs no privilege to know), else by its name (a program of a
+// daemon from before programs were pinned; the kernel names it to CAP_SYS_ADMIN alone).
+HookState hook_state(uint32_t id, std::string mode, const ProgramIds &ours, const char *our_name) {
+    HookState s;
+    s.prog_id = id;
+    s.mode = std::move(mode);
+    if (!id)
+        return s;
+    s.ours = std::ranges::find(ours, id) != ours.end();
+    s.prog_name = s.ours ? our_name : prog_name(id);
+    s.ours = s.ours || s.prog_name == our_name;
+    return s;
+}
+
+// "program 'NAME' (id N)", or "program id N" when the kernel does not name it to us.
+std::string program_text(const HookState &s) {
+    return s.prog_name.empty() ? fmt::format("program id {}", s.prog_id)
+                               : fmt::format("program '{}' (id {})", s.prog_name, s.prog_id);
 }
 
 // libbpf prints the kernel's extack for a tc query on an interface without a clsact qdisc
@@ -105,32 +128,25 @@ Result<int> interface_index(const std::string &name) {
     return static_cast<int>(idx);
 }
 
-HookState query_xdp(int ifindex) {
-    HookState s;
+HookState query_xdp(int ifindex, const ProgramIds &ours) {
     LIBBPF_OPTS(bpf_xdp_query_opts, q);
     if (bpf_xdp_query(ifindex, 0, &q) < 0)
-        return s;
-    if (q.drv_prog_id) {
-        s.prog_id = q.drv_prog_id;
-        s.mode = "native";
-    } else if (q.skb_prog_id) {
-        s.prog_id = q.skb_prog_id;
-        s.mode = "generic";
-    } else if (q.hw_prog_id) {
-        s.prog_id = q.hw_prog_id;
-        s.mode = "offload";
-    }
-    if (s.prog_id)
-        s.prog_name = prog_name(s.prog_id);
-    return s;
+        return {};
+    if (q.drv_prog_id)
+        return hook_state(q.drv_prog_id, "native", ours, kXdpProgName);
+    if (q.skb_prog_id)
+        return hook_state(q.skb_prog_id, "generic", ours, kXdpProgName);
+    if (q.hw_prog_id)
+        return hook_state(q.hw_prog_id, "offload", ours, kXdpProgName);
+    return {};
 }
 
-Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode) {
-    HookState now = query_xdp(ifindex);
-    if (now.prog_id && now.prog_name != kXdpProgName)
-        return std::unexpected(fmt::format("{} already runs XDP program '{}' (id {}); detach it "
+Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode, const ProgramIds &ours) {
+    HookState now = query_xdp(ifindex, ours);
+    if (now.prog_id && !now.ours)
+        return std::unexpected(fmt::format("{} already runs XDP {}, not tricolor's; detach it "
                                            "first",
-                                           ifname(ifindex), now.prog_name, now.prog_id));
+                                           ifname(ifindex), program_text(now)));
     auto try_mode = [&](uint32_t flags) -> int {
         // Replacing our own program in the mode it runs in is one atomic swap in the kernel.
         LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
@@ -192,14 +208,13 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode) {
     return r;
 }
 
-Result<void> detach_xdp(int ifindex) {
-    HookState now = query_xdp(ifindex);
+Result<void> detach_xdp(int ifindex, const ProgramIds &ours) {
+    HookState now = query_xdp(ifindex, ours);
     if (!now.prog_id)
         return std::unexpected(fmt::format("{} has no XDP program attached", ifname(ifindex)));
-    if (now.prog_name != kXdpProgName)
-        return std::unexpected(fmt::format("the XDP program on {} is '{}', not tricolor's: left "
-                                           "alone",
-                                           ifname(ifindex), now.prog_name));
+    if (!now.ours)
+        return std::unexpected(fmt::format("the XDP {} on {} is not tricolor's: left alone",
+                                           program_text(now), ifname(ifindex)));
     uint32_t flags = now.mode == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
     if (int err = bpf_xdp_detach(ifindex, flags, nullptr); err < 0)
         return std::unexpected(
@@ -207,34 +222,26 @@ Result<void> detach_xdp(int ifindex) {
     return {};
 }
 
-HookState query_tc(int ifindex, Direction dir) {
-    HookState s;
+HookState query_tc(int ifindex, Direction dir, const ProgramIds &ours) {
     uint32_t ids[16], count = 16, flags = 0;
     if (bpf_prog_query(ifindex, tcx_type(dir), 0, &flags, ids, &count) == 0)
         for (uint32_t i = 0; i < count; ++i)
-            if (prog_name(ids[i]) == kTcProgName) {
-                s.prog_id = ids[i];
-                s.prog_name = kTcProgName;
-                s.mode = "tcx";
+            if (auto s = hook_state(ids[i], "tcx", ours, kTcProgName); s.ours)
                 return s;
-            }
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    if (tc_query(&hook, &opts) == 0) {
-        s.prog_id = opts.prog_id;
-        s.prog_name = prog_name(opts.prog_id);
-        s.mode = "clsact";
-    }
-    return s;
+    if (tc_query(&hook, &opts) == 0)
+        return hook_state(opts.prog_id, "clsact", ours, kTcProgName);
+    return {};
 }
 
 namespace {
 
 // Our cls_bpf filter, if any: removed when tcx takes over, so a packet is never metered twice.
-void remove_clsact_filter(int ifindex, Direction dir) {
+void remove_clsact_filter(int ifindex, Direction dir, const ProgramIds &ours) {
     auto hook = tc_hook(ifindex, dir);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    if (tc_query(&hook, &opts) == 0 && prog_name(opts.prog_id) == kTcProgName) {
+    if (tc_query(&hook, &opts) == 0 && hook_state(opts.prog_id, "", ours, kTcProgName).ours) {
         LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
         bpf_tc_detach(&hook, &del);
     }
@@ -275,8 +282,8 @@ int release_defunct_tcx_links(const std::string &link_dir) {
     return n;
 }
 
-Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
-                               const std::string &link_dir) {
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd, const std::string &link_dir,
+                               const ProgramIds &ours) {
     if (!link_dir.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(link_dir, ec);
@@ -296,7 +303,7 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
             if (err < 0)
                 return std::unexpected(
                     fmt::format("cannot pin the tcx link at {}: {}", pin, errno_text(err)));
-            remove_clsact_filter(ifindex, dir);
+            remove_clsact_filter(ifindex, dir, ours);
             return AttachResult{"tcx", ""};
         }
         if (link != -EINVAL && link != -EOPNOTSUPP)

@@ -110,18 +110,37 @@ std::optional<Rejection> find_rejection(const std::string &log) {
     return r;
 }
 
-bool has_cap_bpf() {
-    // Without libcap: CAP_BPF (39) and CAP_SYS_ADMIN (21) from the effective set in /proc.
+// Without libcap: the effective set, from /proc (all of it for root where /proc is missing).
+unsigned long long effective_caps() {
     FILE *f = std::fopen("/proc/self/status", "r");
     if (!f)
-        return geteuid() == 0;
+        return geteuid() == 0 ? ~0ull : 0;
     char line[256];
     unsigned long long eff = 0;
     while (std::fgets(line, sizeof line, f))
         if (std::sscanf(line, "CapEff: %llx", &eff) == 1)
             break;
     std::fclose(f);
-    return eff & ((1ull << 39) | (1ull << 21));
+    return eff;
+}
+
+// What the data path's loading needs of the kernel's capabilities, each with the check it
+// passes: CAP_BPF for maps and programs, CAP_NET_ADMIN for XDP, tc and sock_ops programs, and
+// CAP_PERFMON for the verifier to allow what the parsers do (pointer comparisons). CAP_SYS_ADMIN
+// stands in for CAP_BPF and CAP_PERFMON, not for CAP_NET_ADMIN. Empty: none missing.
+std::vector<std::string> missing_load_caps() {
+    constexpr int kNetAdmin = 12, kSysAdmin = 21, kPerfmon = 38, kBpf = 39;
+    unsigned long long eff = effective_caps();
+    auto has = [&](int cap) { return (eff >> cap) & 1; };
+    std::vector<std::string> missing;
+    if (!has(kBpf) && !has(kSysAdmin))
+        missing.push_back("CAP_BPF (maps and programs)");
+    if (!has(kNetAdmin))
+        missing.push_back("CAP_NET_ADMIN (XDP, tc and sock_ops programs)");
+    if (!has(kPerfmon) && !has(kSysAdmin))
+        missing.push_back("CAP_PERFMON (the verifier allows the parsers' pointer comparisons "
+                          "only with it)");
+    return missing;
 }
 
 } // namespace
@@ -179,6 +198,14 @@ Result<void> load_bpf(const std::string &what, const std::function<int()> &load)
     if (err >= 0)
         return {};
     KernelRelease k = running_kernel();
+    // A process without root's capabilities gets EPERM, or a verifier that refuses what it
+    // allows privileged programs: either way, what it lacks is the answer.
+    if (auto missing = missing_load_caps(); !missing.empty())
+        return std::unexpected(fmt::format(
+            "cannot load {}: {} (this process lacks {}: run it as root, or give it CAP_BPF, "
+            "CAP_NET_ADMIN and CAP_PERFMON)",
+            what, find_rejection(log) ? "the kernel's BPF verifier refused it" : errno_text(err),
+            fmt::join(missing, ", ")));
     if (auto r = find_rejection(log)) {
         std::string msg = fmt::format(
             "cannot load {}: the kernel's BPF verifier (Linux {}) refused "
@@ -191,10 +218,6 @@ Result<void> load_bpf(const std::string &what, const std::function<int()> &load)
                "report it with the verifier's log (TRICOLOR_BPF_LOG=1 prints it)";
         return std::unexpected(msg);
     }
-    if ((err == -EPERM || err == -EACCES) && !has_cap_bpf())
-        return std::unexpected(fmt::format("cannot load {}: {} (needs root, or CAP_BPF and "
-                                           "CAP_NET_ADMIN)",
-                                           what, errno_text(err)));
     if (auto problem = kernel_support_problem(); !problem.empty())
         return std::unexpected(fmt::format("cannot load {}: {}", what, problem));
     // Otherwise libbpf's last words say the most.

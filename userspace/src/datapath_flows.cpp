@@ -458,9 +458,14 @@ size_t Datapath::foreign_flow_writers() const {
     size_t n = 0;
     uint32_t id = 0;
     for (;;) {
-        if (bpf_prog_get_next_id(id, &id) != 0)
-            // Cannot list programs (no CAP_SYS_ADMIN): it cannot be ruled out.
-            return errno == ENOENT ? n : n + 1;
+        if (bpf_prog_get_next_id(id, &id) != 0) {
+            if (errno == ENOENT)
+                return n;
+            // Cannot list programs (no CAP_SYS_ADMIN): the writers it can know of are an
+            // earlier daemon's programs that may still run on a hook (none once every hook runs
+            // this one's: release_previous_programs).
+            return impl_->previous_progs.size();
+        }
         if (std::ranges::find(impl_->own_progs, id) != impl_->own_progs.end())
             continue;
         int fd = bpf_prog_get_fd_by_id(id);

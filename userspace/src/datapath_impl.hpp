@@ -88,6 +88,9 @@ struct Datapath::Impl {
     Result<void> write_cgroup_rules(uint32_t set, const CgroupRules &rules);
     uint32_t flows_map_id = 0;
     std::vector<uint32_t> own_progs; // this Datapath's program ids
+    // An earlier daemon's programs pinned under progs/ (id, pin), kept while they may run on a
+    // hook (pin_programs, release_previous_programs).
+    std::vector<std::pair<uint32_t, std::string>> previous_progs;
     static size_t fleet_bytes() {
         size_t page = sysconf(_SC_PAGESIZE);
         return (sizeof(tcm_fleet_lease) * TCM_MAX_POLICIES + page - 1) / page * page;

@@ -248,7 +248,11 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
         !loaded) {
         std::string hint;
-        if (impl_->adopted)
+        if (impl_->adopted && loaded.error().find("Permission denied") != std::string::npos)
+            hint = fmt::format(" (the maps pinned in {} are not this user's (uid {}): a daemon "
+                               "run as another user pinned them; chown -R them to this one)",
+                               impl_->pin_path, geteuid());
+        else if (impl_->adopted)
             hint = fmt::format(" (the maps pinned in {} do not match this build: a different "
                                "flow capacity? remove them to start afresh)",
                                impl_->pin_path);
@@ -285,10 +289,57 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                 impl_->own_progs.push_back(obj_id(fd));
         }
     }
+    if (!impl_->pin_path.empty())
+        pin_programs();
     if (impl_->adopted) {
         impl_->cgroup_rules_known[0] = impl_->cgroup_rules_known[1] = false;
         adopt();
     }
+}
+
+// The XDP and tc programs pinned under progs/, by id: the next daemon of this pin directory
+// knows what an earlier one left on a hook by its id (the kernel names another process's
+// program only to CAP_SYS_ADMIN, which a daemon run as a user of its own does not hold). The
+// pins an earlier daemon left are kept (their programs may still run where an attach fails)
+// until release_previous_programs.
+void Datapath::pin_programs() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string dir = impl_->pin_path + "/progs";
+    fs::create_directories(dir, ec);
+    for (const auto &e : fs::directory_iterator(dir, ec)) {
+        int fd = bpf_obj_get(e.path().c_str());
+        if (fd < 0)
+            continue;
+        uint32_t id = obj_id(fd);
+        close(fd);
+        if (std::ranges::find(impl_->own_progs, id) == impl_->own_progs.end())
+            impl_->previous_progs.emplace_back(id, e.path().string());
+    }
+    for (auto [name, fd] : {std::pair{"xdp", xdp_prog_fd()}, std::pair{"tc", tc_prog_fd()}}) {
+        std::string path = fmt::format("{}/{}_{}", dir, name, obj_id(fd));
+        if (int err = bpf_obj_pin(fd, path.c_str()); err < 0 && err != -EEXIST)
+            throw std::runtime_error(
+                fmt::format("cannot pin the {} program at {}: {}", name, path, errno_text(err)));
+    }
+}
+
+ProgramIds Datapath::program_ids() const {
+    ProgramIds ids = impl_->own_progs;
+    for (const auto &[id, path] : impl_->previous_progs)
+        ids.push_back(id);
+    return ids;
+}
+
+size_t Datapath::release_previous_programs(const ProgramIds &still_attached) {
+    size_t n = 0;
+    std::erase_if(impl_->previous_progs, [&](const auto &p) {
+        if (std::ranges::find(still_attached, p.first) != still_attached.end())
+            return false;
+        n += unlink(p.second.c_str()) == 0;
+        return true;
+    });
+    return n;
 }
 
 void Datapath::adopt() {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tricolor {
 
@@ -29,21 +30,27 @@ struct AttachResult {
 // The program attached at a hook: 0 if none.
 struct HookState {
     uint32_t prog_id = 0;
-    std::string prog_name;
-    std::string mode; // xdp: native|generic
+    std::string prog_name; // "" when the kernel does not tell (CAP_SYS_ADMIN only)
+    std::string mode;      // xdp: native|generic
+    bool ours = false;     // the data path's (one of ProgramIds, or by its name)
 };
+
+// The ids of the data path's programs (Datapath::program_ids: this process's and those an
+// earlier daemon of the same pin directory left attached): how a program at a hook is known
+// to be ours without CAP_SYS_ADMIN, which naming another process's program needs.
+using ProgramIds = std::vector<uint32_t>;
 
 Result<int> interface_index(const std::string &name);
 
-Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode);
-Result<void> detach_xdp(int ifindex);
-HookState query_xdp(int ifindex);
+Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode, const ProgramIds &ours);
+Result<void> detach_xdp(int ifindex, const ProgramIds &ours);
+HookState query_xdp(int ifindex, const ProgramIds &ours);
 
 // @link_dir: where tcx links are pinned (empty: clsact only).
-Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd,
-                               const std::string &link_dir);
+Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd, const std::string &link_dir,
+                               const ProgramIds &ours);
 Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir);
-HookState query_tc(int ifindex, Direction dir);
+HookState query_tc(int ifindex, Direction dir, const ProgramIds &ours);
 // True when program @prog_id uses one of the maps program @prog_fd uses: the same data path
 // (the same pinned maps), not another daemon's.
 bool shares_maps(uint32_t prog_id, int prog_fd);

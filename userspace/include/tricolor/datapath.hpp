@@ -4,6 +4,7 @@
 // through BPF_PROG_TEST_RUN without touching any interface.
 #pragma once
 
+#include "tricolor/attach.hpp"
 #include "tricolor/meter.hpp"
 #include "tricolor/policy.hpp"
 #include "tricolor/result.hpp"
@@ -186,6 +187,12 @@ class Datapath {
     // --shape sockets: the tc egress interfaces to classify sockets against, the sock_ops
     // program, and per policy the paced sockets and the shaping and AQM counters.
     void set_shape_ifaces(const std::vector<uint32_t> &ifindexes);
+    // The data path's program ids: this one's, and an earlier daemon's of this pin directory
+    // while they may still run on a hook (how a hook's program is known to be ours by id:
+    // attach.hpp). Once the hooks run this one's, release_previous_programs(@still_attached,
+    // the ids the hooks run now) lets the earlier ones go; returns how many it unpinned.
+    ProgramIds program_ids() const;
+    size_t release_previous_programs(const ProgramIds &still_attached);
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
     // Fleet policies: from now on C earns at @l's rate, up to its cap, until its deadline; the
@@ -262,6 +269,7 @@ class Datapath {
 
   private:
     void adopt();
+    void pin_programs();
     Result<void> commit(const SetChange &c, const std::vector<Policy> *all);
     void clear_class_cache();
     struct Impl;

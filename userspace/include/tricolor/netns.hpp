@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <sys/types.h>
 
 namespace tricolor {
 
@@ -11,5 +12,8 @@ namespace tricolor {
 // @ifname in the network namespace at @netns_path (/var/run/netns/X, /proc/PID/ns/net); "" when
 // there is no such namespace or interface, or it is no veth.
 std::string veth_peer_name(const std::string &netns_path, const std::string &ifname);
+// The same for the network namespace of process @pid, without entering it: what a daemon that
+// holds CAP_NET_ADMIN but not CAP_SYS_ADMIN can do (the container engines' follower).
+std::string veth_peer_name(pid_t pid, const std::string &ifname);
 
 } // namespace tricolor

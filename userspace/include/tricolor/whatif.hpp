@@ -5,7 +5,8 @@
 // bisection for the smallest CBS or CIR that keeps a policy's red bytes under a share.
 //
 // Bytes are IP lengths, as `replay -f` counts them, and a packet counts at the policy it matched
-// and at each parent above it, with the colour the chain gave it. The capture streams: memory grows with policies, flows kept for
+// and at each parent above it, with the colour the chain gave it. The capture streams: memory grows
+// with policies, flows kept for
 // --flows and plot bins (at most kMaxBins a policy), never with packets.
 #pragma once
 
