@@ -41,6 +41,8 @@ PACKAGES=(
     libhiredis-dev redis-server redis-tools     # fleet limits (docs/spec.md §10): client, tests' Redis
     dpkg-dev file                               # the .deb (CPack, dpkg-shlibdeps)
     libpcap-dev tcpdump                         # whatif: captures read, and made in the lab
+    systemd                                     # the unit checked offline: systemd-analyze,
+                                                # systemd-sysusers (tests/systemd)
 )
 # The suites that run natively only (CNI, Docker, Podman, the Kubernetes manifests, Prometheus,
 # the page in a browser): installed where they run, with every end-to-end case (not in the
@@ -591,6 +593,10 @@ install)
     install_deps
     build
     cmake --install "$BUILD_DIR" --prefix "${PREFIX:-/usr/local}"
+    # The unit runs tricolord as user tricolor: made from the installed sysusers.d entry.
+    if command -v systemd-sysusers >/dev/null; then
+        systemd-sysusers "${PREFIX:-/usr/local}/lib/sysusers.d/tricolor.conf"
+    fi
     ;;
 -h | --help | help)
     usage

@@ -50,6 +50,14 @@ unit=/usr/lib/systemd/system/tricolord.service
 grep -q '^ExecStart=/usr/sbin/tricolord ' "$unit" || { echo "deb_test: $unit does not start /usr/sbin/tricolord"; exit 1; }
 systemd-analyze verify "$unit"
 echo "deb_test: systemd-analyze verify $unit: clean"
+# The daemon's user, made by postinst from the sysusers.d entry; the unit runs as it.
+getent passwd tricolor | grep -q ':/var/lib/tricolor:/usr/sbin/nologin$' ||
+    { echo "deb_test: postinst made no user tricolor"; exit 1; }
+grep -qx 'User=tricolor' "$unit" || { echo "deb_test: $unit does not run as tricolor"; exit 1; }
+sd=$(systemd-analyze security --offline=true "$unit" 2>&1 | sed -n 's/.*Overall exposure level for tricolord.service: \([0-9.]*\).*/\1/p')
+systemd-analyze security --offline=true --threshold=30 "$unit" >/dev/null ||
+    { echo "deb_test: the installed unit's exposure is $sd, over 3.0"; exit 1; }
+echo "deb_test: user tricolor made; the unit runs as it, exposure $sd"
 # What tricolor's install pulled in goes with it, even where an installed package merely
 # recommends or suggests it (on Debian 13, apt kept libbpf1 and libelf1 so).
 apt-get purge -y -qq --autoremove -o APT::AutoRemove::RecommendsImportant=false \
@@ -59,7 +67,9 @@ if ! diff -u /tmp/before /tmp/after; then
     echo "deb_test: files left behind after apt-get purge (above)"
     exit 1
 fi
-echo "deb_test: purged; the file tree is as before the install"
+! getent passwd tricolor >/dev/null || { echo "deb_test: purge left user tricolor"; exit 1; }
+! getent group tricolor >/dev/null || { echo "deb_test: purge left group tricolor"; exit 1; }
+echo "deb_test: purged; the file tree is as before the install, user tricolor gone"
 CHECK
 }
 

@@ -50,7 +50,8 @@ struct CommandLine {
     DaemonOptions daemon;
     std::string socket_group;
     std::string fleet_fallback = "share";
-    std::string web; // --web as given ("" none), then as listened on (ADDR:PORT)
+    std::string web;         // --web as given ("" none), then as listened on (ADDR:PORT)
+    std::string prepare_for; // --prepare-pin-dir USER: only that, then exit
 };
 
 // Parses the command line into @cl; returns the exit status when the program ends here (help,
@@ -136,6 +137,10 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
                    "repeatable): those labelled tricolor.egress / tricolor.ingress get their "
                    "limits")
         ->type_name("ENGINE");
+    app.add_option("--prepare-pin-dir", cl.prepare_for,
+                   "Make the pin directory, give it and what is in it to USER, and exit (run as "
+                   "root before a daemon that runs as USER: the unit's ExecStartPre)")
+        ->type_name("USER");
     app.add_flag("--drop-malformed", o.drop_malformed,
                  "Drop packets with truncated or invalid headers (default: pass and count)");
     app.add_flag("--detach-on-exit", o.detach_on_exit,
@@ -510,6 +515,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     const DaemonOptions &o = cl.daemon;
+    if (!cl.prepare_for.empty()) {
+        try {
+            log(prepare_pin_dir(o.pin_dir, cl.prepare_for));
+            return 0;
+        } catch (const std::exception &e) {
+            log(e.what());
+            return 1;
+        }
+    }
     gid_t socket_gid = static_cast<gid_t>(-1);
     try {
         socket_gid = check_before_start(cl);

@@ -3,6 +3,11 @@
 // of an older ABI moved under their new names.
 #include "tricolord.hpp"
 
+#include "tricolor/attach.hpp"
+#include "tricolor/bpf_load.hpp"
+#include "tricolor_abi.h"
+
+#include <bpf/bpf.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,9 +16,12 @@
 #include <filesystem>
 #include <vector>
 
+#include <net/if.h>
+#include <pwd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <unistd.h>
 
 namespace tricolor::tricolord {
 
@@ -105,6 +113,84 @@ void check_pin_dir(const std::string &pin_dir) {
         "directory under {} (mount one there with `mount -t bpf bpf {}` if it is missing), or "
         "mount one at the pin directory: mkdir -p {} && mount -t bpf bpf {}",
         pin_dir, existing.string(), bpf_root.string(), bpf_root.string(), p.string(), p.string()));
+}
+
+} // namespace tricolor::tricolord
+
+namespace tricolor::tricolord {
+
+namespace {
+
+uint32_t pinned_map_id(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return 0;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    uint32_t id = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+    close(fd);
+    return id;
+}
+
+} // namespace
+
+std::string prepare_pin_dir(const std::string &pin_dir, const std::string &user) {
+    namespace fs = std::filesystem;
+    passwd *pw = getpwnam(user.c_str());
+    if (!pw)
+        throw std::runtime_error(
+            fmt::format("--prepare-pin-dir {}: no such user (getent passwd lists them)", user));
+    check_pin_dir(pin_dir);
+    std::error_code ec;
+    fs::create_directories(pin_dir, ec);
+    if (ec)
+        throw std::runtime_error(fmt::format("cannot create {}: {}", pin_dir, ec.message()));
+    chmod(pin_dir.c_str(), 0700);
+    // The programs a daemon of before program pins (run as root) left on hooks: pinned under
+    // progs/ by id, found by their name and their maps (this pin directory's, not another's),
+    // which only root may read; the daemon that follows, not root, knows them by id.
+    const std::string abi_dir = fmt::format("{}/abi{}", pin_dir, TCM_ABI_VERSION);
+    size_t pinned = 0;
+    if (uint32_t ours = pinned_map_id(abi_dir + "/tcm_runtime")) {
+        fs::create_directories(abi_dir + "/progs", ec);
+        auto keep = [&](const HookState &s, const char *kind) {
+            if (!s.prog_id || !s.ours)
+                return;
+            int fd = bpf_prog_get_fd_by_id(s.prog_id);
+            if (fd < 0)
+                return;
+            auto maps = prog_map_ids(fd);
+            std::string at = fmt::format("{}/progs/{}_{}", abi_dir, kind, s.prog_id);
+            if (std::ranges::find(maps, ours) != maps.end() && !fs::exists(at, ec) &&
+                bpf_obj_pin(fd, at.c_str()) == 0)
+                ++pinned;
+            close(fd);
+        };
+        if (struct if_nameindex *all = if_nameindex()) {
+            for (auto *i = all; i->if_index != 0; ++i) {
+                int idx = static_cast<int>(i->if_index);
+                keep(query_xdp(idx, {}), "xdp");
+                for (Direction d : {Direction::ingress, Direction::egress})
+                    keep(query_tc(idx, d, {}), "tc");
+            }
+            if_freenameindex(all);
+        }
+    }
+    // Everything under it the user's: what a daemon run as root pinned, too.
+    size_t given = 0;
+    auto give = [&](const fs::path &p) {
+        if (lchown(p.c_str(), pw->pw_uid, pw->pw_gid) == 0)
+            ++given;
+    };
+    give(pin_dir);
+    for (auto it = fs::recursive_directory_iterator(pin_dir, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec))
+        give(it->path());
+    return fmt::format("{}: {} objects given to {}{}", pin_dir, given, user,
+                       pinned ? fmt::format(", {} programs an earlier daemon left on hooks "
+                                            "pinned for their ids",
+                                            pinned)
+                              : "");
 }
 
 } // namespace tricolor::tricolord

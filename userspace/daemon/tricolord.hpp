@@ -50,5 +50,10 @@ void check_pin_dir(const std::string &pin_dir);
 // Moves the maps an ABI 1 daemon pinned to @abi_dir under their new names; says what it did
 // ("" when there was nothing to move).
 std::string migrate_abi1(const std::string &pin_dir, const std::string &abi_dir);
+// tricolord --prepare-pin-dir USER, run as root before a daemon that runs as USER (the unit's
+// ExecStartPre=+): @pin_dir made (mode 0700) and, with everything in it, given to USER; the
+// programs a daemon of before program pins left on hooks pinned for their ids. Returns what
+// it did; throws what it cannot.
+std::string prepare_pin_dir(const std::string &pin_dir, const std::string &user);
 
 } // namespace tricolor::tricolord
