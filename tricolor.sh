@@ -597,6 +597,9 @@ install)
     if command -v systemd-sysusers >/dev/null; then
         systemd-sysusers "${PREFIX:-/usr/local}/lib/sysusers.d/tricolor.conf"
     fi
+    if [ -d /run/systemd/system ]; then
+        systemd-tmpfiles --create "${PREFIX:-/usr/local}/lib/tmpfiles.d/tricolor.conf"
+    fi
     ;;
 -h | --help | help)
     usage

@@ -11,7 +11,11 @@ failed=0
 check() { # WHAT COMMAND...
     local what=$1
     shift
-    if "$@"; then echo "ok   $what"; else echo "FAIL $what"; failed=1; fi
+    if "$@"; then echo "ok   $what"; else
+        echo "FAIL $what"
+        failed=1
+        return 1
+    fi
 }
 ctl() { tricolorctl "$@"; }
 main_pid() { systemctl show -p MainPID --value tricolord; }
@@ -24,7 +28,8 @@ echo "== Debian $(cat /etc/debian_version), $(uname -r), PID 1: $(cat /proc/1/co
 check "apt-get install ./tricolor.deb (offline: its dependencies are in the root)" \
     apt-get install -y -qq --no-install-recommends /root/tricolor.deb
 check "postinst made user tricolor" getent passwd tricolor
-check "systemctl start tricolord reaches ready (Type=notify)" systemctl start tricolord
+check "systemctl start tricolord reaches ready (Type=notify)" systemctl start tricolord ||
+    journalctl -u tricolord --no-pager -o cat | tail -20
 check "it is active" systemctl is-active --quiet tricolord
 pid=$(main_pid)
 check "it runs as tricolor" test "$(ps -o user= -p "$pid")" = tricolor

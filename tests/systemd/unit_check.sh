@@ -56,4 +56,14 @@ if systemd-sysusers --root="$work/root" "$sysusers" >/dev/null 2>&1 &&
 else
     echo "FAIL systemd-sysusers"; failed=1
 fi
+# The pin directory's tmpfiles.d entry, in the same scratch root (whose user it names).
+tmpfiles=$repo/userspace/daemon/tricolor.tmpfiles
+# (systemd-tmpfiles --root resolves names with this machine's users: compared by number.)
+uid=$(awk -F: '$1 == "tricolor" { print $3 }' "$work/root/etc/passwd")
+if systemd-tmpfiles --root="$work/root" --create "$tmpfiles" >/dev/null 2>&1 &&
+    [ "$(stat -c '%u %a' "$work/root/sys/fs/bpf/tricolor")" = "$uid 700" ]; then
+    echo "ok   systemd-tmpfiles makes /sys/fs/bpf/tricolor, tricolor's, 0700"
+else
+    echo "FAIL systemd-tmpfiles"; failed=1
+fi
 exit $failed
