@@ -28,8 +28,18 @@ echo "== Debian $(cat /etc/debian_version), $(uname -r), PID 1: $(cat /proc/1/co
 check "apt-get install ./tricolor.deb (offline: its dependencies are in the root)" \
     apt-get install -y -qq --no-install-recommends /root/tricolor.deb
 check "postinst made user tricolor" getent passwd tricolor
-check "systemctl start tricolord reaches ready (Type=notify)" systemctl start tricolord ||
+if ! check "systemctl start tricolord reaches ready (Type=notify)" systemctl start tricolord; then
     journalctl -u tricolord --no-pager -o cat | tail -20
+    # What the unit's sandbox shows its user of /sys/fs/bpf, piece by piece.
+    for props in "" "-p ProtectKernelTunables=yes" "-p ProtectSystem=strict -p ProtectKernelTunables=yes -p ProtectControlGroups=yes -p PrivateDevices=yes"; do
+        echo "-- systemd-run $props"
+        # shellcheck disable=SC2086
+        systemd-run --quiet --pipe --wait -p User=tricolor -p TemporaryFileSystem=/sys/fs/bpf:mode=0755 \
+            -p BindPaths=/sys/fs/bpf/tricolor $props /bin/sh -c \
+            'id; ls -lad /sys /sys/fs /sys/fs/bpf /sys/fs/bpf/tricolor; grep -E " /sys(/fs/bpf| )" /proc/self/mountinfo' 2>&1
+    done
+    ls -la /sys/fs/bpf
+fi
 check "it is active" systemctl is-active --quiet tricolord
 pid=$(main_pid)
 check "it runs as tricolor" test "$(ps -o user= -p "$pid")" = tricolor
