@@ -18,7 +18,7 @@
 #                         them in the Debian 13 root (its clang can build them)
 #   ./tricolor.sh deb     the same build, then a .deb for the Debian release it runs on
 #   ./tricolor.sh test-deb  the .deb of Debian 12 and of Debian 13, each installed, run and
-#                         purged in a fresh root of its release
+#                         purged in a fresh root of its release; Debian 12's under systemd too
 #   ./tricolor.sh install the same build, then install under /usr/local: tricolord and
 #                         tricolorctl, man pages, bash completion, the systemd unit
 # Run as root (BPF programs are loaded by the tests). BUILD_DIR overrides ./build. Debian 12 and
@@ -416,7 +416,8 @@ usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|te
   test-sanitizers  the unit, CLI and BPF suites built with ASan and UBSan
   fuzz [S]  each libFuzzer harness for S seconds (30); in the Debian 13 root on Debian 12
   deb    build, then a .deb for this Debian release (\$BUILD_DIR/deb/)
-  test-deb  the .debs of Debian 12 and 13 installed, run and purged in fresh roots
+  test-deb  the .debs of Debian 12 and 13 installed, run and purged in fresh roots; Debian
+            12's under a real systemd in a QEMU guest
   bench  build, then the data-path benchmark (not part of the tests)
   install  build, then install binaries, man pages, bash completion and the systemd unit
 USAGE
@@ -584,7 +585,7 @@ deb)
     ;;
 test-deb)
     need_root
-    install_deps debootstrap lintian
+    install_deps debootstrap lintian "${KERNEL_PACKAGES[@]}"
     build
     tests/distros/deb_test.sh "$BUILD_DIR"
     ;;

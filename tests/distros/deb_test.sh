@@ -97,4 +97,9 @@ for pair in "bookworm $deb12" "trixie $deb13"; do
     set -- $pair
     install_check "$1" "$2" || { echo "deb_test: $(basename "$2") on $1: FAILED"; rc=1; }
 done
+# Under a real systemd, PID 1 of a QEMU guest: the unit started, reloaded, restarted, upgraded,
+# purged (tests/systemd/guest_test.sh). Debian 12's package on its 6.1.
+echo "== $(basename "$deb12") under systemd in a Debian 12 guest"
+"$REPO/tests/systemd/guest_test.sh" --suite bookworm "$deb12" ||
+    { echo "deb_test: $(basename "$deb12") under systemd: FAILED"; rc=1; }
 exit $rc
