@@ -400,7 +400,7 @@ YAML
 
 usage() {
     cat <<USAGE
-usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|test-sanitizers|fuzz|deb|test-deb|bench|install [ctest args...]
+usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|test-sanitizers|fuzz|deb|test-deb|bench|soak|install [ctest args...]
   demo   install, build, then a live demo on a veth lab in two namespaces (cleans up after)
   build  install dependencies (apt-get) and build into \$BUILD_DIR (default ./build)
   test   build, then run every test (ctest); extra arguments go to ctest. On Debian 13, then
@@ -416,6 +416,9 @@ usage: ./tricolor.sh demo|build|test|test-kernels|test-distros|test-compilers|te
   test-sanitizers  the unit, CLI and BPF suites built with ASan and UBSan
   fuzz [S]  each libFuzzer harness for S seconds (30); in the Debian 13 root on Debian 12
   deb    build, then a .deb for this Debian release (\$BUILD_DIR/deb/)
+  soak [M]  M minutes (30) of everything at once: traffic at twice the CIR, policy churn,
+            SIGHUP, kill -9, veths and cgroups coming and going, a fleet policy; the bound
+            on every pair of samples, resources back to what they were (docs/benchmarks.md)
   test-deb  the .debs of Debian 12 and 13 installed, run and purged in fresh roots; Debian
             12's under a real systemd in a QEMU guest
   bench  build, then the data-path benchmark (not part of the tests)
@@ -552,6 +555,19 @@ bench)
     run_benches 2>&1 | tee "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py collect "$BUILD_DIR/bench.out"
     python3 tests/bench/figures.py write
+    ;;
+soak)
+    # tests/bench/soak.py: MINUTES (30) of everything at once; its RESULT lines become the
+    # docs' figures (docs/benchmarks.md, "Soak").
+    need_root
+    install_deps
+    mount_bpffs
+    build
+    BUILD_DIR="$BUILD_DIR" python3 tests/bench/soak.py "${1:-30}" 2>&1 | tee "$BUILD_DIR/soak.out"
+    rc=${PIPESTATUS[0]}
+    python3 tests/bench/figures.py collect "$BUILD_DIR/soak.out"
+    python3 tests/bench/figures.py write
+    exit "$rc"
     ;;
 fuzz)
     need_root
