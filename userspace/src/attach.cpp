@@ -43,6 +43,13 @@ std::string ifname(int ifindex) {
     return if_indextoname(ifindex, buf) ? buf : fmt::format("ifindex {}", ifindex);
 }
 
+// errno_text, and for a refusal what the kernel checks to attach: a daemon not run as root
+// must hold CAP_NET_ADMIN (docs/daemon.md, "Least privilege").
+std::string attach_errno(int err) {
+    int e = err < 0 ? -err : err;
+    return errno_text(err) + (e == EPERM || e == EACCES ? " (attaching needs CAP_NET_ADMIN)" : "");
+}
+
 // A program's name as the kernel has it: "" when it will not say (BPF_PROG_GET_FD_BY_ID needs
 // CAP_SYS_ADMIN, which a daemon run as a user of its own does not have).
 std::string prog_name(uint32_t id) {
@@ -162,7 +169,7 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode, const Pr
     if (now.prog_id && want == now.mode) { // ours, in the mode asked for: swap the program
         if (int err = try_mode(flags_of(now.mode)); err < 0)
             return std::unexpected(fmt::format("cannot replace the XDP program on {}: {}",
-                                               ifname(ifindex), errno_text(err)));
+                                               ifname(ifindex), attach_errno(err)));
         r.mode = now.mode;
         return r;
     }
@@ -172,16 +179,16 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode, const Pr
         if (int err = bpf_xdp_detach(ifindex, flags_of(now.mode), nullptr); err < 0)
             return std::unexpected(fmt::format("cannot take XDP off {} to switch it from {} to "
                                                "{} mode: {}",
-                                               ifname(ifindex), now.mode, want, errno_text(err)));
+                                               ifname(ifindex), now.mode, want, attach_errno(err)));
         if (int err = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | flags_of(want)); err < 0) {
             int back = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | flags_of(now.mode));
             return std::unexpected(fmt::format(
                 "cannot switch XDP on {} from {} to {} mode: {}; {}", ifname(ifindex), now.mode,
-                want, errno_text(err),
+                want, attach_errno(err),
                 back == 0 ? fmt::format("it stays in {} mode", now.mode)
                           : fmt::format("and putting it back in {} mode failed too ({}): the "
                                         "interface is not policed",
-                                        now.mode, errno_text(back))));
+                                        now.mode, attach_errno(back))));
         }
         r.mode = want;
         r.warning =
@@ -196,14 +203,14 @@ Result<AttachResult> attach_xdp(int ifindex, int prog_fd, XdpMode mode, const Pr
         }
         if (mode == XdpMode::native)
             return std::unexpected(fmt::format("cannot attach XDP in native mode on {}: {}",
-                                               ifname(ifindex), errno_text(err)));
+                                               ifname(ifindex), attach_errno(err)));
         r.warning = fmt::format("{} has no native XDP ({}): using generic mode, which runs "
                                 "after the skb is built and costs more",
-                                ifname(ifindex), errno_text(err));
+                                ifname(ifindex), attach_errno(err));
     }
     if (int err = try_mode(XDP_FLAGS_UPDATE_IF_NOEXIST | XDP_FLAGS_SKB_MODE); err < 0)
         return std::unexpected(
-            fmt::format("cannot attach XDP on {}: {}", ifname(ifindex), errno_text(err)));
+            fmt::format("cannot attach XDP on {}: {}", ifname(ifindex), attach_errno(err)));
     r.mode = "generic";
     return r;
 }
@@ -218,7 +225,7 @@ Result<void> detach_xdp(int ifindex, const ProgramIds &ours) {
     uint32_t flags = now.mode == "native" ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
     if (int err = bpf_xdp_detach(ifindex, flags, nullptr); err < 0)
         return std::unexpected(
-            fmt::format("cannot detach XDP from {}: {}", ifname(ifindex), errno_text(err)));
+            fmt::format("cannot detach XDP from {}: {}", ifname(ifindex), attach_errno(err)));
     return {};
 }
 
@@ -308,7 +315,7 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd, const st
         }
         if (link != -EINVAL && link != -EOPNOTSUPP)
             return std::unexpected(fmt::format("cannot attach tcx to {} {}: {}", ifname(ifindex),
-                                               to_string(dir), errno_text(link)));
+                                               to_string(dir), attach_errno(link)));
         // No tcx in this kernel: clsact below.
     }
     auto hook = tc_hook(ifindex, dir);
@@ -319,13 +326,13 @@ Result<AttachResult> attach_tc(int ifindex, Direction dir, int prog_fd, const st
     }
     if (int err = created; err < 0 && err != -EEXIST)
         return std::unexpected(
-            fmt::format("cannot add a clsact qdisc to {}: {}", ifname(ifindex), errno_text(err)));
+            fmt::format("cannot add a clsact qdisc to {}: {}", ifname(ifindex), attach_errno(err)));
     // A fixed handle and priority with REPLACE: a restart swaps the program in one step.
     LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE,
                 .handle = kTcHandle, .priority = kTcPriority);
     if (int err = bpf_tc_attach(&hook, &opts); err < 0)
         return std::unexpected(fmt::format("cannot attach the tc program to {} {}: {}",
-                                           ifname(ifindex), to_string(dir), errno_text(err)));
+                                           ifname(ifindex), to_string(dir), attach_errno(err)));
     return AttachResult{"clsact", ""};
 }
 
@@ -343,7 +350,7 @@ Result<void> detach_tc(int ifindex, Direction dir, const std::string &link_dir) 
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (int err = bpf_tc_detach(&hook, &opts); err < 0)
         return std::unexpected(fmt::format("{} has no tricolor tc program on {}: {}",
-                                           ifname(ifindex), to_string(dir), errno_text(err)));
+                                           ifname(ifindex), to_string(dir), attach_errno(err)));
     return {};
 }
 
