@@ -65,6 +65,17 @@ bound=$(python3 -c "print(int(16384 + 1e6 * ($t1 - $t0)))")
 check "it polices: green $green bytes <= CBS + CIR*T = $bound" test "$green" -le "$bound"
 check "and red is dropped" test "$(ctl -j stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["policies"][0]["red"]["packets"])')" -gt 0
 
+# Links on cgroups, as tricolor with its three capabilities: a --per cgroup policy, and
+# --shape sockets (sock_ops on the root cgroup) over a tc egress attachment.
+mkdir -p /sys/fs/cgroup/soak.slice/a
+check "attach gh tc egress" ctl attach gh --hook tc --direction egress
+check "a cgroup policy" ctl policy add cg --algo srtcm --cir 1mbit --cbs 8k --ebs 0 \
+    --match cgroup 'soak.slice/*' --per cgroup
+check "a --shape sockets policy" ctl policy add shaped --algo srtcm --cir 10mbit --cbs 64k \
+    --ebs 0 --match proto tcp --match dport 5201 --shape sockets
+sleep 1
+check "its cgroup is matched" sh -c 'tricolorctl -j stats | grep -q "soak.slice/a"'
+
 # systemctl reload: the config file becomes what runs.
 cat >/etc/tricolor/tricolor.yaml <<'EOF'
 attachments:
