@@ -38,11 +38,8 @@ struct Request {
     alignas(nlmsghdr) char buf[128] = {};
     nlmsghdr &h() { return *reinterpret_cast<nlmsghdr *>(buf); }
     template <typename Fixed>
-    Fixed &fixed() {
-        return *reinterpret_cast<Fixed *>(buf + NLMSG_HDRLEN);
-    }
-    template <typename Fixed>
-    Request(uint16_t type, uint16_t flags, const Fixed &) {
+    Request(uint16_t type, uint16_t flags, const Fixed &fixed) {
+        memcpy(buf + NLMSG_HDRLEN, &fixed, sizeof(fixed));
         h().nlmsg_len = NLMSG_LENGTH(sizeof(Fixed));
         h().nlmsg_type = type;
         h().nlmsg_flags = flags;
@@ -89,10 +86,24 @@ int nsid_of(int s, pid_t pid) {
     return -1;
 }
 
+// RTM_GETLINK of the interface @ifname: in the namespace of the socket it is sent on, or (with
+// @nsid >= 0) in the namespace that has that id there.
+Request link_request(const std::string &ifname, int32_t nsid = -1) {
+    ifinfomsg info{};
+    info.ifi_family = AF_UNSPEC;
+    Request req(RTM_GETLINK, NLM_F_REQUEST, info);
+    char name[IFNAMSIZ] = {};
+    memcpy(name, ifname.data(), std::min<size_t>(ifname.size(), IFNAMSIZ - 1));
+    req.add(IFLA_IFNAME, name, strlen(name) + 1);
+    if (nsid >= 0)
+        req.add(IFLA_TARGET_NETNSID, &nsid, sizeof(nsid));
+    return req;
+}
+
 // IFLA_LINK of the reply to @req (an RTM_GETLINK), 0 when none.
-int link_of_reply(int s, nlmsghdr &req) {
+int link_of_reply(int s, Request &req) {
     char buf[8192];
-    nlmsghdr *h = ask(s, req, buf, sizeof(buf));
+    nlmsghdr *h = ask(s, req.h(), buf, sizeof(buf));
     if (!h || h->nlmsg_type != RTM_NEWLINK)
         return 0;
     auto *info = static_cast<ifinfomsg *>(NLMSG_DATA(h));
@@ -110,15 +121,8 @@ int veth_peer_ifindex_of(pid_t pid, const std::string &ifname) {
         return 0;
     int peer = 0;
     if (int nsid = nsid_of(s, pid); nsid >= 0) {
-        ifinfomsg info{};
-        info.ifi_family = AF_UNSPEC;
-        Request req(RTM_GETLINK, NLM_F_REQUEST, info);
-        char name[IFNAMSIZ] = {};
-        memcpy(name, ifname.data(), std::min<size_t>(ifname.size(), IFNAMSIZ - 1));
-        req.add(IFLA_IFNAME, name, strlen(name) + 1);
-        int32_t target = nsid;
-        req.add(IFLA_TARGET_NETNSID, &target, sizeof(target));
-        peer = link_of_reply(s, req.h());
+        Request req = link_request(ifname, nsid);
+        peer = link_of_reply(s, req);
     }
     close(s);
     return peer;
@@ -139,43 +143,13 @@ int veth_peer_ifindex(const std::string &netns, const std::string &ifname) {
         int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
         if (s < 0)
             return;
-        struct {
-            nlmsghdr h;
-            ifinfomsg i;
-            char attrs[64];
-        } req{};
-        req.h.nlmsg_type = RTM_GETLINK;
-        req.h.nlmsg_flags = NLM_F_REQUEST;
-        req.i.ifi_family = AF_UNSPEC;
-        auto *a = reinterpret_cast<rtattr *>(req.attrs);
-        const size_t n = std::min<size_t>(ifname.size(), IFNAMSIZ - 1);
-        a->rta_type = IFLA_IFNAME;
-        a->rta_len = static_cast<unsigned short>(RTA_LENGTH(n + 1));
-        memcpy(RTA_DATA(a), ifname.data(), n);
-        req.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifinfomsg)) + RTA_ALIGN(a->rta_len);
-        if (send(s, &req, req.h.nlmsg_len, 0) < 0) {
-            close(s);
-            return;
-        }
-        char buf[8192];
-        ssize_t len = recv(s, buf, sizeof(buf), 0);
+        Request req = link_request(ifname);
+        peer = link_of_reply(s, req);
         close(s);
-        auto *h = reinterpret_cast<nlmsghdr *>(buf);
-        if (len <= 0 || !NLMSG_OK(h, static_cast<unsigned>(len)) || h->nlmsg_type != RTM_NEWLINK)
-            return;
-        auto *info = static_cast<ifinfomsg *>(NLMSG_DATA(h));
-        int alen = static_cast<int>(IFLA_PAYLOAD(h));
-        for (auto *at = IFLA_RTA(info); RTA_OK(at, alen); at = RTA_NEXT(at, alen))
-            if (at->rta_type == IFLA_LINK)
-                peer = *static_cast<int *>(RTA_DATA(at));
     });
     t.join();
     return peer;
 }
-
-} // namespace
-
-namespace {
 
 std::string name_of(int ifindex) {
     char name[IF_NAMESIZE] = {};
@@ -193,7 +167,8 @@ std::string veth_peer_name(const std::string &netns_path, const std::string &ifn
 std::string veth_peer_name(pid_t pid, const std::string &ifname) {
     if (auto n = name_of(veth_peer_ifindex_of(pid, ifname)); !n.empty())
         return n;
-    // A kernel without IFLA_TARGET_NETNSID in RTM_GETLINK (before 4.20): from inside.
+    // Where the host's rtnetlink does not say (it answers RTM_NEWNSID only to CAP_NET_ADMIN):
+    // from inside, as root can.
     return veth_peer_name("/proc/" + std::to_string(pid) + "/ns/net", ifname);
 }
 
