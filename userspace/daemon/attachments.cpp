@@ -127,11 +127,16 @@ void Daemon::detach_all() {
 
 // An earlier daemon's programs, pinned for their ids (Datapath::program_ids), go once no hook of
 // ours runs them: they would keep flows --top from the heavy hitters (writers it cannot see).
+// Nothing to query once they are gone: an attach or detach request (a pod's, among hundreds of
+// attachments) does not pay a netlink query per attachment.
 void Daemon::release_previous_programs() {
+    if (!dp_->holds_previous_programs())
+        return;
+    const ProgramIds ours = dp_->program_ids();
     ProgramIds running;
     for (const auto &a : attachments_)
         if (auto idx = interface_index(a.iface))
-            if (auto s = query_hook(a, *idx, dp_->program_ids()); s.prog_id)
+            if (auto s = query_hook(a, *idx, ours); s.prog_id)
                 running.push_back(s.prog_id);
     dp_->release_previous_programs(running);
 }

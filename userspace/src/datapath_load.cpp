@@ -331,6 +331,10 @@ ProgramIds Datapath::program_ids() const {
     return ids;
 }
 
+bool Datapath::holds_previous_programs() const {
+    return !impl_->previous_progs.empty();
+}
+
 size_t Datapath::release_previous_programs(const ProgramIds &still_attached) {
     size_t n = 0;
     std::erase_if(impl_->previous_progs, [&](const auto &p) {

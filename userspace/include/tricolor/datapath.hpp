@@ -192,6 +192,7 @@ class Datapath {
     // attach.hpp). Once the hooks run this one's, release_previous_programs(@still_attached,
     // the ids the hooks run now) lets the earlier ones go; returns how many it unpinned.
     ProgramIds program_ids() const;
+    bool holds_previous_programs() const;
     size_t release_previous_programs(const ProgramIds &still_attached);
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
