@@ -147,7 +147,7 @@ int listen_on(const std::string &path, gid_t gid) {
     // Group ownership first, then the group's bits: there is never a moment when the socket
     // is open to a group other than the one asked for. The owner stays the daemon's user (root,
     // or the user of its own it runs as under systemd, which may give a socket to a group it is
-    // a member of: SupplementaryGroups=).
+    // a member of: Group= in a drop-in, docs/daemon.md).
     auto refuse = [&](const char *what) {
         int err = errno;
         close(fd);
@@ -156,7 +156,7 @@ int listen_on(const std::string &path, gid_t gid) {
             "cannot {} {}: {}{}", what, path, std::strerror(err),
             err == EPERM && geteuid() != 0
                 ? fmt::format(" (tricolord runs as uid {}: it must be a member of the group, "
-                              "e.g. SupplementaryGroups= in its unit)",
+                              "e.g. Group= in its unit: docs/daemon.md, \"Least privilege\")",
                               geteuid())
                 : ""));
     };

@@ -50,7 +50,7 @@ struct CommandLine {
     DaemonOptions daemon;
     std::string socket_group;
     std::string fleet_fallback = "share";
-    std::string web;         // --web as given ("" none), then as listened on (ADDR:PORT)
+    std::string web;         // --web as given ("" none), then as ADDR:PORT (a port alone: loopback)
     std::string prepare_for; // --prepare-pin-dir USER: only that, then exit
 };
 

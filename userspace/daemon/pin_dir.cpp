@@ -115,10 +115,6 @@ void check_pin_dir(const std::string &pin_dir) {
         pin_dir, existing.string(), bpf_root.string(), bpf_root.string(), p.string(), p.string()));
 }
 
-} // namespace tricolor::tricolord
-
-namespace tricolor::tricolord {
-
 namespace {
 
 uint32_t pinned_map_id(const std::string &path) {

@@ -328,6 +328,5 @@
     if (c) { c.plot.destroy(); c.el.remove(); charts.delete(name); }
     if (view) draw();
   });
-  window.tricolorPage = { hist, windowRate }; // for tests/web and the curious
   poll();
 })();
