@@ -169,15 +169,32 @@ attachments:
             sh(UDP, "tcp-send", PEER, "5201", "10", check=False)
             recv.wait()
 
+    def held(self, cleared, clear):
+        """While the soak is paused: @clear once, say so (@cleared), wait; False otherwise."""
+        if not self.pause.is_set():
+            return False
+        if not cleared.is_set():
+            clear()
+            cleared.set()
+        self.stop.wait(0.1)
+        return True
+
+    def clear_churn(self):
+        for i in range(20):
+            self.ctl("policy", "del", f"churn-{i}")
+
+    def clear_env(self):
+        for i in range(4):
+            sh("ip", "link", "del", f"soakv{i}", check=False)
+            try:
+                os.rmdir(os.path.join(self.cg_root, f"c{i}"))
+            except OSError:
+                pass
+
     def churn(self):
         n = 0
         while not self.stop.is_set():
-            if self.pause.is_set():
-                if not self.churn_clear.is_set():
-                    for i in range(20):
-                        self.ctl("policy", "del", f"churn-{i}")
-                    self.churn_clear.set()
-                time.sleep(0.1)
+            if self.held(self.churn_clear, self.clear_churn):
                 continue
             began = time.time()
             name = f"churn-{n % 20}"
@@ -196,16 +213,7 @@ attachments:
     def veths_and_cgroups(self):
         k = 0
         while not self.stop.is_set():
-            if self.pause.is_set():
-                if not self.env_clear.is_set():
-                    for i in range(4):
-                        sh("ip", "link", "del", f"soakv{i}", check=False)
-                        try:
-                            os.rmdir(os.path.join(self.cg_root, f"c{i}"))
-                        except OSError:
-                            pass
-                    self.env_clear.set()
-                self.stop.wait(0.1)
+            if self.held(self.env_clear, self.clear_env):
                 continue
             name = f"soakv{k % 4}"
             if os.path.exists(f"/sys/class/net/{name}"):
@@ -342,12 +350,8 @@ attachments:
             self.daemon.wait(timeout=10)
         for p in self.procs:
             p.kill()
+        self.clear_env()
         self.cleanup_lab()
-        for c in range(4):
-            try:
-                os.rmdir(os.path.join(self.cg_root, f"c{c}"))
-            except OSError:
-                pass
         try:
             os.rmdir(self.cg_root)
         except OSError:
