@@ -157,37 +157,41 @@ Daemon::~Daemon() {
     std::filesystem::remove_all(dir_);
 }
 
-void Daemon::start() {
-    pid_ = fork();
-    if (pid_ == 0) {
-        int log = open((dir_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(log, 1);
-        dup2(log, 2);
-        std::vector<std::string> args = {tricolord_path(), "--socket",  socket(),      "--config",
-                                         config(),         "--pin-dir", pin_dir_,      "--flows",
-                                         "65536",          "--metrics", "127.0.0.1:0", "--state",
-                                         state()};
-        args.insert(args.end(), extra_.begin(), extra_.end());
-        std::vector<char *> argv;
-        for (auto &a : args)
-            argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
+pid_t start_daemon_process(std::vector<std::string> argv, const std::string &log,
+                           const std::string &socket) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        std::vector<char *> v;
+        for (auto &a : argv)
+            v.push_back(a.data());
+        v.push_back(nullptr);
+        execv(v[0], v.data());
         _exit(127);
     }
     const int tries = static_cast<int>(200 * time_scale()); // 25 ms each
     for (int i = 0; i < tries; ++i) {
-        if (control_request(socket(), {{"cmd", "status"}}))
-            return;
-        int status = 0;
-        if (waitpid(pid_, &status, WNOHANG) == pid_) {
-            pid_ = -1;
-            throw std::runtime_error("tricolord exited at start: " + log());
-        }
+        if (control_request(socket, {{"cmd", "status"}}))
+            return pid;
+        if (waitpid(pid, nullptr, WNOHANG) == pid)
+            throw std::runtime_error("tricolord exited at start: " + read_file(log));
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
     throw std::runtime_error(
-        fmt::format("tricolord did not answer within {} s: {}", tries / 40, log()));
+        fmt::format("tricolord did not answer within {} s: {}", tries / 40, read_file(log)));
+}
+
+void Daemon::start() {
+    std::vector<std::string> args = {
+        tricolord_path(), "--socket", socket(),    "--config",    config(),  "--pin-dir", pin_dir_,
+        "--flows",        "65536",    "--metrics", "127.0.0.1:0", "--state", state()};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = -1;
+    pid_ = start_daemon_process(std::move(args), dir_ + "/log", socket());
 }
 
 void Daemon::kill9() {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <sys/types.h>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -41,6 +42,12 @@ class Lab {
     std::string ns_if;
     std::string host_v4, ns_v4, host_v6, ns_v6;
 };
+
+// Starts @argv (tricolord, or what runs it: setpriv) with its output appended to @log, and
+// returns its pid once it answers on @socket; throws, with the log, when it exits first or
+// does not answer (then it is killed).
+pid_t start_daemon_process(std::vector<std::string> argv, const std::string &log,
+                           const std::string &socket);
 
 class Daemon {
   public:

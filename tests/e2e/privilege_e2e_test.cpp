@@ -8,8 +8,6 @@
 // status; and each capability missing is named.
 #include "lab.hpp"
 
-#include "tricolor/control.hpp"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,7 +18,6 @@
 #include <filesystem>
 #include <thread>
 
-#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -101,29 +98,7 @@ class LeastPrivilege : public ::testing::Test {
         return a;
     }
     void start(const std::string &caps, std::vector<std::string> extra = {}) {
-        auto argv = daemon_argv(caps, std::move(extra));
-        pid_ = fork();
-        if (pid_ == 0) {
-            int fd = open((dir_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            dup2(fd, 1);
-            dup2(fd, 2);
-            std::vector<char *> v;
-            for (auto &s : argv)
-                v.push_back(s.data());
-            v.push_back(nullptr);
-            execv(v[0], v.data());
-            _exit(127);
-        }
-        for (int i = 0; i < 200 * time_scale(); ++i) {
-            if (control_request(socket(), {{"cmd", "status"}}))
-                return;
-            if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-                pid_ = -1;
-                FAIL() << "tricolord exited at start: " << log();
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(25));
-        }
-        FAIL() << "tricolord did not answer: " << log();
+        pid_ = start_daemon_process(daemon_argv(caps, std::move(extra)), dir_ + "/log", socket());
     }
     void stop(int sig = SIGTERM) {
         if (pid_ > 0) {
