@@ -376,8 +376,9 @@ struct tcm_flow_seed {
  * is in tcm_flow_slots now (flow_move_old in bpf/lib/flow.h). */
 #define TCM_FLOW_MOVED 2u
 /* tcm_flows_moving (.rodata): which tables of before hold flows that move at their next packet. */
-#define TCM_MOVING_OLD 1u  /* tcm_flows_old: keyed by the whole tcm_flow_key (44 bytes) */
-#define TCM_MOVING_PREV 2u /* tcm_flows_prev: a hash map keyed by tcm_flow_id */
+#define TCM_MOVING_OLD 1u   /* tcm_flows_old: keyed by the whole tcm_flow_key (44 bytes) */
+#define TCM_MOVING_PREV 2u  /* tcm_flows_prev: a hash map keyed by tcm_flow_id */
+#define TCM_MOVING_SLOTS 4u /* tcm_flow_slots_prev: a table of slots of another size (a resize) */
 
 #define TCM_FLOW_F_STARTED 0x1u /* buckets filled at the first packet */
 
@@ -425,6 +426,8 @@ struct tcm_slot_scratch {
     __u32 idx;             /* the slot being looked at (a map key) */
     __s32 found;           /* the slot of the flow, made by another meanwhile; -1: none */
     __s32 claimed;         /* a free slot claimed for it; -1: none */
+    __u32 prev_idx;        /* the slot of the table of before being looked at (a map key) */
+    __s32 prev;            /* the flow's slot in the table of before (a resize); -1: none */
 };
 
 /* tcm_flow_meta: what the table's layout depends on, kept with its pin (and, for the data path,

@@ -109,6 +109,11 @@ const volatile __u32 tcm_slot_mask = 63;
 const volatile __u32 tcm_slot_capacity = 32;
 const volatile __u32 tcm_slot_seed[TCM_SLOT_SEED_WORDS] = {};
 
+/* The layout of the table of slots of before a resize (tcm_flow_slots_prev), set at load with
+ * TCM_MOVING_SLOTS. */
+const volatile __u32 tcm_prev_slot_mask = 63;
+const volatile __u32 tcm_prev_slot_seed[TCM_SLOT_SEED_WORDS] = {};
+
 /* Whether slot @s holds the flow @id: head and words, compared without a branch per word. */
 static __always_inline int flow_slot_holds(const struct tcm_flow_slot *s,
                                            const struct tcm_flow_id *id) {
@@ -233,7 +238,16 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
     struct tcm_flow_id *id = &sk->id;
     struct tcm_flow_key *ok = NULL;
     struct tcm_flow *old = NULL;
-    if (tcm_flows_moving & TCM_MOVING_PREV)
+    int in_slots = 0;
+    if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->prev >= 0) {
+        void *before = bpf_map_lookup_elem(&tcm_flow_slots_prev, &zero);
+        struct tcm_flow_slot *ps = before ? bpf_map_lookup_elem(before, &sk->prev_idx) : NULL;
+        if (ps) {
+            old = &ps->flow;
+            in_slots = 1;
+        }
+    }
+    if (!old && (tcm_flows_moving & TCM_MOVING_PREV))
         old = bpf_map_lookup_elem(&tcm_flows_prev, id);
     if (!old && (tcm_flows_moving & TCM_MOVING_OLD)) {
         ok = bpf_map_lookup_elem(&tcm_tuple_key, &zero);
@@ -257,9 +271,10 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
     s->flow = *old;
     flow_slot_publish(s, id);
     __sync_lock_test_and_set(&old->lock, TCM_FLOW_MOVED);
+    /* A slot of before stays as it is, moved: its table goes whole once every flow has. */
     if (ok)
         bpf_map_delete_elem(&tcm_flows_old, ok);
-    else
+    else if (!in_slots)
         bpf_map_delete_elem(&tcm_flows_prev, id);
     return TCM_MOVE_DONE;
 }
@@ -315,6 +330,36 @@ __attribute__((noinline)) int flow_slot_scan(void) {
     return 0;
 }
 
+/* The slot of the flow being made (tcm_slot_key's id) in the table of slots of before a resize,
+ * under that table's layout, into the scratch's prev (-1: not there). Under the new home's
+ * guard, as flow_slot_scan: user space moving the same flow takes that guard too. A global
+ * function of its own, for the same reason. */
+__attribute__((noinline)) int flow_prev_scan(void) {
+    __u32 zero = 0;
+    struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    if (!sk)
+        return 0;
+    sk->prev = -1;
+    void *before = bpf_map_lookup_elem(&tcm_flow_slots_prev, &zero);
+    if (!before)
+        return 0;
+    __u32 home = TCM_SLOT_HOME(&sk->id, tcm_prev_slot_seed, tcm_prev_slot_mask);
+    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
+        sk->prev_idx = (home + i) & tcm_prev_slot_mask;
+        struct tcm_flow_slot *s = bpf_map_lookup_elem(before, &sk->prev_idx);
+        if (!s || s->id.head == TCM_SLOT_EMPTY)
+            break;
+        /* Moved already (and since reclaimed from the slots, or this would not be asked):
+         * not there, or its next packet would wait on a lock no one releases. */
+        if (flow_slot_holds(s, &sk->id)) {
+            if (s->flow.lock != TCM_FLOW_MOVED)
+                sk->prev = (int)sk->prev_idx;
+            break;
+        }
+    }
+    return 0;
+}
+
 /* Creates the flow of @key under @pol, which flow_slot_get did not find: under its home slot's
  * guard (two packets of one new flow on two CPUs: the second finds what the first created),
  * looks again, then takes the first free slot of the probe sequence (a cmpxchg on its head:
@@ -344,6 +389,8 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
             return TCM_SLOT_STUCK;
     }
     flow_slot_scan();
+    if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->found < 0 && sk->claimed >= 0)
+        flow_prev_scan();
     /* A slot claimed but not used is freed again, never emptied: another home's flow may have
      * been placed beyond it meanwhile, which an empty slot would hide. */
     int ret = sk->found, release = sk->found >= 0 ? sk->claimed : -1;

@@ -153,6 +153,30 @@ struct {
     __type(value, struct tcm_flow);
 } tcm_flows_old SEC(".maps");
 
+/* The table of slots of before a resize (tcm_flow_meta_prev's layout), while its flows move
+ * into tcm_flow_slots: a packet whose flow the slots lack looks here before starting a new one
+ * (flow_prev_scan, flow.h), and user space moves the rest once the programs of before are gone
+ * (Datapath::move_flows_of_before). Reached through an array of maps of one entry so that user
+ * space can drop it, and the kernel free it, while this program runs on: a map a program names
+ * directly lives as long as the program. The inner map's layout is set at load to the table of
+ * before's (bpf_map__set_inner_map_fd); otherwise the entry is empty and no packet reads it
+ * (tcm_flows_moving has no TCM_MOVING_SLOTS). */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __array(
+        values, struct {
+            __uint(type, BPF_MAP_TYPE_ARRAY);
+            __uint(map_flags, BPF_F_MMAPABLE);
+            __uint(max_entries, 64);
+            __uint(key_size, sizeof(__u32));
+            /* a size, not a type: clang's BTF has only a forward declaration of a struct that
+             * appears in here */
+            __uint(value_size, sizeof(struct tcm_flow_slot));
+        });
+} tcm_flow_slots_prev SEC(".maps");
+
 /* The secret of the IPv6 5-tuple's key (tcm_flow_hash6): written by user space when the pinned
  * maps are created, before a program runs, and kept with them. */
 struct {

@@ -384,18 +384,85 @@ TEST_F(DatapathPinning, ANewDatapathAdoptsBucketsCountersAndTheActiveSet) {
         EXPECT_EQ(c.packets[TCM_GREEN], 3u); // one counted by a, two by b
         EXPECT_EQ(c.packets[TCM_RED], 1u);
     }
-    {
-        DatapathOptions bigger = o;
-        bigger.flow_capacity = 128;
-        try {
-            Datapath c(bigger);
-            ADD_FAILURE() << "a pinned table of another capacity must be refused";
-        } catch (const std::runtime_error &e) {
-            EXPECT_THAT(e.what(), ::testing::HasSubstr("another --flows"));
-        }
-    }
     Datapath::remove_pins(pin);
     EXPECT_FALSE(std::filesystem::exists(pin));
+}
+
+// Another capacity than the pinned table's (--flows changed at a restart): the table becomes
+// the table of before and a new one of the new size is made; a flow moves into it at its next
+// packet, or when user space moves the rest, with its tokens and counters: a flow that had 2000
+// of 3000 tokens passes two more 1000-byte packets, not three, whichever moved it. The table of
+// before is listed meanwhile and dropped, pins and all, once empty.
+TEST_F(DatapathPinning, AnotherCapacityResizesTheTableAndEveryFlowMovesWhole) {
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    ASSERT_EQ(three_flows().size(), 3u);
+    DatapathOptions bigger = o;
+    bigger.flow_capacity = 256;
+    Datapath b(bigger);
+    EXPECT_TRUE(b.adopted());
+    EXPECT_TRUE(b.moving_flows_of_before());
+    for (const char *name : {"tcm_flow_slots_prev", "tcm_flow_meta_prev", "tcm_flow_slots"})
+        EXPECT_TRUE(std::filesystem::exists(dir + "/" + name)) << name;
+    b.set_clock(5000000000);
+    auto flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows)
+        EXPECT_FALSE(Flow::in_table(f.slot)) << "not moved yet: listed from the table of before";
+    // Source 1 moves at its next packet: 2000 tokens, two packets.
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_DROP);
+    flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u) << "a flow moved is listed once";
+    EXPECT_EQ(std::ranges::count_if(flows, [](const Flow &f) { return Flow::in_table(f.slot); }),
+              1);
+    // User space moves the other two, and drops the table of before: no program of before is
+    // left to make a flow there once their pins go (as the daemon's start releases them).
+    auto moved = b.move_flows_of_before();
+    EXPECT_EQ(moved.moved, 2u);
+    EXPECT_FALSE(moved.dropped) << "the programs of before are pinned under progs/";
+    EXPECT_TRUE(b.moving_flows_of_before());
+    b.release_previous_programs({});
+    moved = b.move_flows_of_before();
+    EXPECT_EQ(moved.moved, 0u);
+    EXPECT_EQ(moved.left, 0u);
+    EXPECT_TRUE(moved.dropped);
+    EXPECT_FALSE(b.moving_flows_of_before());
+    for (const char *name : {"tcm_flow_slots_prev", "tcm_flow_meta_prev", "tcm_flow_tuples_prev"})
+        EXPECT_FALSE(std::filesystem::exists(dir + "/" + name)) << name;
+    flows = b.flows();
+    ASSERT_EQ(flows.size(), 3u);
+    for (const auto &f : flows) {
+        EXPECT_TRUE(Flow::in_table(f.slot));
+        EXPECT_EQ(f.state.lock, 0u);
+        const bool one = f.key.src[3] == inet_addr("198.18.0.1");
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN], one ? 3u : 1u);
+        EXPECT_EQ(f.state.counters.packets[TCM_RED], one ? 1u : 0u);
+    }
+    // Source 2, moved by user space, kept its 2000 tokens too.
+    EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_PASS);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.2")).retval, XDP_DROP);
+    // The new table holds 256 flows: 300 sources make 253 beside the three, and the rest are
+    // metered in the policy's bucket (counted as table full).
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+    ps.per = TCM_PER_SRC;
+    Policy wide = policy(5, "wide", Algo::srtcm, 8000000, 3000, 0);
+    wide.per = TCM_PER_SRC;
+    wide.match.dst = Prefix{false, {198, 19, 0, 2}, 32};
+    ASSERT_TRUE(b.apply({ps, wide}).has_value());
+    ASSERT_EQ(b.flows().size(), 3u) << "policy 4 unchanged: its flows stay";
+    for (uint32_t i = 0; i < 300; ++i) {
+        auto f =
+            Packet()
+                .ipv4(fmt::format("198.18.{}.{}", 10 + i / 200, i % 200 + 1).c_str(), "198.19.0.2")
+                .udp(1, 2)
+                .l3_size(100)
+                .build();
+        b.run_xdp(f);
+    }
+    EXPECT_EQ(b.flows().size(), 256u);
+    EXPECT_EQ(b.global_counters().table_full, 300u - 253u);
 }
 
 // A pin directory of a daemon whose flow table was keyed by the whole tcm_flow_key (44 bytes):

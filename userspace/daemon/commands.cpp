@@ -409,6 +409,9 @@ json Daemon::cmd_status(const json &) {
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s
                  {"capacity", options_.flow_capacity},
                  {"reclaimed", reclaimed_total_},
+                 // A resize's table of before still holds flows to move (moments at most).
+                 {"moving", dp_->moving_flows_of_before()},
+                 {"moved", moved_total_},
                  {"top", top}}}});
 }
 

@@ -242,6 +242,10 @@ class Daemon {
 
     // flow_passes.cpp
     size_t flow_pass(bool reclaim);
+    // After a resize of the flow table (another --flows): its flows of before that no packet
+    // has moved yet, moved (at the start once every hook runs this daemon's programs, then at
+    // each pass until none is left). Under mu_.
+    void move_flows_of_before(bool at_start);
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their
     // handlers.
@@ -280,6 +284,7 @@ class Daemon {
     std::string page_address_; // --web: "" none
     std::string started_from_; // "config", "state" or "nothing"
     uint64_t reclaimed_total_ = 0;
+    uint64_t moved_total_ = 0; // flows moved from a table of before by this daemon
     mutable int journal_fd_ = -1;
     mutable off_t journal_before_ = 0; // its size before the last record
     mutable size_t journal_records_ = 0;

@@ -4,6 +4,8 @@
 // --top's heavy hitters.
 #include "daemon.hpp"
 
+#include <fmt/format.h>
+
 namespace tricolor {
 
 size_t Daemon::reclaim_idle_flows() {
@@ -16,10 +18,25 @@ void Daemon::count_flows() {
 
 // The lock is held only to begin and end the pass and for each chunk of deletions, not for the
 // walk (0.5 s at 2^20 flows): requests, flows --top among them, and scrapes go on meanwhile.
+void Daemon::move_flows_of_before(bool at_start) {
+    if (!dp_->moving_flows_of_before())
+        return;
+    auto r = dp_->move_flows_of_before();
+    moved_total_ += r.moved;
+    if (at_start)
+        startup_notes.push_back(
+            fmt::format("the flow table holds {} flows now, not as many as its table of before: "
+                        "{} flows moved into it with their tokens and counters{}",
+                        options_.flow_capacity, r.moved,
+                        r.dropped ? ", the table of before dropped"
+                                  : fmt::format(", {} left for the next passes", r.left)));
+}
+
 size_t Daemon::flow_pass(bool reclaim) {
     FlowPass pass;
     {
         std::lock_guard lock(mu_);
+        move_flows_of_before(false);
         // Under pressure (the table 90% full) the idle timeout does not hold a full flow back.
         pass =
             dp_->begin_flow_pass(reclaim, static_cast<uint64_t>(options_.flow_idle_timeout * 1e9),

@@ -88,7 +88,7 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
                    "root or CAP_NET_ADMIN");
     app.add_option("--pin-dir", o.pin_dir, "bpffs directory for the pinned maps")
         ->capture_default_str();
-    app.add_option("--flows", o.flow_capacity, "Flow table capacity (fixed at first start)")
+    app.add_option("--flows", o.flow_capacity, "Flow table capacity; another at a restart resizes the pinned table, its flows moved into the new one with their tokens and counters")
         ->capture_default_str()
         ->check(CLI::Range(1u, 1u << 26));
     app.add_option("--metrics", o.metrics,

@@ -138,6 +138,8 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
             startup_warnings.push_back(e.what());
         }
     }
+    // Every hook runs this daemon's programs now: a resize's flows of before can move.
+    move_flows_of_before(true);
     // Container engines last: what they make goes through handle(), on the set just loaded.
     follow_engines();
 }

@@ -162,7 +162,7 @@ int Datapath::cgroup_in_prog_fd() {
         }
     }
     s->rodata->tcm_test_clock = im.testing ? 1 : 0;
-    detail::set_flow_layout(s->rodata, *im.meta, im.flows_moving);
+    detail::set_flow_layout(s->rodata, *im.meta, im.flows_moving, im.prev_layout);
     if (auto loaded =
             load_bpf("the cgroup ingress program", [&] { return tricolor_cgin::load(s); });
         !loaded) {
@@ -209,6 +209,9 @@ std::vector<Datapath::CgroupBucket> Datapath::cgroup_buckets(uint32_t policy_id)
             tcm_flow f{};
             if (impl_->read_flow(k, f) >= 0) {
                 b.counters = f.counters;
+            } else if (int64_t at = impl_->find_slot_of_before(k);
+                       at >= 0 && impl_->read_slot_of_before(static_cast<uint32_t>(at), k, f)) {
+                b.counters = f.counters; // in the table of before a resize, not moved yet
             } else if ((impl_->flows_moving & TCM_MOVING_PREV) &&
                        bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_flows_prev), &k, &f) ==
                            0 &&

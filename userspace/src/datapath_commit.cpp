@@ -232,6 +232,13 @@ void Datapath::Impl::SetWriter::delete_flows_if(const std::function<bool(uint32_
             impl_.drop_flow_tuple(id);
     }
     impl_.free_dying();
+    if (impl_.prev_slots)
+        for (uint32_t i = 0; i < impl_.prev_layout->slots; ++i) {
+            tcm_flow_id id;
+            tcm_flow state;
+            if (impl_.read_slot_of_before(i, id, state) && drop(TCM_FLOW_POLICY(id.head)))
+                impl_.kill_slot_of_before(i, id, nullptr);
+        }
     if (impl_.flows_moving & TCM_MOVING_PREV) {
         int prev_fd = fd(skel_->maps.tcm_flows_prev);
         auto policy = [](const tcm_flow_id &k) { return TCM_FLOW_POLICY(k.head); };

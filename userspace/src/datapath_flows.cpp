@@ -39,11 +39,11 @@ bool unchanged_since(const tcm_flow &now, const tcm_flow &then) {
            std::memcmp(&now.counters, &then.counters, sizeof(now.counters)) == 0;
 }
 
-} // namespace
-
-int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
-    const uint32_t mask = meta->slots - 1;
-    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, mask);
+// The slot of the live flow @id in the table @slots of layout @m, or -1 (as flow_slot_lookup in
+// bpf/lib/flow.h finds it).
+int64_t find_in(const tcm_flow_slot *slots, const tcm_flow_meta &m, const tcm_flow_id &id) {
+    const uint32_t mask = m.slots - 1;
+    const uint32_t home = TCM_SLOT_HOME(&id, m.seed, mask);
     for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
         const uint32_t idx = (home + i) & mask;
         const tcm_flow_slot *s = &slots[idx];
@@ -56,8 +56,8 @@ int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
     return -1;
 }
 
-bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const {
-    const tcm_flow_slot *s = &slots[idx];
+// Slot @s's flow, with true, if it holds one that stayed while it was read.
+bool read_in(const tcm_flow_slot *s, tcm_flow_id &id, tcm_flow &state) {
     const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
     if (!TCM_SLOT_LIVE(head))
         return false;
@@ -67,8 +67,9 @@ bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) c
     return __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE) == head && id.head == head;
 }
 
-bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect) {
-    tcm_flow_slot *s = &slots[idx];
+// Marks slot @s, if it still holds @id, dead: whatever packets do (no @expect), or under the
+// flow's lock, as a packet, only if none came since @expect was read. False if it did not.
+bool kill_in(tcm_flow_slot *s, const tcm_flow_id &id, const tcm_flow *expect) {
     if (__atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE) != id.head ||
         std::memcmp(s->id.w, id.w, sizeof(id.w)) != 0)
         return false;
@@ -76,25 +77,50 @@ bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_fl
         // Whatever packets do: the head is not the lock's (a packet that holds the flow meters
         // a dead slot, which no one takes before free_dying's grace period).
         uint32_t head = id.head;
-        if (!__atomic_compare_exchange_n(&s->id.head, &head, TCM_SLOT_DYING, false,
-                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-            return false;
-    } else {
-        // Under the flow's lock, as a packet: deleted only if none came since @expect was read.
-        uint32_t unlocked = 0;
-        if (!__atomic_compare_exchange_n(&s->flow.lock, &unlocked, 1u, false, __ATOMIC_SEQ_CST,
-                                         __ATOMIC_SEQ_CST))
-            return false;
-        const bool same = unchanged_since(s->flow, *expect);
-        if (same)
-            __atomic_store_n(&s->id.head, TCM_SLOT_DYING, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_RELEASE);
-        if (!same)
-            return false;
+        return __atomic_compare_exchange_n(&s->id.head, &head, TCM_SLOT_DYING, false,
+                                           __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
+    uint32_t unlocked = 0;
+    if (!__atomic_compare_exchange_n(&s->flow.lock, &unlocked, 1u, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return false;
+    const bool same = unchanged_since(s->flow, *expect);
+    if (same)
+        __atomic_store_n(&s->id.head, TCM_SLOT_DYING, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_RELEASE);
+    return same;
+}
+
+} // namespace
+
+int64_t Datapath::Impl::find_slot(const tcm_flow_id &id) const {
+    return find_in(slots, *meta, id);
+}
+
+bool Datapath::Impl::read_slot(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const {
+    return read_in(&slots[idx], id, state);
+}
+
+bool Datapath::Impl::kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect) {
+    if (!kill_in(&slots[idx], id, expect))
+        return false;
     __atomic_fetch_sub(&meta->live, 1, __ATOMIC_SEQ_CST);
     dying.push_back(idx);
     return true;
+}
+
+int64_t Datapath::Impl::find_slot_of_before(const tcm_flow_id &id) const {
+    return prev_slots ? find_in(prev_slots, *prev_layout, id) : -1;
+}
+
+bool Datapath::Impl::read_slot_of_before(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const {
+    // A flow moved stays in its slot of before, its lock word saying so.
+    return read_in(&prev_slots[idx], id, state) && state.lock != TCM_FLOW_MOVED;
+}
+
+bool Datapath::Impl::kill_slot_of_before(uint32_t idx, const tcm_flow_id &id,
+                                         const tcm_flow *expect) {
+    return kill_in(&prev_slots[idx], id, expect);
 }
 
 void Datapath::Impl::free_dying() {
@@ -222,6 +248,13 @@ void Datapath::Impl::for_each_flow(F each) const {
             each(id, nullptr, state, i);
     }
     // Flows of the tables of before that no packet has moved yet.
+    if (prev_slots)
+        for (uint32_t i = 0; i < prev_layout->slots; ++i) {
+            tcm_flow_id id;
+            tcm_flow state;
+            if (read_slot_of_before(i, id, state))
+                each(id, nullptr, state, Flow::kInSlotsOfBefore | i);
+        }
     if (flows_moving & TCM_MOVING_PREV)
         detail::for_each_entry<tcm_flow_id, tcm_flow>(fd(skel->maps.tcm_flows_prev), 1,
                                                       [&](const tcm_flow_id &k, const tcm_flow *v) {
@@ -330,7 +363,7 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
         ++pass.flows;
         const uint64_t bytes = flow_bytes(*v);
         if (bytes >= pass.threshold) {
-            if (slot >= Flow::kInOld)
+            if (!Flow::in_table(slot))
                 pass.heavy_over_cap = true; // not tracked there: flows --top walks
             else if (pass.heavy.size() < pass.heavy_cap)
                 pass.heavy.push_back(k);
@@ -395,11 +428,17 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
     for (; pass.next_reclaim < end; ++pass.next_reclaim) {
         // Only if no packet came since the walk read it: one that did may have taken tokens.
         const Flow &f = todo[pass.next_reclaim];
-        if (f.slot < Flow::kInOld) {
+        if (Flow::in_table(f.slot)) {
             if (im.kill_slot(f.slot, f.id, &f.state)) {
                 ++pass.reclaimed;
                 im.drop_flow_tuple(f.id);
             }
+            continue;
+        }
+        if (f.slot < Flow::kInOld) { // in the table of slots of before a resize
+            if (im.prev_slots &&
+                im.kill_slot_of_before(f.slot - Flow::kInSlotsOfBefore, f.id, &f.state))
+                ++pass.reclaimed;
             continue;
         }
         // In a table of before: by its key there (the whole key in tcm_flows_old).
@@ -455,6 +494,10 @@ TopTracking Datapath::top_tracking() const {
 }
 
 size_t Datapath::foreign_flow_writers() const {
+    return programs_using(impl_->flows_map_id);
+}
+
+size_t Datapath::programs_using(uint32_t map_id) const {
     size_t n = 0;
     uint32_t id = 0;
     for (;;) {
@@ -473,7 +516,7 @@ size_t Datapath::foreign_flow_writers() const {
             continue; // gone meanwhile
         auto maps = prog_map_ids(fd);
         close(fd);
-        if (std::ranges::find(maps, impl_->flows_map_id) != maps.end())
+        if (std::ranges::find(maps, map_id) != maps.end())
             ++n;
     }
 }

@@ -59,6 +59,23 @@ struct Datapath::Impl {
     // next packet: listed and reclaimed from there meanwhile, and each pin removed once its
     // table is empty (datapath_flows.cpp).
     uint8_t flows_moving = 0;
+    // TCM_MOVING_SLOTS: the table of slots of before a resize (pinned tcm_flow_slots_prev, its
+    // layout from tcm_flow_meta_prev), reached by the programs through tcm_flow_slots_prev's
+    // one entry, and mapped here; its flows move into the table at their next packet or by
+    // move_flows_of_before, which then drops it (datapath_resize.cpp).
+    std::optional<tcm_flow_meta> prev_layout;
+    int prev_slots_fd = -1, prev_tuples_fd = -1;
+    tcm_flow_slot *prev_slots = nullptr;
+    size_t prev_slots_bytes = 0;
+    // Before the load: the table of before as the inner map's layout; after it: in the outer
+    // map's entry, mapped, its tuples copied over (datapath_resize.cpp).
+    void open_table_of_before();
+    void hand_over_table_of_before();
+    // Moves the flow in slot @idx of the table of before into the table (1), or finds none
+    // there (0) or cannot now (-1: a lock held, or no room).
+    int move_slot_of_before(uint32_t idx);
+    // Drops the table of before: its entry, mapping, pins.
+    void drop_table_of_before();
     uint32_t shaping = 0; // active policies with --shape sockets
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;
@@ -107,6 +124,11 @@ struct Datapath::Impl {
     bool kill_slot(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect);
     // frees the slots deleted so far once no packet can hold them (an RCU grace period);
     void free_dying();
+    // the same three in the table of slots of before a resize (prev_slots), where a deleted
+    // flow's slot stays dead (no flow is made there);
+    int64_t find_slot_of_before(const tcm_flow_id &id) const;
+    bool read_slot_of_before(uint32_t idx, tcm_flow_id &id, tcm_flow &state) const;
+    bool kill_slot_of_before(uint32_t idx, const tcm_flow_id &id, const tcm_flow *expect);
     // calls @each(id, whole key or nullptr, state, slot) for every flow of the table and of the
     // tables of before (flows not moved yet: slot Flow::kInPrev, or Flow::kInOld with the
     // whole key and an id of 0);
@@ -122,6 +144,11 @@ struct Datapath::Impl {
     ~Impl() {
         if (slots)
             munmap(slots, slots_bytes);
+        if (prev_slots)
+            munmap(prev_slots, prev_slots_bytes);
+        for (int f : {prev_slots_fd, prev_tuples_fd})
+            if (f >= 0)
+                close(f);
         if (meta)
             munmap(meta, meta_bytes());
         if (fleet)
@@ -144,12 +171,18 @@ namespace detail {
 // (tcm_store_release) in the .rodata of a program that finds flows (the data path's, the cgroup
 // ingress program's): frozen at its load.
 template <typename Rodata>
-void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving) {
+void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving,
+                     const std::optional<tcm_flow_meta> &before) {
     ro->tcm_slot_mask = layout.slots - 1;
     ro->tcm_slot_capacity = layout.capacity;
     for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
         ro->tcm_slot_seed[i] = layout.seed[i];
     ro->tcm_flows_moving = moving;
+    if (before) {
+        ro->tcm_prev_slot_mask = before->slots - 1;
+        for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
+            ro->tcm_prev_slot_seed[i] = before->seed[i];
+    }
 #if defined(__x86_64__) || defined(__i386__)
     ro->tcm_store_release = 1; // TSO: a plain store releases the flow lock (bpf/lib/flow.h)
 #endif

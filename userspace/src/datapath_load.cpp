@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include <sys/random.h>
@@ -80,26 +81,65 @@ std::pair<uint32_t, uint32_t> set_aside_old_flow_tables(const std::string &pin_p
     return {n_old, n_prev};
 }
 
+// The flow table's layout pinned at @path (a tcm_flow_meta), if there is one.
+std::optional<tcm_flow_meta> pinned_flow_layout(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return std::nullopt;
+    tcm_flow_meta m{};
+    uint32_t zero = 0;
+    int err = bpf_map_lookup_elem(fd, &zero, &m);
+    close(fd);
+    if (err != 0 || m.slots == 0)
+        return std::nullopt;
+    return m;
+}
+
+// Another capacity than the pinned flow table's (--flows changed): the table becomes the table
+// of before (its pins, and its tuples', renamed *_prev) and a new one is made; its flows move
+// into the new one at their next packet (flow_prev_scan in bpf/lib/flow.h) or when user space
+// moves them (Datapath::move_flows_of_before), tokens and counters whole. Refused, before any
+// pin is touched, if the table holds more flows than @capacity or an earlier move is not over.
+// Returns the layout of the table of before if there is one now (and sets TCM_MOVING_SLOTS).
+std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path, uint32_t capacity,
+                                                     uint8_t &moving) {
+    const std::string meta = pin_path + "/tcm_flow_meta",
+                      prev_meta = pin_path + "/tcm_flow_meta_prev";
+    auto now = pinned_flow_layout(meta);
+    auto prev = pinned_flow_layout(prev_meta);
+    if (now && now->capacity != capacity) {
+        if (prev || moving)
+            throw std::runtime_error(fmt::format(
+                "cannot resize the flow table pinned in {} from {} to {} flows: the flows of a "
+                "table of before still move into it (start with --flows {} until they have: "
+                "moments after the start)",
+                pin_path, now->capacity, capacity, now->capacity));
+        if (now->live > capacity)
+            throw std::runtime_error(fmt::format(
+                "cannot resize the flow table pinned in {} from {} to {} flows: it holds {} "
+                "(--flows must be at least that)",
+                pin_path, now->capacity, capacity, now->live));
+        for (const char *name : {"tcm_flow_slots", "tcm_flow_tuples", "tcm_flow_meta"}) {
+            const std::string from = pin_path + "/" + name, to = from + "_prev";
+            if (rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
+                throw std::runtime_error(fmt::format("cannot move the flow table of before {} to "
+                                                     "{}: {}",
+                                                     from, to, errno_text(errno)));
+        }
+        prev = now;
+    }
+    if (prev)
+        moving |= TCM_MOVING_SLOTS;
+    return prev;
+}
+
 // The flow table's layout for @capacity flows: a power of two of slots, at least twice as many,
 // and a new secret; or, if the table is pinned at @pin_path, what it was made with.
 tcm_flow_meta flow_table_layout(const std::string &pin_path, uint32_t capacity) {
+    if (!pin_path.empty())
+        if (auto m = pinned_flow_layout(pin_path + "/tcm_flow_meta"))
+            return *m; // set_aside_resized_table made sure it is @capacity's
     tcm_flow_meta m{};
-    if (!pin_path.empty()) {
-        int fd = bpf_obj_get((pin_path + "/tcm_flow_meta").c_str());
-        if (fd >= 0) {
-            uint32_t zero = 0;
-            int err = bpf_map_lookup_elem(fd, &zero, &m);
-            close(fd);
-            if (err == 0 && m.slots) {
-                if (m.capacity != capacity)
-                    throw std::runtime_error(fmt::format(
-                        "the flow table pinned in {} holds {} flows, not {} (another --flows? "
-                        "remove the pins to start afresh)",
-                        pin_path, m.capacity, capacity));
-                return m;
-            }
-        }
-    }
     if (capacity > (1u << 30))
         throw std::runtime_error(
             fmt::format("a flow table of {} flows is more than {}", capacity, 1u << 30));
@@ -202,6 +242,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                                                  impl_->pin_path, ec.message()));
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
+        impl_->prev_layout =
+            set_aside_resized_table(impl_->pin_path, o.flow_capacity, impl_->flows_moving);
         if (old)
             if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flows_old, old); err < 0)
                 throw std::runtime_error(
@@ -220,6 +262,7 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
                 m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
                 m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_tuple_key ||
                 m == impl_->skel->maps.tcm_slot_key || m == impl_->skel->maps.tcm_cgroup_bucket ||
+                m == impl_->skel->maps.tcm_flow_slots_prev ||
                 (m == impl_->skel->maps.tcm_flows_old && !(impl_->flows_moving & TCM_MOVING_OLD)) ||
                 (m == impl_->skel->maps.tcm_flows_prev && !(impl_->flows_moving & TCM_MOVING_PREV)))
                 continue;
@@ -242,7 +285,9 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
-    detail::set_flow_layout(impl_->skel->rodata, layout, impl_->flows_moving);
+    detail::set_flow_layout(impl_->skel->rodata, layout, impl_->flows_moving, impl_->prev_layout);
+    if (impl_->prev_layout)
+        impl_->open_table_of_before();
     if (auto problem = kernel_support_problem(); !problem.empty())
         throw std::runtime_error("cannot load the BPF data path: " + problem);
     if (auto loaded = load_bpf("the BPF data path", [&] { return tricolor_dp::load(impl_->skel); });
@@ -260,6 +305,8 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
     }
     draw_flow_seed(impl_->fd(impl_->skel->maps.tcm_flow_seed));
     impl_->map_flow_table(layout);
+    if (impl_->prev_layout)
+        impl_->hand_over_table_of_before();
     void *mem = mmap(nullptr, sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_SHARED,
                      impl_->fd(impl_->skel->maps.tcm_runtime), 0);
     if (mem == MAP_FAILED)

@@ -69,9 +69,12 @@ struct Flow {
     tcm_flow_key key; // the flow's identity in full (tcm_flow_tuples for an IPv6 5-tuple)
     tcm_flow state;
     tcm_flow_id id{}; // its id; 0 in a flow table of before keyed by the whole key
-    // Where it is: its slot in tcm_flow_slots, or kInPrev / kInOld (not moved yet).
+    // Where it is: its slot in tcm_flow_slots; kInSlotsOfBefore plus its slot in the table of
+    // before a resize; or kInPrev / kInOld (not moved yet).
     uint32_t slot = kInPrev;
-    static constexpr uint32_t kInPrev = UINT32_MAX, kInOld = UINT32_MAX - 1;
+    static constexpr uint32_t kInPrev = UINT32_MAX, kInOld = UINT32_MAX - 1,
+                              kInSlotsOfBefore = 1u << 31; // tables of at most 2^27 slots
+    static constexpr bool in_table(uint32_t slot) { return slot < kInSlotsOfBefore; }
 };
 
 // A flow's bytes, all colours: what flows --top orders by.
@@ -181,6 +184,23 @@ class Datapath {
     // Programs other than this Datapath's that use its flow table (an older daemon's, left
     // attached): their packets are not seen by the heavy hitters, so flows --top walks.
     size_t foreign_flow_writers() const;
+    // The same for any map of this data path's, by its id.
+    size_t programs_using(uint32_t map_id) const;
+
+    // After a resize (another flow capacity than the pinned table's): moves the flows of the
+    // table of before that no packet has moved yet into the table, tokens and counters whole,
+    // and drops the table of before (its memory back) once none is left and no program of
+    // before can still make one there. Call it once this data path's programs are attached (a
+    // program of before, still running, marks a flow moved when it has been: its packets are
+    // coloured red meanwhile, never metered twice). Nothing to do: all zero.
+    struct MoveResult {
+        size_t moved = 0; // flows moved by this call
+        size_t left = 0;  // flows it could not move now (a lock held, or the table full)
+        bool dropped = false;
+    };
+    MoveResult move_flows_of_before();
+    // Whether there is a table of before (a resize not finished).
+    bool moving_flows_of_before() const;
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
 

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_resize.cpp: the table of slots of before a resize (another --flows, or the table
+// grown), while its flows move into the table: handed to the programs, moved from user space
+// once their programs of before are gone, and dropped.
+#include "datapath_impl.hpp"
+#include "tricolor/bpf_load.hpp"
+#include "tricolor/text.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <sched.h>
+
+namespace tricolor {
+namespace {
+
+constexpr const char *kSlotsOfBefore = "/tcm_flow_slots_prev";
+constexpr const char *kTuplesOfBefore = "/tcm_flow_tuples_prev";
+constexpr const char *kMetaOfBefore = "/tcm_flow_meta_prev";
+
+// Spins for a lock word of the flow table: a packet holds one for a moment (a bounded run of a
+// program). False if it stayed taken, or became @never (a flow moved: no one releases it).
+bool take(uint32_t *word, uint32_t never = ~0u) {
+    for (int spin = 0; spin < 10000; ++spin) {
+        uint32_t free = 0;
+        if (__atomic_compare_exchange_n(word, &free, 1u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return true;
+        if (free == never)
+            return false;
+        if (spin % 64 == 63)
+            sched_yield();
+    }
+    return false;
+}
+
+// Copies the IPv6 5-tuples of the table of before's flows into tcm_flow_tuples (those a
+// packet wrote there already stay).
+void copy_tuples(int from, int to) {
+    detail::for_each_entry<tcm_flow_id, tcm_flow_key>(
+        from, 1, [&](const tcm_flow_id &k, const tcm_flow_key *t) {
+            bpf_map_update_elem(to, &k, t, BPF_NOEXIST);
+        });
+}
+
+} // namespace
+
+void Datapath::Impl::open_table_of_before() {
+    prev_slots_fd = bpf_obj_get((pin_path + kSlotsOfBefore).c_str());
+    if (prev_slots_fd < 0)
+        throw std::runtime_error(fmt::format("cannot open the flow table of before {}{}: {}",
+                                             pin_path, kSlotsOfBefore, errno_text(errno)));
+    prev_tuples_fd = bpf_obj_get((pin_path + kTuplesOfBefore).c_str()); // none: no IPv6 tuples
+    if (int err = bpf_map__set_inner_map_fd(skel->maps.tcm_flow_slots_prev, prev_slots_fd); err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot give the programs the flow table of before: {}", errno_text(err)));
+}
+
+void Datapath::Impl::hand_over_table_of_before() {
+    const uint32_t zero = 0;
+    if (bpf_map_update_elem(fd(skel->maps.tcm_flow_slots_prev), &zero, &prev_slots_fd, 0) != 0)
+        throw std::runtime_error(fmt::format(
+            "cannot give the programs the flow table of before: {}", errno_text(errno)));
+    const size_t page = sysconf(_SC_PAGESIZE);
+    prev_slots_bytes = (sizeof(tcm_flow_slot) * prev_layout->slots + page - 1) / page * page;
+    void *mem =
+        mmap(nullptr, prev_slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, prev_slots_fd, 0);
+    if (mem == MAP_FAILED)
+        throw std::runtime_error(
+            fmt::format("cannot map the flow table of before: {}", errno_text(errno)));
+    prev_slots = static_cast<tcm_flow_slot *>(mem);
+    if (prev_tuples_fd >= 0)
+        copy_tuples(prev_tuples_fd, fd(skel->maps.tcm_flow_tuples));
+}
+
+// As a packet's flow_slot_create and flow_move_old (bpf/lib/flow.h), by the same protocol, so
+// that both may run at once: the flow of before under its lock (then no packet moves or meters
+// it), its new home under the guard (then no packet creates it there meanwhile), the first free
+// slot of the probe sequence claimed with a cmpxchg, the state copied with its lock held, the
+// slot published, the flow of before marked moved.
+int Datapath::Impl::move_slot_of_before(uint32_t idx) {
+    tcm_flow_slot *ps = &prev_slots[idx];
+    const uint32_t head = __atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE);
+    if (!TCM_SLOT_LIVE(head))
+        return 0;
+    if (!take(&ps->flow.lock, TCM_FLOW_MOVED))
+        return __atomic_load_n(&ps->flow.lock, __ATOMIC_ACQUIRE) == TCM_FLOW_MOVED ? 0 : -1;
+    auto release_before = [&](uint32_t to) {
+        __atomic_store_n(&ps->flow.lock, to, __ATOMIC_SEQ_CST);
+    };
+    tcm_flow_id id;
+    std::memcpy(&id, &ps->id, sizeof(id));
+    if (__atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE) != head || id.head != head) {
+        release_before(0); // deleted meanwhile (a reclaim)
+        return 0;
+    }
+    const uint32_t mask = meta->slots - 1, home = TCM_SLOT_HOME(&id, meta->seed, mask);
+    if (!take(&slots[home].guard)) {
+        release_before(0);
+        return -1;
+    }
+    int64_t found = -1, claimed = -1;
+    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
+        const uint32_t at = (home + i) & mask;
+        tcm_flow_slot *s = &slots[at];
+        uint32_t h = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
+        if (h == id.head && std::memcmp(s->id.w, id.w, sizeof(id.w)) == 0) {
+            found = at;
+            break;
+        }
+        if (claimed < 0 && (h == TCM_SLOT_EMPTY || h == TCM_SLOT_FREE)) {
+            uint32_t want = h;
+            if (__atomic_compare_exchange_n(&s->id.head, &want, TCM_SLOT_CLAIMED, false,
+                                            __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                claimed = at;
+        }
+        if (h == TCM_SLOT_EMPTY)
+            break;
+    }
+    int ret = -1;
+    int64_t release = claimed;
+    if (found >= 0) {
+        // Made in the table too (a packet of the program of before made the flow again there
+        // while the programs were swapped): one flow, the table's tokens, both counts.
+        tcm_flow *f = &slots[found].flow;
+        if (take(&f->lock)) {
+            for (int c = 0; c < TCM_NR_COLORS; ++c) {
+                f->counters.packets[c] += ps->flow.counters.packets[c];
+                f->counters.bytes[c] += ps->flow.counters.bytes[c];
+            }
+            __atomic_store_n(&f->lock, 0u, __ATOMIC_SEQ_CST);
+            ret = 1;
+        }
+    } else if (claimed >= 0) {
+        if (__atomic_fetch_add(&meta->live, 1, __ATOMIC_SEQ_CST) >= meta->capacity) {
+            __atomic_fetch_sub(&meta->live, 1, __ATOMIC_SEQ_CST);
+        } else {
+            tcm_flow_slot *s = &slots[claimed];
+            s->flow = ps->flow; // its lock word 1: ours until the slot is published
+            std::memcpy(s->id.w, id.w, sizeof(id.w));
+            __atomic_store_n(&s->id.head, id.head, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_SEQ_CST);
+            release = -1;
+            ret = 1;
+        }
+    }
+    // A slot claimed but not used is freed, never emptied (as flow_slot_create does).
+    if (release >= 0)
+        __atomic_store_n(&slots[release].id.head, TCM_SLOT_FREE, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slots[home].guard, 0u, __ATOMIC_SEQ_CST);
+    release_before(ret == 1 ? TCM_FLOW_MOVED : 0);
+    if (ret == 1 && TCM_FLOW_KIND(id.head) == TCM_FLOW_5TUPLE6 && prev_tuples_fd >= 0) {
+        tcm_flow_key t{};
+        if (bpf_map_lookup_elem(prev_tuples_fd, &id, &t) == 0)
+            bpf_map_update_elem(fd(skel->maps.tcm_flow_tuples), &id, &t, BPF_NOEXIST);
+    }
+    return ret;
+}
+
+void Datapath::Impl::drop_table_of_before() {
+    const uint32_t zero = 0;
+    bpf_map_delete_elem(fd(skel->maps.tcm_flow_slots_prev), &zero);
+    if (prev_tuples_fd >= 0)
+        copy_tuples(prev_tuples_fd, fd(skel->maps.tcm_flow_tuples));
+    munmap(prev_slots, prev_slots_bytes);
+    prev_slots = nullptr;
+    for (int *f : {&prev_slots_fd, &prev_tuples_fd}) {
+        if (*f >= 0)
+            close(*f);
+        *f = -1;
+    }
+    for (const char *name : {kSlotsOfBefore, kTuplesOfBefore, kMetaOfBefore})
+        unlink((pin_path + name).c_str());
+    prev_layout.reset();
+    flows_moving &= ~TCM_MOVING_SLOTS;
+}
+
+Datapath::MoveResult Datapath::move_flows_of_before() {
+    auto &im = *impl_;
+    MoveResult r;
+    if (!im.prev_slots)
+        return r;
+    for (uint32_t i = 0; i < im.prev_layout->slots; ++i) {
+        int got = im.move_slot_of_before(i);
+        r.moved += got > 0;
+        r.left += got < 0;
+    }
+    // Dropped once no flow is left and no program of before can still make one there (a
+    // program that names the table itself, not through tcm_flow_slots_prev's entry).
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (r.left == 0 && bpf_obj_get_info_by_fd(im.prev_slots_fd, &info, &len) == 0 &&
+        programs_using(info.id) == 0) {
+        im.drop_table_of_before();
+        r.dropped = true;
+    }
+    return r;
+}
+
+bool Datapath::moving_flows_of_before() const {
+    return impl_->prev_slots != nullptr;
+}
+
+} // namespace tricolor
