@@ -465,6 +465,65 @@ TEST_F(DatapathPinning, AnotherCapacityResizesTheTableAndEveryFlowMovesWhole) {
     EXPECT_EQ(b.global_counters().table_full, 300u - 253u);
 }
 
+// The same while the data path runs (grow): the programs loaded again over the same pins with
+// a bigger table; a flow moves whole at its next packet or when user space moves it, once the
+// programs of before are let go. A resize that cannot load changes nothing: the pins are as
+// they were and the flows metered on.
+TEST_F(DatapathPinning, ARunningDataPathGrowsItsTableAndEveryFlowMovesWhole) {
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+    ps.per = TCM_PER_SRC;
+    Datapath a(o);
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.set_clock(5000000000);
+    for (const char *src : {"198.18.0.1", "198.18.0.2", "198.18.0.3"})
+        EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS); // 2000 left each
+    EXPECT_EQ(a.flow_capacity(), 64u);
+    EXPECT_EQ(a.live_flows(), 3u);
+    try {
+        a.grow(1u << 31);
+        ADD_FAILURE() << "a table of 2^31 flows must be refused";
+    } catch (const std::runtime_error &e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("more than"));
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flow_slots"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flow_slots_prev"));
+    EXPECT_FALSE(a.moving_flows_of_before());
+    EXPECT_EQ(a.flows().size(), 3u);
+
+    a.grow(256);
+    EXPECT_EQ(a.flow_capacity(), 256u);
+    EXPECT_EQ(a.live_flows(), 0u);
+    EXPECT_TRUE(a.moving_flows_of_before());
+    EXPECT_EQ(a.flows().size(), 3u);
+    ASSERT_EQ(a.policies().size(), 1u) << "the active set, adopted";
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    EXPECT_EQ(a.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(a.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(a.run_xdp(from("198.18.0.1")).retval, XDP_DROP);
+    EXPECT_EQ(a.live_flows(), 1u);
+    a.release_previous_programs({});
+    a.retire_previous();
+    auto moved = a.move_flows_of_before();
+    EXPECT_EQ(moved.moved, 2u);
+    EXPECT_TRUE(moved.dropped);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flow_slots_prev"));
+    EXPECT_EQ(a.live_flows(), 3u);
+    for (const char *src : {"198.18.0.2", "198.18.0.3"}) {
+        EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(from(src)).retval, XDP_DROP) << src << " kept its 2000 tokens";
+    }
+    // Grown again at once: nothing of before is left in the way.
+    a.grow(1024);
+    a.release_previous_programs({});
+    a.retire_previous();
+    EXPECT_EQ(a.move_flows_of_before().moved, 3u);
+    EXPECT_FALSE(a.moving_flows_of_before());
+    for (const auto &f : a.flows())
+        EXPECT_EQ(f.state.counters.packets[TCM_GREEN] + f.state.counters.packets[TCM_RED], 4u);
+}
+
 // A pin directory of a daemon whose flow table was keyed by the whole tcm_flow_key (44 bytes):
 // that table is set aside (tcm_flows_old) and each flow moves into the new table at its next
 // packet, under its lock, with its tokens and counters: a flow that had 2000 of 3000 tokens

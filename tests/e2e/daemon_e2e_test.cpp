@@ -269,6 +269,7 @@ TEST_F(E2E, MetricsScrapedOverHttpMatchStats) {
                 "tricolor_packets_total{{color=\"{}\",parent=\"m\",policy=\"kid\"}} 0", color)));
     }
     EXPECT_THAT(body, HasSubstr("tricolor_flow_capacity 65536"));
+    EXPECT_THAT(body, HasSubstr("tricolor_flow_capacity_max 1048576"));
     EXPECT_THAT(body, HasSubstr("tricolor_unclassified_packets_total"));
     EXPECT_THAT(body, HasSubstr("tricolor_table_full_total 0"));
 }

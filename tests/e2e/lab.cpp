@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -186,9 +187,12 @@ pid_t start_daemon_process(std::vector<std::string> argv, const std::string &log
 }
 
 void Daemon::start() {
-    std::vector<std::string> args = {
-        tricolord_path(), "--socket", socket(),    "--config",    config(),  "--pin-dir", pin_dir_,
-        "--flows",        "65536",    "--metrics", "127.0.0.1:0", "--state", state()};
+    std::vector<std::string> args = {tricolord_path(), "--socket",  socket(), "--config",
+                                     config(),         "--pin-dir", pin_dir_, "--metrics",
+                                     "127.0.0.1:0",    "--state",   state()};
+    // A table of 65536 flows from the start unless the test says otherwise.
+    if (std::ranges::find(extra_, "--flows") == extra_.end())
+        args.insert(args.end(), {"--flows", "65536"});
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = -1;
     pid_ = start_daemon_process(std::move(args), dir_ + "/log", socket());

@@ -57,6 +57,8 @@ class Daemon {
     Daemon &operator=(const Daemon &) = delete;
 
     void start(); // and wait until the socket answers
+    // Flags of its own for the next start(), in place of those it was made with.
+    void set_flags(std::vector<std::string> extra_flags) { extra_ = std::move(extra_flags); }
     void kill9();
     void terminate(); // SIGTERM, wait
     void hup();       // SIGHUP: reload the config

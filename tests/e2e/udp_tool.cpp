@@ -12,6 +12,9 @@
 //   udp_tool flows ADDR PORT N COUNT PPS             COUNT datagrams of 100 payload bytes at PPS,
 //                                                    round robin from N sockets (N source
 //                                                    ports: N flows of a per-5-tuple policy)
+//   udp_tool spread ADDR PORT N ROUNDS SIZE PPS     ROUNDS rounds of SIZE-byte datagrams to the
+//                                                    N IPv4 addresses from ADDR on (N flows of a
+//                                                    per-destination policy), at PPS
 //   udp_tool recv ADDR PORT SECONDS                  prints "packets N bytes B tos T:N ..."
 //   udp_tool tcp-recv ADDR PORT SECONDS              accepts one connection, prints "bytes B"
 //   udp_tool tcp-send ADDR PORT SECONDS              sends as fast as TCP lets it
@@ -63,6 +66,7 @@ int usage() {
     std::fprintf(stderr, "usage: udp_tool send ADDR PORT COUNT SIZE [PPS] [TOS] [STAMPS|-] [SRC]\n"
                          "       udp_tool steps ADDR PORT SIZE SECONDS PPS...\n"
                          "       udp_tool flows ADDR PORT N COUNT PPS\n"
+                         "       udp_tool spread ADDR PORT N ROUNDS SIZE PPS\n"
                          "       udp_tool recv ADDR PORT SECONDS\n"
                          "       udp_tool tcp-recv|tcp-send ADDR PORT SECONDS\n");
     return 2;
@@ -146,6 +150,28 @@ int main(int argc, char **argv) {
         }
         std::printf("sent %ld\n", sent);
         return sent == count ? 0 : 1;
+    }
+    if (mode == "spread" && argc >= 8 && !v6) {
+        const long n = std::atol(argv[4]), rounds = std::atol(argv[5]), size = std::atol(argv[6]);
+        const double pps = std::atof(argv[7]);
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        auto *to = reinterpret_cast<sockaddr_in *>(&ss);
+        const uint32_t base = ntohl(to->sin_addr.s_addr);
+        std::vector<char> payload(static_cast<size_t>(size), 'x');
+        auto start = std::chrono::steady_clock::now();
+        long sent = 0;
+        for (long i = 0; i < n * rounds; ++i) {
+            // Paced in batches of 64: a sleep is coarser than one datagram's 10 us at 10^5/s.
+            if (i % 64 == 0)
+                std::this_thread::sleep_until(start + std::chrono::duration<double>(i / pps));
+            to->sin_addr.s_addr = htonl(base + static_cast<uint32_t>(i % n));
+            sent += sendto(s, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr *>(to),
+                           sizeof(*to)) == size;
+        }
+        std::printf(
+            "sent %ld seconds %.3f\n", sent,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        return sent == n * rounds ? 0 : 1;
     }
     int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
     if (mode == "send" && argc >= 6) {

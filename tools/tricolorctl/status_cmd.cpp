@@ -54,11 +54,13 @@ int run_status(Context &ctx) {
     }
     std::cout << fmt::format("policies    {} of {}\n", s["policies"]["used"].get<uint64_t>(),
                              s["policies"]["capacity"].get<uint64_t>());
-    std::cout << fmt::format("flows       {} of {} (as of the last pass), {} idle flows "
-                             "reclaimed\n",
-                             s["flows"]["used"].get<uint64_t>(),
-                             s["flows"]["capacity"].get<uint64_t>(),
-                             s["flows"].value("reclaimed", uint64_t{0}));
+    std::cout << fmt::format(
+        "flows       {} of {} (as of the last pass; grows to {}), {} idle "
+        "flows reclaimed{}\n",
+        s["flows"]["used"].get<uint64_t>(), s["flows"]["capacity"].get<uint64_t>(),
+        s["flows"].value("max", s["flows"]["capacity"].get<uint64_t>()),
+        s["flows"].value("reclaimed", uint64_t{0}),
+        s["flows"].value("moving", false) ? ", flows of the table of before still moving" : "");
     // flows --top: from the heavy hitters the data path keeps, or by a walk of the table.
     if (auto t = s["flows"].value("top", json()); t.is_object())
         std::cout << fmt::format(

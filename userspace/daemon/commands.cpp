@@ -407,7 +407,9 @@ json Daemon::cmd_status(const json &) {
                {"policies", {{"used", policies_.size()}, {"capacity", TCM_MAX_POLICIES}}},
                {"flows",
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s
-                 {"capacity", options_.flow_capacity},
+                 {"capacity", dp_->flow_capacity()},
+                 {"max", options_.max_flows},
+                 {"grown", grown_},
                  {"reclaimed", reclaimed_total_},
                  // A resize's table of before still holds flows to move (moments at most).
                  {"moving", dp_->moving_flows_of_before()},

@@ -34,7 +34,11 @@ struct DaemonOptions {
     std::string state; // the daemon's own record of what tricolorctl changed
     std::string socket;
     std::string pin_dir;
-    uint32_t flow_capacity = TCM_DEFAULT_FLOWS;
+    // The flow table's capacity at the start (--flows) and the most it grows to (--max-flows):
+    // it grows 4x while it runs whenever it is half full (flow_passes.cpp).
+    uint32_t flow_capacity = kStartFlows;
+    uint32_t max_flows = TCM_DEFAULT_FLOWS;
+    static constexpr uint32_t kStartFlows = 16384;
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;   // seconds between idle-flow reclaims; 0: never
@@ -114,6 +118,11 @@ class Daemon {
     // not hold the lock requests are served under.
     size_t reclaim_idle_flows();
     void count_flows();
+    // Grows the flow table 4x (at most to --max-flows) if it is half full; true if it did. Its
+    // programs are loaded again and put on every hook over the old ones (no gap), the policies
+    // applied to them as they are, the flows moved with their tokens and counters. Called
+    // often (main.cpp: every 10 ms): a look at one counter unless it grows.
+    bool grow_flow_table_if_needed();
     // The Prometheus families, from one consistent read of the counters.
     std::vector<prometheus::MetricFamily> metrics() const;
     std::vector<prometheus::MetricFamily> fleet_metrics() const; // empty without --fleet
@@ -246,6 +255,11 @@ class Daemon {
     // has moved yet, moved (at the start once every hook runs this daemon's programs, then at
     // each pass until none is left). Under mu_.
     void move_flows_of_before(bool at_start);
+    void grow_flow_table(uint32_t capacity); // under walk_mu_ and mu_
+    // Held for a whole pass over the flow table and while the table is grown: a pass reads the
+    // table it began on. Taken before mu_.
+    std::mutex walk_mu_;
+    uint64_t grow_failed_at_ = 0; // steady ns of the last grow that failed (retried 10 s on)
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their
     // handlers.
@@ -285,6 +299,7 @@ class Daemon {
     std::string started_from_; // "config", "state" or "nothing"
     uint64_t reclaimed_total_ = 0;
     uint64_t moved_total_ = 0; // flows moved from a table of before by this daemon
+    uint64_t grown_ = 0;       // times the flow table grew while this daemon ran
     mutable int journal_fd_ = -1;
     mutable off_t journal_before_ = 0; // its size before the last record
     mutable size_t journal_records_ = 0;

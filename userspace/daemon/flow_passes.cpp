@@ -3,10 +3,17 @@
 // own): it reclaims idle flows, counts the rest for the metrics and status, and keeps flows
 // --top's heavy hitters.
 #include "daemon.hpp"
+#include "daemon_internal.hpp"
+#include "tricolor/shape.hpp"
+
+#include <chrono>
+#include <iostream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tricolor {
+using namespace daemon_internal;
 
 size_t Daemon::reclaim_idle_flows() {
     return flow_pass(true);
@@ -16,8 +23,6 @@ void Daemon::count_flows() {
     flow_pass(false);
 }
 
-// The lock is held only to begin and end the pass and for each chunk of deletions, not for the
-// walk (0.5 s at 2^20 flows): requests, flows --top among them, and scrapes go on meanwhile.
 void Daemon::move_flows_of_before(bool at_start) {
     if (!dp_->moving_flows_of_before())
         return;
@@ -27,20 +32,26 @@ void Daemon::move_flows_of_before(bool at_start) {
         startup_notes.push_back(
             fmt::format("the flow table holds {} flows now, not as many as its table of before: "
                         "{} flows moved into it with their tokens and counters{}",
-                        options_.flow_capacity, r.moved,
+                        dp_->flow_capacity(), r.moved,
                         r.dropped ? ", the table of before dropped"
                                   : fmt::format(", {} left for the next passes", r.left)));
 }
 
+// The lock is held only to begin and end the pass and for each chunk of deletions, not for the
+// walk (0.5 s at 2^20 flows): requests, flows --top among them, and scrapes go on meanwhile.
+// walk_mu_ is, for the whole pass: the table is not grown under it.
 size_t Daemon::flow_pass(bool reclaim) {
+    std::lock_guard walking(walk_mu_);
     FlowPass pass;
     {
         std::lock_guard lock(mu_);
         move_flows_of_before(false);
-        // Under pressure (the table 90% full) the idle timeout does not hold a full flow back.
-        pass =
-            dp_->begin_flow_pass(reclaim, static_cast<uint64_t>(options_.flow_idle_timeout * 1e9),
-                                 static_cast<size_t>(options_.flow_capacity) / 10 * 9);
+        // Under pressure (90% full, and as big as it may grow) the idle timeout does not hold
+        // a full flow back.
+        const uint32_t capacity = dp_->flow_capacity();
+        pass = dp_->begin_flow_pass(
+            reclaim, static_cast<uint64_t>(options_.flow_idle_timeout * 1e9),
+            capacity >= options_.max_flows ? static_cast<size_t>(capacity) / 10 * 9 : 0);
     }
     dp_->walk_flow_pass(pass); // reads the flow table only
     for (bool more = true; more;) {
@@ -51,6 +62,86 @@ size_t Daemon::flow_pass(bool reclaim) {
     dp_->end_flow_pass(pass);
     reclaimed_total_ += pass.reclaimed;
     return pass.reclaimed;
+}
+
+bool Daemon::grow_flow_table_if_needed() {
+    std::lock_guard walking(walk_mu_);
+    std::lock_guard lock(mu_);
+    // The table of before of the last growth goes first (moments after it: a program of before
+    // is freed once every hook has let it go).
+    move_flows_of_before(false);
+    const uint32_t capacity = dp_->flow_capacity();
+    if (capacity >= options_.max_flows || dp_->live_flows() * 2 < capacity ||
+        dp_->moving_flows_of_before())
+        return false;
+    const uint64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+    if (grow_failed_at_ && now - grow_failed_at_ < 10'000'000'000ull)
+        return false;
+    grow_flow_table(static_cast<uint32_t>(
+        std::min<uint64_t>(options_.max_flows, static_cast<uint64_t>(capacity) * 4)));
+    grow_failed_at_ = dp_->flow_capacity() == capacity ? now : 0;
+    return !grow_failed_at_;
+}
+
+// As a restart with a bigger table does, within this process: the programs loaded again on the
+// same pins (the table of before set aside), put on every hook over the ones of before (each an
+// atomic replace: no packet passes unmetered), the policies applied to them as they are, the
+// programs of before let go and their table's flows moved. The fleet agent writes no lease
+// meanwhile. A load that fails changes nothing (logged; tried again 10 s on).
+void Daemon::grow_flow_table(uint32_t capacity) {
+    auto log = [](const std::string &line) { std::cerr << "tricolord: " << line << std::endl; };
+    std::unique_lock<std::mutex> hold;
+    if (fleet_)
+        hold = fleet_->hold();
+    const uint32_t before = dp_->flow_capacity();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ms = [&] {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+            .count();
+    };
+    double loaded_ms = 0;
+    try {
+        dp_->grow(capacity);
+        loaded_ms = ms();
+    } catch (const std::exception &e) {
+        log(fmt::format("cannot grow the flow table from {} to {} flows: {}", before, capacity,
+                        e.what()));
+        return;
+    }
+    std::vector<std::string> problems;
+    if (auto prep = prepare(specs(), nullptr); !prep)
+        problems.push_back(prep.error());
+    else if (auto r = dp_->apply(prep->policies); !r)
+        problems.push_back(r.error());
+    for (auto &a : attachments_)
+        if (interface_index(a.iface))
+            if (auto r = do_attach(a); !r)
+                problems.push_back(fmt::format("{}: {}", hook_text(a), r.error()));
+    if (sockops_attached(link_dir()))
+        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+            problems.push_back(r.error());
+    if (cgroup_ingress_attached(link_dir())) {
+        try {
+            if (auto r = attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir()); !r)
+                problems.push_back(r.error());
+        } catch (const std::exception &e) {
+            problems.push_back(e.what());
+        }
+    }
+    dp_->set_shape_ifaces(egress_ifindexes(attachments_));
+    dp_->set_drop_malformed(options_.drop_malformed);
+    release_previous_programs();
+    dp_->retire_previous();
+    ++grown_;
+    auto moved = dp_->move_flows_of_before();
+    moved_total_ += moved.moved;
+    log(fmt::format("the flow table grew from {} to {} flows (at most {}) in {:.0f} ms (the "
+                    "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
+                    before, capacity, options_.max_flows, ms(), loaded_ms, moved.moved,
+                    moved.dropped ? "" : ", the rest at the next passes",
+                    problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
 }
 
 } // namespace tricolor

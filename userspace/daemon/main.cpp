@@ -52,6 +52,7 @@ struct CommandLine {
     std::string fleet_fallback = "share";
     std::string web;         // --web as given ("" none), then as ADDR:PORT (a port alone: loopback)
     std::string prepare_for; // --prepare-pin-dir USER: only that, then exit
+    uint32_t max_flows = 0;  // --max-flows as given (0: not)
 };
 
 // Parses the command line into @cl; returns the exit status when the program ends here (help,
@@ -88,8 +89,14 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
                    "root or CAP_NET_ADMIN");
     app.add_option("--pin-dir", o.pin_dir, "bpffs directory for the pinned maps")
         ->capture_default_str();
-    app.add_option("--flows", o.flow_capacity, "Flow table capacity; another at a restart resizes the pinned table, its flows moved into the new one with their tokens and counters")
+    app.add_option("--flows", o.flow_capacity,
+                   "Flow table capacity at the start; it grows 4x whenever it is half full, up "
+                   "to --max-flows, its flows moved with their tokens and counters")
         ->capture_default_str()
+        ->check(CLI::Range(1u, 1u << 26));
+    app.add_option("--max-flows", cl.max_flows,
+                   "The most flows the table grows to (default: 1048576, or --flows if more); "
+                   "past it a new flow is metered in its policy's bucket (table_full)")
         ->check(CLI::Range(1u, 1u << 26));
     app.add_option("--metrics", o.metrics,
                    "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
@@ -165,6 +172,11 @@ std::optional<std::string> complete_options(CommandLine &cl) {
     if (o.state.empty())
         o.state = default_state_path(o.pin_dir);
     o.fleet_fallback = *fleet::parse_fallback(cl.fleet_fallback);
+    if (cl.max_flows && cl.max_flows < o.flow_capacity)
+        return fmt::format("--flows {} is more than --max-flows {}: the table starts at --flows "
+                           "and grows to --max-flows",
+                           o.flow_capacity, cl.max_flows);
+    o.max_flows = cl.max_flows ? cl.max_flows : std::max(o.flow_capacity, o.max_flows);
     if (auto no = http_address_problem(o.metrics, "--metrics"); !no.empty())
         return no;
     for (const auto &c : o.containers)
@@ -440,6 +452,38 @@ class FlowPasses {
     std::thread thread_; // last: it starts once the members it uses exist
 };
 
+// Grows the flow table when it is half full (Daemon::grow_flow_table_if_needed): a look every
+// 10 ms, so that flows arriving at 10^5/s find it grown before the other half is gone (a growth
+// takes tens of ms: the programs are loaded again). On a thread of its own, as the passes are.
+class FlowTableGrowth {
+  public:
+    explicit FlowTableGrowth(Daemon &d)
+        : thread_([this, &d] {
+              std::unique_lock lock(mu_);
+              while (!cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_; })) {
+                  lock.unlock();
+                  d.grow_flow_table_if_needed();
+                  lock.lock();
+              }
+          }) {}
+    ~FlowTableGrowth() { stop(); }
+    void stop() {
+        {
+            std::lock_guard lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable())
+            thread_.join();
+    }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::thread thread_; // last: it starts once the members it uses exist
+};
+
 // SIGHUP reloads the config; SIGTERM and SIGINT end the main loop (false).
 bool on_signal(int sig_fd, Daemon &daemon, const DaemonOptions &o) {
     signalfd_siginfo si{};
@@ -549,8 +593,10 @@ int main(int argc, char **argv) {
     ClientPool clients;
     run.daemon->count_flows(); // adopted flows, before the first pass
     FlowPasses passes(*run.daemon, o.reclaim_interval);
+    FlowTableGrowth growth(*run.daemon);
     main_loop(o, run.listen_fd, sig_fd, *run.daemon, clients);
     sd_notify(0, "STOPPING=1");
+    growth.stop();
     passes.stop();
     clients.drain(); // no client thread may outlive the daemon it uses
     shut_down(o, run);

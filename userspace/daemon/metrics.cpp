@@ -149,8 +149,10 @@ std::vector<MetricFamily> Daemon::metrics() const {
             single("tricolor_flows_reclaimed_total",
                    "Idle flows deleted because their buckets were full again", MetricType::Counter,
                    static_cast<double>(reclaimed_total_)),
-            single("tricolor_flow_capacity", "Capacity of the flow table", MetricType::Gauge,
-                   static_cast<double>(options_.flow_capacity)),
+            single("tricolor_flow_capacity", "Capacity of the flow table now", MetricType::Gauge,
+                   static_cast<double>(dp_->flow_capacity())),
+            single("tricolor_flow_capacity_max", "The most flows the table grows to (--max-flows)",
+                   MetricType::Gauge, static_cast<double>(options_.max_flows)),
             single("tricolor_policies", "Active policies", MetricType::Gauge,
                    static_cast<double>(policies_.size()))};
 }

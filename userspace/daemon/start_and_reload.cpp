@@ -97,6 +97,24 @@ Result<StartChoice> choose_start(const DaemonOptions &o, const std::string &jour
     return out;
 }
 
+// The flow table's capacity at this start: --flows for a new one; a pinned one's own, unless it
+// is over --max-flows or more than 4x what its flows need (an upgrade from a table allocated
+// whole, or a spike long gone): then what they need, on the ladder it grows by (--flows times
+// a power of 4, at most --max-flows), its flows moved into it.
+uint32_t start_capacity(const DaemonOptions &o) {
+    const uint32_t first = std::min(o.flow_capacity, o.max_flows);
+    auto pinned = Datapath::pinned_flow_table(o.pin_dir);
+    if (!pinned)
+        return first;
+    uint64_t want = first;
+    while (want < 2 * pinned->live && want < o.max_flows)
+        want *= 4;
+    want = std::min<uint64_t>(want, o.max_flows);
+    if (pinned->capacity > o.max_flows || pinned->capacity > 4 * want || pinned->capacity < first)
+        return static_cast<uint32_t>(want);
+    return pinned->capacity;
+}
+
 } // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
@@ -104,7 +122,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         options_.state = default_state_path(options_.pin_dir);
     DatapathOptions o;
     o.pin_dir = options_.pin_dir;
-    o.flow_capacity = options_.flow_capacity;
+    o.flow_capacity = start_capacity(options_);
     o.top_keep = options_.top_keep;
     dp_ = std::make_unique<Datapath>(o);
     dp_->set_drop_malformed(options_.drop_malformed);

@@ -32,6 +32,7 @@ namespace tricolor {
 using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
 
 struct Datapath::Impl {
+    DatapathOptions options; // what it was loaded with
     tricolor_dp *skel = nullptr;
     tricolor_cgin *cgin = nullptr; // the cgroup ingress program, once loaded (datapath_cgroups.cpp)
     bool testing = false;
@@ -160,6 +161,10 @@ struct Datapath::Impl {
     }
 
     int fd(bpf_map *m) const { return bpf_map__fd(m); }
+
+    // After grow: the data path of before, whose programs may still run on a hook until
+    // retire_previous.
+    std::unique_ptr<Impl> retired;
 
     // One call of Datapath::commit, a member function a step (datapath_commit.cpp).
     class SetWriter;

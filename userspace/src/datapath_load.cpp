@@ -117,7 +117,7 @@ std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path
         if (now->live > capacity)
             throw std::runtime_error(fmt::format(
                 "cannot resize the flow table pinned in {} from {} to {} flows: it holds {} "
-                "(--flows must be at least that)",
+                "(--max-flows must be at least that)",
                 pin_path, now->capacity, capacity, now->live));
         for (const char *name : {"tcm_flow_slots", "tcm_flow_tuples", "tcm_flow_meta"}) {
             const std::string from = pin_path + "/" + name, to = from + "_prev";
@@ -218,6 +218,59 @@ void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
 }
 
 Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
+    load(o);
+}
+
+// Another capacity for the flow table while this data path runs: a data path loaded anew on the
+// same pins (what a restart with another --flows does), the one of before kept, its programs
+// still where they run, until retire_previous. Undone, the pins as they were, if the load fails.
+void Datapath::grow(uint32_t capacity) {
+    if (impl_->pin_path.empty())
+        throw std::runtime_error("the flow table can be resized only with pinned maps");
+    DatapathOptions o = impl_->options;
+    o.flow_capacity = capacity;
+    const uint64_t clock = impl_->testing ? impl_->skel->bss->tcm_test_clock_ns : 0;
+    auto before = std::move(impl_);
+    before->retired.reset(); // one data path of before at most
+    impl_ = std::make_unique<Impl>();
+    try {
+        load(o);
+    } catch (...) {
+        const std::string pins = impl_->pin_path;
+        const bool aside = impl_->prev_layout.has_value();
+        impl_ = std::move(before);
+        // The table set aside goes back (the pins the failed load made, if any, go).
+        if (aside && !impl_->prev_layout)
+            for (const char *name : {"tcm_flow_slots", "tcm_flow_tuples", "tcm_flow_meta"}) {
+                const std::string at = pins + "/" + name, prev = at + "_prev";
+                unlink(at.c_str());
+                rename(prev.c_str(), at.c_str());
+            }
+        throw;
+    }
+    if (impl_->testing)
+        impl_->skel->bss->tcm_test_clock_ns = clock;
+    impl_->retired = std::move(before);
+}
+
+void Datapath::retire_previous() {
+    impl_->retired.reset();
+}
+
+std::optional<tcm_flow_meta> Datapath::pinned_flow_table(const std::string &pin_dir) {
+    return pinned_flow_layout(fmt::format("{}/abi{}/tcm_flow_meta", pin_dir, TCM_ABI_VERSION));
+}
+
+uint64_t Datapath::live_flows() const {
+    return __atomic_load_n(&impl_->meta->live, __ATOMIC_RELAXED);
+}
+
+uint32_t Datapath::flow_capacity() const {
+    return impl_->meta->capacity;
+}
+
+void Datapath::load(const DatapathOptions &o) {
+    impl_->options = o;
     impl_->testing = o.testing;
     impl_->skel = tricolor_dp::open();
     if (!impl_->skel)

@@ -201,6 +201,19 @@ class Datapath {
     MoveResult move_flows_of_before();
     // Whether there is a table of before (a resize not finished).
     bool moving_flows_of_before() const;
+    // Resizes the flow table of a running data path (pinned maps only): loads its programs
+    // again over the same pins with a table of @capacity flows, the table of before set aside
+    // as a restart with another capacity does; throws, changing nothing, if that fails. Then
+    // the caller puts the new programs on every hook the old ones run on (program_ids() names
+    // both), re-applies the policies (policies() holds the adopted ids and names, as after a
+    // restart), calls release_previous_programs, retire_previous and move_flows_of_before.
+    void grow(uint32_t capacity);
+    void retire_previous();
+    // The flows in the table now (the data path's own count) and its capacity.
+    uint64_t live_flows() const;
+    uint32_t flow_capacity() const;
+    // The layout and count of the flow table pinned under @pin_dir, if there is one.
+    static std::optional<tcm_flow_meta> pinned_flow_table(const std::string &pin_dir);
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
     uint64_t now_ns() const;
 
@@ -289,6 +302,7 @@ class Datapath {
     TestRun run_cgroup_in(const std::vector<uint8_t> &frame);
 
   private:
+    void load(const DatapathOptions &options);
     void adopt();
     void pin_programs();
     Result<void> commit(const SetChange &c, const std::vector<Policy> *all);

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// flow_table_e2e_test.cpp: a flow table sized by its flows (docs/daemon.md, "The flow table"):
+// it grows under traffic and is resized at a restart with another --flows, and every flow keeps
+// its tokens and counters through both: no packet metered by a bucket not its flow's, none
+// twice, none unmetered.
+#include "lab.hpp"
+
+#include "tricolor/control.hpp"
+#include "tricolor/datapath.hpp"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+
+#include <set>
+#include <string>
+#include <thread>
+
+namespace tricolor::test {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+class FlowTable : public DaemonLabTest {
+  protected:
+    // The next start of the daemon with @flags.
+    void daemon_with(std::vector<std::string> flags) { daemon->set_flags(std::move(flags)); }
+    // The fixture's daemon stopped and its pins gone: started afresh with @flags.
+    void fresh_daemon(std::vector<std::string> flags) {
+        daemon->terminate();
+        Datapath::remove_pins(daemon->pin_dir());
+        daemon_with(std::move(flags));
+        daemon->start();
+    }
+    json stats() { return parse_json(ok({"-j", "stats"})); }
+    json status() { return parse_json(ok({"-j", "status"})); }
+    // A per-destination policy over 198.19.0.0/16 that drops every colour (nothing it meters
+    // goes on: those addresses are no one's) with a bucket of 2500 bytes earning 100 bytes/s:
+    // of three datagrams of 1000 bytes (1028 metered) a flow passes two green, the third red,
+    // if each packet is metered by its own flow's bucket.
+    void add_policy() {
+        ok({"attach", lab->host_if});
+        ok({"policy",  "add",  "spread",   "--algo", "srtcm",         "--cir", "800bit",
+            "--cbs",   "2500", "--match",  "dst",    "198.19.0.0/16", "--per", "dst",
+            "--green", "drop", "--yellow", "drop",   "--red",         "drop"});
+        auto r = lab->in_ns({"ip", "route", "add", "198.19.0.0/16", "via", lab->host_v4});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    // @rounds datagrams to each of @n addresses from 198.19.0.1, at @pps.
+    void spread(long n, long rounds, long pps) {
+        auto r = lab->in_ns({udp_tool_path(), "spread", "198.19.0.1", "9", std::to_string(n),
+                             std::to_string(rounds), "1000", std::to_string(pps)});
+        ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+        std::cout << "[ spread   ] " << r.out;
+    }
+    // Every flow of the policy: 2 green and 1 red, and the policy's totals the flows' sum.
+    void expect_each_flow_two_green_one_red(long n) {
+        auto s = stats();
+        ASSERT_EQ(s["policies"].size(), 1u);
+        auto p = s["policies"][0];
+        EXPECT_EQ(s["table_full"], 0) << "no flow was metered in the policy's bucket";
+        EXPECT_EQ(p["green"]["packets"], 2 * n);
+        EXPECT_EQ(p["yellow"]["packets"], 0);
+        EXPECT_EQ(p["red"]["packets"], n);
+        auto flows = parse_json(ok({"-j", "flows"}))["flows"];
+        ASSERT_EQ(flows.size(), static_cast<size_t>(n));
+        size_t wrong = 0;
+        for (const auto &f : flows)
+            wrong += f["green"]["packets"] != 2 || f["red"]["packets"] != 1;
+        EXPECT_EQ(wrong, 0u) << "flows not at 2 green, 1 red, e.g. " << flows[0].dump();
+    }
+};
+
+// 24000 flows arriving at 10^4 a second into a table that starts at 16384: it grows 4x when it
+// is half full (the programs loaded again: 0.7 s here) before the other half is gone, and each
+// flow's three packets (its first while the table grows) are metered by its own bucket, moved
+// with it: two green, one red, none in the policy's bucket.
+TEST_F(FlowTable, GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow) {
+    fresh_daemon({"--flows", "16384", "--max-flows", "65536", "--reclaim-interval", "0"});
+    add_policy();
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(status()["flows"]["capacity"], 16384);
+    constexpr long n = 24000;
+    spread(n, 1, 10000);
+    spread(n, 2, 100000);
+    auto st = status()["flows"];
+    EXPECT_EQ(st["capacity"], 65536);
+    EXPECT_EQ(st["max"], 65536);
+    EXPECT_EQ(st["grown"], 1);
+    EXPECT_EQ(st["moving"], false);
+    expect_each_flow_two_green_one_red(n);
+    EXPECT_THAT(daemon->log(), HasSubstr("the flow table grew from 16384 to 65536 flows"));
+}
+
+// Faster than a growth can follow (10^5 new flows a second into 1024): the flows the table has
+// no room for meanwhile are metered in the policy's bucket and counted as table full (as past
+// --max-flows), never passed unmetered, never metered twice.
+TEST_F(FlowTable, FlowsBeyondTheTableAreMeteredInThePolicysBucket) {
+    fresh_daemon({"--flows", "1024", "--max-flows", "16384", "--reclaim-interval", "0"});
+    add_policy();
+    ASSERT_FALSE(HasFailure());
+    constexpr long n = 30000;
+    spread(n, 1, 100000);
+    // It grew once (1024 -> 4096) while the 0.3 s of traffic lasted: the growth takes longer.
+    for (int i = 0; i < 40 && status()["flows"]["grown"] != 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(status()["flows"]["capacity"], 4096);
+    auto s = stats();
+    auto p = s["policies"][0];
+    const uint64_t metered = p["green"]["packets"].get<uint64_t>() +
+                             p["yellow"]["packets"].get<uint64_t>() +
+                             p["red"]["packets"].get<uint64_t>();
+    EXPECT_EQ(metered, static_cast<uint64_t>(n)) << "every packet metered once";
+    auto flows = parse_json(ok({"-j", "flows"}))["flows"];
+    uint64_t in_flows = 0;
+    for (const auto &f : flows)
+        in_flows += f["green"]["packets"].get<uint64_t>() + f["red"]["packets"].get<uint64_t>();
+    EXPECT_EQ(in_flows + s["table_full"].get<uint64_t>(), static_cast<uint64_t>(n))
+        << "each packet in its own flow, or counted as table full";
+    EXPECT_GE(s["table_full"].get<uint64_t>(), static_cast<uint64_t>(n) - 4096);
+    std::cout << fmt::format("[ flood    ] {} flows in the table, {} packets table full\n",
+                             flows.size(), s["table_full"].get<uint64_t>());
+}
+
+// A restart with another --flows resizes the pinned table, either way, and the flows move with
+// their tokens: the third packet of each is red after the restart as it would have been.
+TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
+    add_policy(); // the fixture's daemon: --flows 65536
+    ASSERT_FALSE(HasFailure());
+    constexpr long n = 3000;
+    spread(n, 2, 50000);
+    daemon->terminate();
+    daemon_with({"--flows", "8192"});
+    daemon->start();
+    EXPECT_THAT(daemon->log(), HasSubstr("3000 flows moved into it"));
+    auto st = status()["flows"];
+    EXPECT_EQ(st["capacity"], 8192);
+    EXPECT_EQ(st["moving"], false);
+    EXPECT_FALSE(std::filesystem::exists(
+        fmt::format("{}/abi{}/tcm_flow_slots_prev", daemon->pin_dir(), TCM_ABI_VERSION)));
+    spread(n, 1, 50000);
+    expect_each_flow_two_green_one_red(n);
+    // At most fewer than it holds: refused, naming the count, and the pins left as they were.
+    daemon->terminate();
+    daemon_with({"--flows", "1024", "--max-flows", "1024"});
+    try {
+        daemon->start();
+        ADD_FAILURE() << "a table smaller than its flows must be refused";
+    } catch (const std::runtime_error &e) {
+        EXPECT_THAT(e.what(), HasSubstr("it holds 3000"));
+    }
+    daemon_with({"--flows", "8192"});
+    daemon->start();
+    EXPECT_EQ(status()["flows"]["capacity"], 8192);
+    expect_each_flow_two_green_one_red(n);
+}
+
+} // namespace
+} // namespace tricolor::test
