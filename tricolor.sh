@@ -446,6 +446,8 @@ run_benches() {
     tests/bench/policy_bench.sh "$BUILD_DIR"
     echo "== flows --top 10 at 2^20 flows end to end: tricolorctl, the socket, the daemon"
     "$BUILD_DIR/tests/flows_top_bench"
+    echo "== the daemon's memory (maps, resident) idle and at 10^3, 10^5 and 2^20 flows"
+    "$BUILD_DIR/tests/footprint_bench"
     echo "== meter core in user space: tricolor against DPDK rte_meter"
     "$BUILD_DIR/tests/meter_bench"
     echo "== rate on a veth pair: tricolor against HTB and TBF (iperf3)"

@@ -160,6 +160,26 @@ mutant flow-move-left-locked bpf/lib/flow.h \
     's/__sync_lock_test_and_set\(&s->flow\.lock, 0\);/__sync_lock_test_and_set(\&s->flow.lock, 1);/' \
     "flow table: a flow moved out of a table of before stays locked" \
     "bpf:DatapathPinning.Flows*MoveAtTheirNextPacket"
+mutant resize-moved-taken-again bpf/lib/flow.h \
+    's/if \(s->flow\.lock != TCM_FLOW_MOVED\)\s*sk->prev = \(int\)sk->prev_idx;/sk->prev = (int)sk->prev_idx;/' \
+    "flow table resize: a slot of before whose flow moved is taken for the flow again" \
+    "bpf:DatapathPinning.AFlowMovedThenReclaimedIsANewFlowAtItsNextPacket"
+mutant resize-move-unmarked userspace/src/datapath_resize.cpp \
+    's/release_before\(ret == 1 \? TCM_FLOW_MOVED : 0\);/release_before(0);/' \
+    "flow table resize: a flow user space moved is not marked moved in the table of before" \
+    "bpf:DatapathPinning.AnotherCapacityResizesTheTableAndEveryFlowMovesWhole"
+mutant resize-move-fresh userspace/src/datapath_resize.cpp \
+    's/s->flow = ps->flow;/s->flow = tcm_flow{};\n            s->flow.lock = 1;/' \
+    "flow table resize: a flow user space moves starts with full buckets (a fresh burst)" \
+    "bpf:DatapathPinning.AnotherCapacityResizesTheTableAndEveryFlowMovesWhole"
+mutant grow-never userspace/daemon/flow_passes.cpp \
+    's/dp_->live_flows\(\) \* 2 < capacity/true/' \
+    "flow table growth: the table never grows" \
+    "e2e:FlowTable.GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow"
+mutant grow-not-reattached userspace/daemon/flow_passes.cpp \
+    's/if \(auto r = do_attach\(a\); !r\)/if (auto r = Result<AttachResult>(); false)/' \
+    "flow table growth: the hooks keep the programs of before (and their table)" \
+    "e2e:FlowTable.GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow"
 mutant cache-wrap-kept userspace/src/datapath_commit.cpp \
     's/if \(version == 0\)\s*dp_\.clear_class_cache\(\);//' \
     "classification cache: not emptied when the version wraps after 2^32 switches" \

@@ -7,6 +7,7 @@
 // would be reclaimed under pressure), then medians of 7:
 //   RESULT name=flows_top10_2e20_daemon cli_ms=<tricolorctl, from the heavy hitters>
 //          socket_ms=<the same request on the socket> walk_socket_ms=<"walk": true> ...
+#include "bench_daemon.hpp"
 #include "packet.hpp"
 #include "test_util.hpp"
 #include "tricolor/control.hpp"
@@ -35,44 +36,6 @@ using nlohmann::json;
 
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point a) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-}
-
-double median(std::vector<double> v) {
-    std::ranges::sort(v);
-    return v[v.size() / 2];
-}
-
-// The daemon's XDP program: the one named tricolor_xdp that uses the flow table pinned in @pin.
-int find_xdp_prog(const std::string &pin) {
-    int map =
-        bpf_obj_get((pin + "/abi" + std::to_string(TCM_ABI_VERSION) + "/tcm_flow_slots").c_str());
-    if (map < 0)
-        throw std::runtime_error("no pinned flow table under " + pin);
-    bpf_map_info minfo{};
-    uint32_t len = sizeof(minfo);
-    bpf_obj_get_info_by_fd(map, &minfo, &len);
-    close(map);
-    for (uint32_t id = 0; bpf_prog_get_next_id(id, &id) == 0;) {
-        int fd = bpf_prog_get_fd_by_id(id);
-        if (fd < 0)
-            continue;
-        uint32_t ids[64];
-        bpf_prog_info info{};
-        info.nr_map_ids = 64;
-        info.map_ids = reinterpret_cast<uint64_t>(ids);
-        len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
-            std::string(info.name) == "tricolor_xdp" &&
-            std::find(ids, ids + std::min(info.nr_map_ids, 64u), minfo.id) !=
-                ids + std::min(info.nr_map_ids, 64u))
-            return fd;
-        close(fd);
-    }
-    throw std::runtime_error("the daemon's XDP program was not found");
-}
-
 // Runs @fd once on @frame with the IPv4 source 10.0.0.0 + @i.
 void run_from(int fd, std::vector<uint8_t> &frame, uint32_t i) {
     uint32_t src = 0x0a000000u | i;
@@ -80,10 +43,7 @@ void run_from(int fd, std::vector<uint8_t> &frame, uint32_t i) {
     frame[27] = src >> 16;
     frame[28] = src >> 8;
     frame[29] = src;
-    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
-                .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
-    if (bpf_prog_test_run_opts(fd, &opts) < 0)
-        throw std::runtime_error("test run failed");
+    bench::run_once(fd, frame);
 }
 
 } // namespace
@@ -94,34 +54,13 @@ int main() {
         std::fprintf(stderr, "flows_top_bench: needs root\n");
         return 1;
     }
-    const std::string dir = fmt::format("/tmp/tricolor-flows-top-{}", getpid());
-    const std::string pin = fmt::format("/sys/fs/bpf/tricolor-flows-top-{}", getpid());
-    const std::string sock = dir + "/sock";
-    std::filesystem::create_directories(dir);
-    Datapath::remove_pins(pin);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int log = open((dir + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(log, 1);
-        dup2(log, 2);
-        execl(TRICOLORD_PATH, TRICOLORD_PATH, "--socket", sock.c_str(), "--pin-dir", pin.c_str(),
-              "--config", (dir + "/tricolor.yaml").c_str(), "--state", (dir + "/state").c_str(),
-              "--metrics", "none", "--reclaim-interval", "0", "--flows", "1048576", nullptr);
-        _exit(127);
-    }
     int rc = 0;
     try {
-        auto ask = [&](const json &r) {
-            auto j = control_request(sock, r);
-            if (!j || !(*j).value("ok", false))
-                throw std::runtime_error("request failed: " + r.dump() +
-                                         (j ? " -> " + j->dump() : " -> " + j.error()));
-            return *j;
-        };
-        for (int i = 0; i < 400 && !control_request(sock, {{"cmd", "status"}}); ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(25));
+        // The table made whole: no growth while the flows are made.
+        bench::BenchDaemon d("flows-top", {"--reclaim-interval", "0", "--flows", "1048576"});
+        auto ask = [&](const json &r) { return d.ask(r); };
         auto ctl = [&](std::vector<std::string> args) {
-            args.insert(args.begin(), {TRICOLORCTL_PATH, "--socket", sock});
+            args.insert(args.begin(), {TRICOLORCTL_PATH, "--socket", d.sock});
             auto r = test::run_command(args);
             if (r.exit_code != 0)
                 throw std::runtime_error("tricolorctl: " + r.err);
@@ -129,7 +68,7 @@ int main() {
         };
         ctl({"policy", "add", "per-src", "--algo", "trtcm", "--cir", "1tbit", "--cbs", "1g",
              "--pir", "1tbit", "--pbs", "1g", "--per", "src", "--match", "dst", "198.19.0.1/32"});
-        int prog = find_xdp_prog(pin);
+        int prog = d.xdp_prog();
         auto small = test::Packet().ipv4("10.0.0.0", "198.19.0.1").udp(1, 2).l3_size(64).build();
         auto big = test::Packet().ipv4("10.0.0.0", "198.19.0.1").udp(1, 2).l3_size(1500).build();
         auto a = std::chrono::steady_clock::now();
@@ -138,7 +77,7 @@ int main() {
         for (uint32_t r = 4096; r >= 1; r /= 4)
             for (uint32_t i = 0; i < r; ++i)
                 run_from(prog, big, i);
-        std::fprintf(stderr, "2^20 flows made in %.1f s\n", ms_since(a) / 1000);
+        std::fprintf(stderr, "2^20 flows made in %.1f s\n", bench::ms_since(a) / 1000);
         close(prog);
         // The pass after these packets picks the threshold, the one after installs it.
         json top;
@@ -161,39 +100,35 @@ int main() {
         for (int round = 0; round < 7; ++round) {
             a = std::chrono::steady_clock::now();
             auto cli = json::parse(ctl({"-j", "flows", "--top", "10"}).out);
-            cli_ms.push_back(ms_since(a));
+            cli_ms.push_back(bench::ms_since(a));
             a = std::chrono::steady_clock::now();
             auto hot = ask({{"cmd", "flows"}, {"top", 10}});
-            socket_ms.push_back(ms_since(a));
+            socket_ms.push_back(bench::ms_since(a));
             a = std::chrono::steady_clock::now();
             auto walked = ask({{"cmd", "flows"}, {"top", 10}, {"walk", true}});
-            walk_ms.push_back(ms_since(a));
+            walk_ms.push_back(bench::ms_since(a));
             a = std::chrono::steady_clock::now();
             ctl({"status"});
-            status_ms.push_back(ms_since(a));
+            status_ms.push_back(bench::ms_since(a));
             same = same && cli["via"] == "hot" && hot["via"] == "hot" &&
                    listed(cli) == listed(walked) && listed(hot) == listed(walked) &&
                    walked["flows"].size() == 10;
         }
-        double w = median(walk_ms), s = median(socket_ms);
+        double w = bench::median(walk_ms), s = bench::median(socket_ms);
         std::printf("%-44s %10s\n", "flows --top 10 at 2^20 flows (median of 7)", "ms");
         std::printf("%-44s %10.1f\n", "tricolorctl -j flows --top 10 (heavy hitters)",
-                    median(cli_ms));
+                    bench::median(cli_ms));
         std::printf("%-44s %10.1f\n", "the same request on the socket", s);
         std::printf("%-44s %10.1f\n", "the request with \"walk\": true", w);
-        std::printf("%-44s %10.1f\n", "tricolorctl status", median(status_ms));
+        std::printf("%-44s %10.1f\n", "tricolorctl status", bench::median(status_ms));
         std::printf("%s\n", same ? "same lists" : "LISTS DIFFER");
         std::printf("RESULT name=flows_top10_2e20_daemon cli_ms=%.1f socket_ms=%.1f "
                     "walk_socket_ms=%.1f ratio=%.0f status_ms=%.1f same=%d target_ms=50\n",
-                    median(cli_ms), s, w, w / s, median(status_ms), same ? 1 : 0);
+                    bench::median(cli_ms), s, w, w / s, bench::median(status_ms), same ? 1 : 0);
         rc = same ? 0 : 1;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "flows_top_bench: %s\n", e.what());
         rc = 1;
     }
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-    Datapath::remove_pins(pin);
-    std::filesystem::remove_all(dir);
     return rc;
 }

@@ -179,7 +179,8 @@ int main() {
         int64_t green_excess = 0; // bytes rte_meter coloured green beyond the exact model
         for (size_t i = 0; i < kPackets; ++i) {
             auto in = c.aware ? static_cast<Color>(t.in_color[i]) : Color::green;
-            auto want = static_cast<uint8_t>(test::RefMeter::mark(ref, bucket, t.ns[i], t.len[i], in));
+            auto want =
+                static_cast<uint8_t>(test::RefMeter::mark(ref, bucket, t.ns[i], t.len[i], in));
             tricolor_mismatches += exact[i] != want;
             if (want != rte[i])
                 ++mismatches;

@@ -422,6 +422,7 @@ TEST_F(DatapathPinning, AnotherCapacityResizesTheTableAndEveryFlowMovesWhole) {
     EXPECT_EQ(moved.moved, 2u);
     EXPECT_FALSE(moved.dropped) << "the programs of before are pinned under progs/";
     EXPECT_TRUE(b.moving_flows_of_before());
+    EXPECT_EQ(b.flows().size(), 3u) << "a flow moved by user space is listed once";
     b.release_previous_programs({});
     moved = b.move_flows_of_before();
     EXPECT_EQ(moved.moved, 0u);
@@ -463,6 +464,25 @@ TEST_F(DatapathPinning, AnotherCapacityResizesTheTableAndEveryFlowMovesWhole) {
     }
     EXPECT_EQ(b.flows().size(), 256u);
     EXPECT_EQ(b.global_counters().table_full, 300u - 253u);
+}
+
+// A flow moved at its packet and then reclaimed from the table (its buckets full again) is a
+// new flow at its next packet: its slot of before stays, marked moved, and is not its flow any
+// more (a packet that took it for one would wait on a lock no one releases).
+TEST_F(DatapathPinning, AFlowMovedThenReclaimedIsANewFlowAtItsNextPacket) {
+    ASSERT_EQ(three_flows().size(), 3u);
+    DatapathOptions bigger = o;
+    bigger.flow_capacity = 256;
+    Datapath b(bigger);
+    b.set_clock(5000000000);
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS); // moved: 1000 left
+    b.set_clock(8000000000);                                   // every bucket full again
+    EXPECT_EQ(b.reclaim_idle_flows(), 3u) << "the one moved and the two of before";
+    EXPECT_TRUE(b.flows().empty());
+    EXPECT_EQ(b.run_xdp(from("198.18.0.1")).retval, XDP_PASS);
+    EXPECT_EQ(b.global_counters().lock_timeouts, 0u);
+    EXPECT_EQ(b.global_counters().table_full, 0u);
+    EXPECT_EQ(b.flows().size(), 1u);
 }
 
 // The same while the data path runs (grow): the programs loaded again over the same pins with

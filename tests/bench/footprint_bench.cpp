@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// footprint_bench: what a tricolord costs in memory at 0, 10^3, 10^5 and 2^20 flows (docs/
+// benchmarks.md, "Footprint"). A real daemon with its defaults (a flow table of 16384 flows that
+// grows to 2^20) and its own pin directory, one per-source policy; flows made by running its XDP
+// program through BPF_PROG_TEST_RUN, one packet per IPv6 source of 2001:db8::/64 (nothing is sent
+// anywhere), waiting for the table to grow whenever it is nearly half full. At each count:
+//   the kernel memory of every map its programs use (memlock, as bpftool shows it), the flow
+//   table's share of it (slots, tuples, meta), and the daemon's resident memory:
+//   RESULT name=footprint_<flows> flows=<in the table> capacity=<the table's> map_mib=<all maps>
+//          flow_table_mib=<its part> rss_mib=<the daemon's> [target_map_mib=16 target_rss_mib=32]
+#include "bench_daemon.hpp"
+#include "packet.hpp"
+#include "test_util.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+using namespace tricolor;
+using nlohmann::json;
+
+namespace {
+
+// The memory the kernel charges for the map @fd (fdinfo's memlock).
+uint64_t map_memlock(int fd) {
+    std::ifstream in(fmt::format("/proc/self/fdinfo/{}", fd));
+    std::string key;
+    uint64_t value = 0;
+    while (in >> key) {
+        if (key == "memlock:" && (in >> value))
+            return value;
+        in.ignore(1 << 16, '\n');
+    }
+    return 0;
+}
+
+struct Footprint {
+    uint64_t maps = 0, flow_table = 0;
+};
+
+// Every map the daemon's programs pinned under progs/ use, and every map pinned: by id, once.
+Footprint footprint(const std::string &pin) {
+    const std::string abi = pin + "/abi" + std::to_string(TCM_ABI_VERSION);
+    std::set<uint32_t> ids;
+    auto note_map = [&](int fd) {
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+            ids.insert(info.id);
+    };
+    for (const auto &e : std::filesystem::recursive_directory_iterator(abi)) {
+        if (!e.is_regular_file())
+            continue;
+        int fd = bpf_obj_get(e.path().c_str());
+        if (fd < 0)
+            continue;
+        if (e.path().parent_path().filename() == "progs") {
+            for (uint32_t id : prog_map_ids(fd))
+                ids.insert(id);
+        } else if (e.path().parent_path().filename() != "links") {
+            note_map(fd);
+        }
+        close(fd);
+    }
+    Footprint f;
+    for (uint32_t id : ids) {
+        int fd = bpf_map_get_fd_by_id(id);
+        if (fd < 0)
+            continue;
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        bpf_obj_get_info_by_fd(fd, &info, &len);
+        const uint64_t bytes = map_memlock(fd);
+        f.maps += bytes;
+        const std::string name = info.name;
+        if (name == "tcm_flow_slots" || name == "tcm_flow_tuples" || name == "tcm_flow_meta")
+            f.flow_table += bytes;
+        close(fd);
+    }
+    return f;
+}
+
+uint64_t rss_bytes(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    while (std::getline(in, line))
+        if (line.starts_with("VmRSS:"))
+            return std::stoull(line.substr(6)) * 1024;
+    return 0;
+}
+
+double mib(uint64_t bytes) {
+    return static_cast<double>(bytes) / (1 << 20);
+}
+
+} // namespace
+
+int main() {
+    quiet_libbpf_logging();
+    if (geteuid() != 0) {
+        std::fprintf(stderr, "footprint_bench: needs root\n");
+        return 1;
+    }
+    try {
+        bench::BenchDaemon d("footprint", {"--reclaim-interval", "0"});
+        auto flows_status = [&] { return d.ask({{"cmd", "status"}})["flows"]; };
+        auto report = [&](const char *name, bool idle) {
+            // The last pass's count is not needed: the table's own is in its meta.
+            auto meta = Datapath::pinned_flow_table(d.pin);
+            auto f = footprint(d.pin);
+            const uint64_t rss = rss_bytes(d.pid);
+            std::printf("%-10s %10llu %10u %12.1f %12.1f %10.1f\n", name,
+                        static_cast<unsigned long long>(meta ? meta->live : 0),
+                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), mib(rss));
+            std::printf("RESULT name=footprint_%s flows=%llu capacity=%u map_mib=%.1f "
+                        "flow_table_mib=%.1f rss_mib=%.1f%s\n",
+                        name, static_cast<unsigned long long>(meta ? meta->live : 0),
+                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), mib(rss),
+                        idle ? " target_map_mib=16 target_rss_mib=32" : "");
+        };
+        std::printf("%-10s %10s %10s %12s %12s %10s\n", "", "flows", "capacity", "maps MiB",
+                    "flow tbl MiB", "RSS MiB");
+        report("idle", true);
+        d.ask({{"cmd", "policy_add"},
+               {"policy",
+                {{"name", "per-src"},
+                 {"algo", "trtcm"},
+                 {"cir", "1tbit"},
+                 {"cbs", "1g"},
+                 {"pir", "1tbit"},
+                 {"pbs", "1g"},
+                 {"per", "src"},
+                 {"match", {{"dst", "2001:db8:ffff::1/128"}}}}}});
+        auto frame =
+            test::Packet().ipv6("2001:db8::", "2001:db8:ffff::1").udp(1, 2).l3_size(64).build();
+        int prog = d.xdp_prog();
+        uint32_t made = 0;
+        for (auto [target, name] :
+             {std::pair{1000u, "1e3"}, std::pair{100000u, "1e5"}, std::pair{1u << 20, "2e20"}}) {
+            for (; made < target; ++made) {
+                // Nearly half full: the daemon grows the table (programs loaded again); the
+                // flows made meanwhile would go to the policy's bucket, so wait for it.
+                if (made % 1024 == 0) {
+                    auto meta = Datapath::pinned_flow_table(d.pin);
+                    if (meta && meta->live + 2048 >= meta->capacity / 2 &&
+                        meta->capacity < (1u << 20)) {
+                        const uint32_t before = meta->capacity;
+                        for (int i = 0; i < 500; ++i) {
+                            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                            auto now = Datapath::pinned_flow_table(d.pin);
+                            if (now && now->capacity != before)
+                                break;
+                        }
+                        close(prog);
+                        prog = d.xdp_prog();
+                    }
+                }
+                // The source's low 32 bits: IPv6 source at 22..37 of the frame.
+                frame[34] = made >> 24;
+                frame[35] = made >> 16;
+                frame[36] = made >> 8;
+                frame[37] = made;
+                bench::run_once(prog, frame);
+            }
+            // The program of before let go, its table dropped at the daemon's next look.
+            close(prog);
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            prog = d.xdp_prog();
+            report(name, false);
+        }
+        close(prog);
+        auto st = flows_status();
+        std::printf("grown %d times; table_full %llu\n", st["grown"].get<int>(),
+                    static_cast<unsigned long long>(
+                        d.ask({{"cmd", "stats"}})["table_full"].get<uint64_t>()));
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "footprint_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
