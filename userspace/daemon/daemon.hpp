@@ -256,6 +256,9 @@ class Daemon {
     // each pass until none is left). Under mu_.
     void move_flows_of_before(bool at_start);
     void grow_flow_table(uint32_t capacity); // under walk_mu_ and mu_
+    // policy_changes.cpp: the sock_ops and cgroup ingress programs pinned on the root cgroup
+    // replaced by this data path's; failures into @problems.
+    void swap_root_cgroup_programs(std::vector<std::string> &problems);
     // Held for a whole pass over the flow table and while the table is grown: a pass reads the
     // table it began on. Taken before mu_.
     std::mutex walk_mu_;

@@ -4,7 +4,6 @@
 // --top's heavy hitters.
 #include "daemon.hpp"
 #include "daemon_internal.hpp"
-#include "tricolor/shape.hpp"
 
 #include <chrono>
 #include <iostream>
@@ -119,17 +118,7 @@ void Daemon::grow_flow_table(uint32_t capacity) {
         if (interface_index(a.iface))
             if (auto r = do_attach(a); !r)
                 problems.push_back(fmt::format("{}: {}", hook_text(a), r.error()));
-    if (sockops_attached(link_dir()))
-        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
-            problems.push_back(r.error());
-    if (cgroup_ingress_attached(link_dir())) {
-        try {
-            if (auto r = attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir()); !r)
-                problems.push_back(r.error());
-        } catch (const std::exception &e) {
-            problems.push_back(e.what());
-        }
-    }
+    swap_root_cgroup_programs(problems);
     dp_->set_shape_ifaces(egress_ifindexes(attachments_));
     dp_->set_drop_malformed(options_.drop_malformed);
     release_previous_programs();

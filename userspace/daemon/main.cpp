@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <condition_variable>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -410,30 +411,22 @@ void log_ready(const CommandLine &cl, const Running &run) {
 
 // ---- running ----
 
-// The periodic pass over the flow table: reclaims idle flows (unless --reclaim-interval 0)
-// and counts what is left for the tricolor_flows gauge, so that no scrape walks the table;
-// it also keeps the heavy hitters flows --top answers from. On a thread of its own: its walk
-// (0.5 s at 2^20 flows) must not keep the main loop from accepting clients.
-class FlowPasses {
+// Runs @work every @interval on a thread of its own until stop(), which lets a run under way
+// end first.
+class Periodic {
   public:
-    FlowPasses(Daemon &d, double reclaim_interval)
-        : interval_(reclaim_interval > 0 ? reclaim_interval : 10),
-          thread_([this, &d, reclaim_interval] {
+    Periodic(std::chrono::duration<double> interval, std::function<void()> work)
+        : interval_(interval), work_(std::move(work)), thread_([this] {
               std::unique_lock lock(mu_);
               while (!cv_.wait_for(lock, interval_, [&] { return stop_; })) {
                   lock.unlock();
-                  // A flow whose buckets are full again is indistinguishable from a new one:
-                  // deleting it changes no colour and keeps room in the table for flows that
-                  // need it.
-                  if (reclaim_interval > 0)
-                      d.reclaim_idle_flows();
-                  else
-                      d.count_flows();
+                  work_();
                   lock.lock();
               }
           }) {}
-    ~FlowPasses() { stop(); }
-    // A pass under way ends first.
+    ~Periodic() { stop(); }
+    Periodic(const Periodic &) = delete;
+    Periodic &operator=(const Periodic &) = delete;
     void stop() {
         {
             std::lock_guard lock(mu_);
@@ -446,38 +439,7 @@ class FlowPasses {
 
   private:
     const std::chrono::duration<double> interval_;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    bool stop_ = false;
-    std::thread thread_; // last: it starts once the members it uses exist
-};
-
-// Grows the flow table when it is half full (Daemon::grow_flow_table_if_needed): a look every
-// 10 ms, so that flows arriving at 10^5/s find it grown before the other half is gone (a growth
-// takes tens of ms: the programs are loaded again). On a thread of its own, as the passes are.
-class FlowTableGrowth {
-  public:
-    explicit FlowTableGrowth(Daemon &d)
-        : thread_([this, &d] {
-              std::unique_lock lock(mu_);
-              while (!cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_; })) {
-                  lock.unlock();
-                  d.grow_flow_table_if_needed();
-                  lock.lock();
-              }
-          }) {}
-    ~FlowTableGrowth() { stop(); }
-    void stop() {
-        {
-            std::lock_guard lock(mu_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-        if (thread_.joinable())
-            thread_.join();
-    }
-
-  private:
+    const std::function<void()> work_;
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;
@@ -592,8 +554,23 @@ int main(int argc, char **argv) {
 
     ClientPool clients;
     run.daemon->count_flows(); // adopted flows, before the first pass
-    FlowPasses passes(*run.daemon, o.reclaim_interval);
-    FlowTableGrowth growth(*run.daemon);
+    // The periodic pass over the flow table: reclaims idle flows (unless --reclaim-interval
+    // 0) and counts what is left for the tricolor_flows gauge, so that no scrape walks the
+    // table; it also keeps the heavy hitters flows --top answers from. On a thread of its own:
+    // its walk (0.5 s at 2^20 flows) must not keep the main loop from accepting clients. A flow
+    // whose buckets are full again is indistinguishable from a new one: deleting it changes no
+    // colour and keeps room in the table for flows that need it.
+    Periodic passes(std::chrono::duration<double>(o.reclaim_interval > 0 ? o.reclaim_interval : 10),
+                    [&d = *run.daemon, interval = o.reclaim_interval] {
+                        if (interval > 0)
+                            d.reclaim_idle_flows();
+                        else
+                            d.count_flows();
+                    });
+    // The flow table grows when half full (Daemon::grow_flow_table_if_needed): a look every
+    // 10 ms, one counter read, so that a growth starts before the other half is gone.
+    Periodic growth(std::chrono::milliseconds(10),
+                    [&d = *run.daemon] { d.grow_flow_table_if_needed(); });
     main_loop(o, run.listen_fd, sig_fd, *run.daemon, clients);
     sd_notify(0, "STOPPING=1");
     growth.stop();

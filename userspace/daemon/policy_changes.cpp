@@ -229,6 +229,24 @@ Result<void> Daemon::start_socket_shaping() {
     return {};
 }
 
+// The sock_ops and cgroup ingress links an earlier daemon (or this one's data path of before)
+// pinned: this data path's programs swapped in (they read the same maps). What fails goes into
+// @problems.
+void Daemon::swap_root_cgroup_programs(std::vector<std::string> &problems) {
+    if (sockops_attached(link_dir()))
+        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
+            problems.push_back(r.error());
+    // The cgroup ingress program is loaded only if an earlier one was attached.
+    if (cgroup_ingress_attached(link_dir())) {
+        try {
+            if (auto r = attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir()); !r)
+                problems.push_back(r.error());
+        } catch (const std::exception &e) {
+            problems.push_back(e.what());
+        }
+    }
+}
+
 // Ingress cgroup policies (docs/spec.md §11): the cgroup_skb program goes on the root cgroup
 // before the first such policy is live, and stays. Loaded only then (bpf/cgroup_in.bpf.c).
 Result<void> Daemon::start_cgroup_ingress() {

@@ -142,20 +142,9 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         adopted_ids_[p.name] = p.id;
     if (auto r = load_at_start(); !r)
         throw std::runtime_error(r.error());
-    // A sock_ops link an earlier daemon pinned: swap our program in (it reads the same maps),
-    // once the config is applied, so that it knows which policies shape from its first socket.
-    if (sockops_attached(link_dir()))
-        if (auto r = attach_sockops(dp_->sockops_prog_fd(), link_dir()); !r)
-            startup_warnings.push_back(r.error());
-    // The same for the cgroup ingress program (loaded only if an earlier daemon attached one).
-    if (cgroup_ingress_attached(link_dir())) {
-        try {
-            if (auto r = attach_cgroup_ingress(dp_->cgroup_in_prog_fd(), link_dir()); !r)
-                startup_warnings.push_back(r.error());
-        } catch (const std::exception &e) {
-            startup_warnings.push_back(e.what());
-        }
-    }
+    // Once the config is applied, so that the sock_ops program knows which policies shape
+    // from its first socket.
+    swap_root_cgroup_programs(startup_warnings);
     // Every hook runs this daemon's programs now: a resize's flows of before can move.
     move_flows_of_before(true);
     // Container engines last: what they make goes through handle(), on the set just loaded.
