@@ -93,6 +93,9 @@ struct tcm_replay_io {
 #define TCM_MAX_MASKS 64          /* distinct match shapes in one policy set */
 #define TCM_MAX_RULES 131072      /* classifier entries, both sets together */
 #define TCM_DEFAULT_FLOWS 1048576 /* per-key flow table capacity unless set at load */
+/* The flow table's capacity when tricolord makes it (--flows); it grows 4x when half full, up
+ * to TCM_DEFAULT_FLOWS (--max-flows): docs/daemon.md, "The flow table". */
+#define TCM_START_FLOWS 16384
 #define TCM_NR_SETS 2             /* policy sets: one active, one being built */
 #define TCM_POLICY_NAME_LEN 64
 /* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and

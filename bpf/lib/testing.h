@@ -16,8 +16,10 @@
 
 /* Benchmark only: spread each run's source (1) or destination (2) address over 2^20 values (its
  * low 20 bits XORed with a counter's permutation) in a scattered order, so one BPF_PROG_TEST_RUN
- * with a repeat count walks a table of a million flows, IPv4 or IPv6. */
+ * with a repeat count walks a table of a million flows, IPv4 or IPv6; over tcm_bench_flows
+ * values if that is set otherwise (the footprint's 10^3 and 10^5 flows). */
 const volatile __u8 tcm_bench_spread = 0;
+const volatile __u32 tcm_bench_flows = 1u << 20;
 __u32 tcm_bench_counter = 0;
 
 /* Testing mode only (tcm_test_clock): the last packet's matched policy id + 1 (0: none) and
@@ -34,8 +36,12 @@ static __always_inline void testing_begin(void) {
 /* The benchmark's address of this run, in place of the parsed packet's. */
 static __always_inline void testing_spread(struct tcm_pkt *p) {
     if (tcm_bench_spread) {
-        /* An odd multiplier permutes the residues mod 2^20: every address once per 2^20 runs. */
-        __u32 n = bpf_htonl((tcm_bench_counter++ * 2654435761u) & 0xfffff);
+        /* A multiplier prime to the count permutes the residues mod the count: every address
+         * once per that many runs (2654435761 is prime to 2 and 5). */
+        __u32 c = tcm_bench_counter++;
+        __u32 n = bpf_htonl(tcm_bench_flows == 1u << 20
+                                ? (c * 2654435761u) & 0xfffff
+                                : (__u32)((__u64)c * 2654435761u % tcm_bench_flows));
         if (tcm_bench_spread == 1)
             p->key.src[3] ^= n;
         else

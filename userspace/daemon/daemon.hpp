@@ -36,9 +36,8 @@ struct DaemonOptions {
     std::string pin_dir;
     // The flow table's capacity at the start (--flows) and the most it grows to (--max-flows):
     // it grows 4x while it runs whenever it is half full (flow_passes.cpp).
-    uint32_t flow_capacity = kStartFlows;
+    uint32_t flow_capacity = TCM_START_FLOWS;
     uint32_t max_flows = TCM_DEFAULT_FLOWS;
-    static constexpr uint32_t kStartFlows = 16384;
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;   // seconds between idle-flow reclaims; 0: never

@@ -338,6 +338,7 @@ void Datapath::load(const DatapathOptions &o) {
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
     impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
+    impl_->skel->rodata->tcm_bench_flows = o.bench_flows;
     detail::set_flow_layout(impl_->skel->rodata, layout, impl_->flows_moving, impl_->prev_layout);
     if (impl_->prev_layout)
         impl_->open_table_of_before();

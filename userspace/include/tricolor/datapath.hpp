@@ -56,6 +56,7 @@ struct DatapathOptions {
     // Benchmark only: each run meters a different source (1) or destination (2) address of
     // 2^20 (tcm_bench_spread in bpf/lib/testing.h); 0: the packet's own.
     uint8_t bench_spread = 0;
+    uint32_t bench_flows = 1u << 20; // over this many addresses
     // flows --top (docs/datapath.md, "flows --top at 2^20"): each pass over the flow table sets
     // the data path's heavy-hitter threshold to the bytes of the top_keep-th busiest flow it
     // read; tcm_flow_hot holds hot_capacity keys. Tests make both small.
