@@ -6,6 +6,8 @@
 #include "lab.hpp"
 #include "tricolor/datapath.hpp"
 
+#include <bpf/bpf.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -288,6 +290,73 @@ TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
     daemon->start();
     burst();
     EXPECT_EQ(packets(), 100u) << "no pinned link to take over: the start attaches its own";
+}
+
+// The program on the root cgroup's ingress link of a pin directory (its pinned link), by id.
+uint32_t cgroup_ingress_prog(const std::string &pin_dir) {
+    int fd = bpf_obj_get((pin_dir + "/abi2/links/cgroup_ingress").c_str());
+    if (fd < 0)
+        return 0;
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    uint32_t id = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.prog_id : 0;
+    close(fd);
+    return id;
+}
+
+// A growth of the flow table loads the programs again: the cgroup ingress program on the root
+// cgroup's link is swapped for the new one (in the same link), and it polices on.
+TEST_F(Cgroups, AFlowTableGrowthSwapsTheIngressProgramAndItPolicesOn) {
+    daemon->terminate();
+    Datapath::remove_pins(daemon->pin_dir());
+    daemon->set_flags({"--reclaim-interval", "0", "--flows", "8"});
+    daemon->start();
+    TestCgroup srv(base + "/server");
+    ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
+        "--match", "cgroup", base + "/server", "--direction", "ingress"});
+    auto burst = [&] {
+        std::thread t([&] {
+            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 1",
+                                          srv.dir, udp_tool_path(), lab->host_v4);
+            run_command({"/bin/sh", "-c", cmd});
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
+        t.join();
+    };
+    auto packets = [&] {
+        const json stats = parse_json(daemon->ctl({"-j", "stats"}));
+        for (const auto &p : stats["policies"])
+            if (p["name"] == "srv")
+                return p["green"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
+        return uint64_t{0};
+    };
+    burst();
+    EXPECT_EQ(packets(), 100u);
+    const uint32_t before = cgroup_ingress_prog(daemon->pin_dir());
+    ASSERT_NE(before, 0u);
+    // Eight flows of a per-destination policy on XDP fill the table of 8 past half: it grows.
+    ok({"attach", lab->host_if});
+    ok({"policy",  "add",  "many",     "--algo", "srtcm",         "--cir", "1mbit",
+        "--cbs",   "10k",  "--match",  "dst",    "198.19.0.0/16", "--per", "dst",
+        "--green", "drop", "--yellow", "drop",   "--red",         "drop"});
+    ASSERT_EQ(lab->in_ns({"ip", "route", "add", "198.19.0.0/16", "via", lab->host_v4}).exit_code,
+              0);
+    lab->in_ns({udp_tool_path(), "spread", "198.19.0.1", "9", "8", "1", "100", "1000"});
+    json st;
+    for (int i = 0; i < 50; ++i) {
+        st = parse_json(daemon->ctl({"-j", "status"}))["flows"];
+        if (st["grown"] == 1 && st["moving"] == false)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(st["grown"], 1) << st.dump();
+    EXPECT_EQ(st["capacity"], 32);
+    const uint32_t after = cgroup_ingress_prog(daemon->pin_dir());
+    EXPECT_NE(after, before) << "the link runs the new data path's program";
+    EXPECT_NE(after, 0u);
+    burst();
+    EXPECT_EQ(packets(), 200u) << "the new program meters the cgroup's ingress";
 }
 
 // A container: a process in a network namespace of its own, in a cgroup. Its packets still carry
