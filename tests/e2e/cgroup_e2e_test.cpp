@@ -314,13 +314,15 @@ TEST_F(Cgroups, AFlowTableGrowthSwapsTheIngressProgramAndItPolicesOn) {
     TestCgroup srv(base + "/server");
     ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
         "--match", "cgroup", base + "/server", "--direction", "ingress"});
+    // As in the test above: the receiver's window and the wait for it scale with the machine.
+    const int window = static_cast<int>(std::ceil(time_scale()));
     auto burst = [&] {
         std::thread t([&] {
-            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 1",
-                                          srv.dir, udp_tool_path(), lab->host_v4);
+            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
+                                          srv.dir, udp_tool_path(), lab->host_v4, window);
             run_command({"/bin/sh", "-c", cmd});
         });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300 * window));
         lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
         t.join();
     };
@@ -343,8 +345,8 @@ TEST_F(Cgroups, AFlowTableGrowthSwapsTheIngressProgramAndItPolicesOn) {
     ASSERT_EQ(lab->in_ns({"ip", "route", "add", "198.19.0.0/16", "via", lab->host_v4}).exit_code,
               0);
     lab->in_ns({udp_tool_path(), "spread", "198.19.0.1", "9", "8", "1", "100", "1000"});
-    json st;
-    for (int i = 0; i < 50; ++i) {
+    json st; // a growth loads the programs again: seconds in an emulated guest
+    for (int i = 0; i < 100 * window; ++i) {
         st = parse_json(daemon->ctl({"-j", "status"}))["flows"];
         if (st["grown"] == 1 && st["moving"] == false)
             break;

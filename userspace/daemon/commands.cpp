@@ -407,6 +407,7 @@ json Daemon::cmd_status(const json &) {
                {"policies", {{"used", policies_.size()}, {"capacity", TCM_MAX_POLICIES}}},
                {"flows",
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s
+                 {"live", dp_->live_flows()},    // the data path's own count, now
                  {"capacity", dp_->flow_capacity()},
                  {"max", options_.max_flows},
                  {"grown", grown_},

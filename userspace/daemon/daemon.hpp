@@ -38,6 +38,7 @@ struct DaemonOptions {
     // it grows 4x while it runs whenever it is half full (flow_passes.cpp).
     uint32_t flow_capacity = TCM_START_FLOWS;
     uint32_t max_flows = TCM_DEFAULT_FLOWS;
+    bool max_flows_given = false; // on the command line: the config's max_flows is not read
     bool detach_on_exit = false;
     bool drop_malformed = false;
     double reclaim_interval = 10;   // seconds between idle-flow reclaims; 0: never
@@ -316,6 +317,8 @@ class Daemon {
     std::unique_ptr<fleet::Agent> fleet_;
     // The engines the config names (containers:), as of the start or the last reload.
     std::vector<std::string> config_containers_;
+    // --max-flows as the command line's defaults made it, before the config's max_flows.
+    uint32_t max_flows_default_ = 0;
     // Last of all: their threads call handle(), so they stop before anything it uses goes.
     std::vector<std::unique_ptr<ContainerWatcher>> watchers_;
 };

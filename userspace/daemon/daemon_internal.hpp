@@ -64,6 +64,7 @@ struct Doc {
     std::vector<AttachmentSpec> attachments;
     std::vector<AttachmentSpec> patterns; // attach --match-ifname
     std::vector<std::string> containers;  // engines to follow (config only; docs/containers.md)
+    std::optional<uint32_t> max_flows;    // the flow table's most (config only; --max-flows)
     uint64_t text_hash = 0;               // of the file as read: names the state a journal extends
 };
 // Empty optional: there is no such file.

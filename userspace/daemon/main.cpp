@@ -96,8 +96,9 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
         ->capture_default_str()
         ->check(CLI::Range(1u, 1u << 26));
     app.add_option("--max-flows", cl.max_flows,
-                   "The most flows the table grows to (default: 1048576, or --flows if more); "
-                   "past it a new flow is metered in its policy's bucket (table_full)")
+                   "The most flows the table grows to (default: the config's max_flows, else "
+                   "1048576 or --flows if more); past it a new flow is metered in its policy's "
+                   "bucket (table_full)")
         ->check(CLI::Range(1u, 1u << 26));
     app.add_option("--metrics", o.metrics,
                    "Prometheus endpoint ADDR:PORT (port 0: any free port), or none")
@@ -178,6 +179,7 @@ std::optional<std::string> complete_options(CommandLine &cl) {
                            "and grows to --max-flows",
                            o.flow_capacity, cl.max_flows);
     o.max_flows = cl.max_flows ? cl.max_flows : std::max(o.flow_capacity, o.max_flows);
+    o.max_flows_given = cl.max_flows != 0;
     if (auto no = http_address_problem(o.metrics, "--metrics"); !no.empty())
         return no;
     for (const auto &c : o.containers)

@@ -120,6 +120,12 @@ uint32_t start_capacity(const DaemonOptions &o) {
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     if (options_.state.empty())
         options_.state = default_state_path(options_.pin_dir);
+    // Without --max-flows, the config's max_flows (read again, and any fault in it reported, by
+    // load_at_start): the table's size at this start depends on it.
+    max_flows_default_ = options_.max_flows;
+    if (!options_.max_flows_given)
+        if (auto cfg = read_doc(options_.config); cfg && *cfg && (*cfg)->max_flows)
+            options_.max_flows = *(*cfg)->max_flows;
     DatapathOptions o;
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = start_capacity(options_);
@@ -325,6 +331,10 @@ Result<void> Daemon::reload() {
         warnings.push_back(c.error());
     reload_warnings = std::move(warnings);
     config_containers_ = doc.containers;
+    // A max_flows the config raises lets the table grow further; one it lowers stops its growth
+    // there (the table does not shrink while the daemon runs).
+    if (!options_.max_flows_given)
+        options_.max_flows = doc.max_flows.value_or(max_flows_default_);
     return {};
 }
 
