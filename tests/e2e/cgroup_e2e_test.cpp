@@ -74,6 +74,28 @@ class Cgroups : public DaemonLabTest {
     // suite's bounds, lab.hpp). Returns the green packets.
     uint64_t green_within_bounds(const std::string &stamps_path, int n, int payload,
                                  const char *what);
+    // 100 datagrams of 1000 bytes from the namespace to a receiver in cgroup @c on this host. Its
+    // socket must be there for the whole burst (no socket, no cgroup_skb hook): its window and
+    // the wait for it to bind stretch with the machine's time scale.
+    void ingress_burst(const TestCgroup &c) {
+        const int window = static_cast<int>(std::ceil(time_scale()));
+        std::thread t([&] {
+            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
+                                          c.dir, udp_tool_path(), lab->host_v4, window);
+            run_command({"/bin/sh", "-c", cmd});
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300 * window));
+        lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
+        t.join();
+    }
+    // The packets policy @name counted, every colour.
+    uint64_t packets_of(const std::string &name) {
+        const json stats = parse_json(daemon->ctl({"-j", "stats"}));
+        for (const auto &p : stats["policies"])
+            if (p["name"] == name)
+                return p["green"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
+        return 0;
+    }
     std::string base;
 };
 
@@ -258,23 +280,8 @@ TEST_F(Cgroups, IngressPolicesOnThroughKill9AndARestartTakesItOver) {
     TestCgroup srv(base + "/server");
     ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
         "--match", "cgroup", base + "/server", "--direction", "ingress"});
-    // The receiver's socket must be there for the whole burst (no socket, no cgroup_skb hook):
-    // its window and the wait for it to bind stretch with the machine's time scale.
-    const int window = static_cast<int>(std::ceil(time_scale()));
-    auto burst = [&] {
-        std::thread t([&] {
-            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
-                                          srv.dir, udp_tool_path(), lab->host_v4, window);
-            run_command({"/bin/sh", "-c", cmd});
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300 * window));
-        lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
-        t.join();
-    };
-    auto packets = [&] {
-        auto p = parse_json(daemon->ctl({"-j", "stats"}))["policies"][0];
-        return p["green"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
-    };
+    auto burst = [&] { ingress_burst(srv); };
+    auto packets = [&] { return packets_of("srv"); };
     burst();
     EXPECT_EQ(packets(), 100u);
     daemon->kill9();
@@ -314,25 +321,9 @@ TEST_F(Cgroups, AFlowTableGrowthSwapsTheIngressProgramAndItPolicesOn) {
     TestCgroup srv(base + "/server");
     ok({"policy", "add", "srv", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "10k", "--ebs", "0",
         "--match", "cgroup", base + "/server", "--direction", "ingress"});
-    // As in the test above: the receiver's window and the wait for it scale with the machine.
+    auto burst = [&] { ingress_burst(srv); };
+    auto packets = [&] { return packets_of("srv"); };
     const int window = static_cast<int>(std::ceil(time_scale()));
-    auto burst = [&] {
-        std::thread t([&] {
-            std::string cmd = fmt::format("echo $$ > {}/cgroup.procs && exec {} recv {} 9000 {}",
-                                          srv.dir, udp_tool_path(), lab->host_v4, window);
-            run_command({"/bin/sh", "-c", cmd});
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300 * window));
-        lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9000", "100", "1000", "10000"});
-        t.join();
-    };
-    auto packets = [&] {
-        const json stats = parse_json(daemon->ctl({"-j", "stats"}));
-        for (const auto &p : stats["policies"])
-            if (p["name"] == "srv")
-                return p["green"]["packets"].get<uint64_t>() + p["red"]["packets"].get<uint64_t>();
-        return uint64_t{0};
-    };
     burst();
     EXPECT_EQ(packets(), 100u);
     const uint32_t before = cgroup_ingress_prog(daemon->pin_dir());
