@@ -288,9 +288,7 @@ int bench_plain_meter(struct xdp_md *ctx) {
 SEC("xdp")
 int bench_plain_meter_2e20(struct xdp_md *ctx) {
     __u32 c = plain_counter++;
-    __u32 src =
-        0x0b000000 | (plain_flows == 1u << 20 ? (c * 2654435761u) & 0xfffff
-                                              : (__u32)((__u64)c * 2654435761u % plain_flows));
+    __u32 src = 0x0b000000 | TCM_BENCH_KEY(c, plain_flows);
     plain_green += plain_meter_packet(src, ctx->data_end - ctx->data);
     return XDP_PASS;
 }

@@ -96,7 +96,14 @@ struct tcm_replay_io {
 /* The flow table's capacity when tricolord makes it (--flows); it grows 4x when half full, up
  * to TCM_DEFAULT_FLOWS (--max-flows): docs/daemon.md, "The flow table". */
 #define TCM_START_FLOWS 16384
-#define TCM_NR_SETS 2             /* policy sets: one active, one being built */
+/* The benchmarks' scattered order over @n keys (tcm_bench_spread in bpf/lib/testing.h, the plain
+ * meter in bpf/bench.bpf.c): run @c's key. A multiplier prime to @n permutes the residues mod
+ * @n, so every key comes once per @n runs (2654435761 is prime to 2 and 5); a mask where @n is
+ * a power of two, as the 2^20 figures have always had it (no 64-bit division). */
+#define TCM_BENCH_KEY(c, n)                                                                        \
+    (((n) & ((n)-1)) == 0 ? ((__u32)(c)*2654435761u) & ((n)-1)                                     \
+                          : (__u32)((__u64)(c)*2654435761u % (n)))
+#define TCM_NR_SETS 2 /* policy sets: one active, one being built */
 #define TCM_POLICY_NAME_LEN 64
 /* Maps are pinned under <pin dir>/abi<N>/. A release that changes any map's layout bumps N and
  * migrates from the old directory deliberately; it never reuses a map it cannot read. */

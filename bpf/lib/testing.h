@@ -36,12 +36,8 @@ static __always_inline void testing_begin(void) {
 /* The benchmark's address of this run, in place of the parsed packet's. */
 static __always_inline void testing_spread(struct tcm_pkt *p) {
     if (tcm_bench_spread) {
-        /* A multiplier prime to the count permutes the residues mod the count: every address
-         * once per that many runs (2654435761 is prime to 2 and 5). */
         __u32 c = tcm_bench_counter++;
-        __u32 n = bpf_htonl(tcm_bench_flows == 1u << 20
-                                ? (c * 2654435761u) & 0xfffff
-                                : (__u32)((__u64)c * 2654435761u % tcm_bench_flows));
+        __u32 n = bpf_htonl(TCM_BENCH_KEY(c, tcm_bench_flows));
         if (tcm_bench_spread == 1)
             p->key.src[3] ^= n;
         else

@@ -29,6 +29,10 @@
 
 namespace tricolor {
 
+namespace daemon_internal {
+struct Doc; // a config or state file as read (daemon_internal.hpp)
+}
+
 struct DaemonOptions {
     std::string config;
     std::string state; // the daemon's own record of what tricolorctl changed
@@ -237,7 +241,8 @@ class Daemon {
     nlohmann::json unlisted_attachments() const;
 
     // start_and_reload.cpp
-    Result<void> load_at_start();
+    // @cfg: the config file as the constructor read it (it sizes the flow table too).
+    Result<void> load_at_start(const Result<std::optional<daemon_internal::Doc>> &cfg);
     Result<void> apply_at_start(const std::vector<nlohmann::json> &specs, const std::string &from);
     void attach_at_start(const std::vector<AttachmentSpec> &attachments);
     Result<Prepared> check_reload(const std::vector<nlohmann::json> &specs,
@@ -254,7 +259,7 @@ class Daemon {
     // After a resize of the flow table (another --flows): its flows of before that no packet
     // has moved yet, moved (at the start once every hook runs this daemon's programs, then at
     // each pass until none is left). Under mu_.
-    void move_flows_of_before(bool at_start);
+    Datapath::MoveResult move_flows_of_before(bool at_start);
     void grow_flow_table(uint32_t capacity); // under walk_mu_ and mu_
     // policy_changes.cpp: the sock_ops and cgroup ingress programs pinned on the root cgroup
     // replaced by this data path's; failures into @problems.
@@ -262,7 +267,10 @@ class Daemon {
     // Held for a whole pass over the flow table and while the table is grown: a pass reads the
     // table it began on. Taken before mu_.
     std::mutex walk_mu_;
-    uint64_t grow_failed_at_ = 0; // steady ns of the last grow that failed (retried 10 s on)
+    // The last growth that failed (tried again 10 s on), and the last try at the flows of a
+    // table of before (grow_flow_table_if_needed).
+    std::optional<std::chrono::steady_clock::time_point> grow_failed_at_;
+    std::chrono::steady_clock::time_point moved_at_;
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their
     // handlers.

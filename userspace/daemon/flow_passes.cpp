@@ -22,9 +22,9 @@ void Daemon::count_flows() {
     flow_pass(false);
 }
 
-void Daemon::move_flows_of_before(bool at_start) {
+Datapath::MoveResult Daemon::move_flows_of_before(bool at_start) {
     if (!dp_->moving_flows_of_before())
-        return;
+        return {};
     auto r = dp_->move_flows_of_before();
     moved_total_ += r.moved;
     if (at_start)
@@ -34,6 +34,7 @@ void Daemon::move_flows_of_before(bool at_start) {
                         dp_->flow_capacity(), r.moved,
                         r.dropped ? ", the table of before dropped"
                                   : fmt::format(", {} left for the next passes", r.left)));
+    return r;
 }
 
 // The lock is held only to begin and end the pass and for each chunk of deletions, not for the
@@ -64,23 +65,30 @@ size_t Daemon::flow_pass(bool reclaim) {
 }
 
 bool Daemon::grow_flow_table_if_needed() {
+    using namespace std::chrono_literals;
     std::lock_guard walking(walk_mu_);
     std::lock_guard lock(mu_);
-    // The table of before of the last growth goes first (moments after it: a program of before
-    // is freed once every hook has let it go).
-    move_flows_of_before(false);
+    const auto now = std::chrono::steady_clock::now();
+    // The table of before of the last growth goes first, once its programs of before are freed
+    // (moments after it): tried each second, not at each look, for a try walks that table whole.
+    if (dp_->moving_flows_of_before()) {
+        if (now - moved_at_ < 1s)
+            return false;
+        moved_at_ = now;
+        move_flows_of_before(false);
+        if (dp_->moving_flows_of_before())
+            return false;
+    }
     const uint32_t capacity = dp_->flow_capacity();
     if (capacity >= options_.max_flows || dp_->live_flows() * 2 < capacity ||
-        dp_->moving_flows_of_before())
-        return false;
-    const uint64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-    if (grow_failed_at_ && now - grow_failed_at_ < 10'000'000'000ull)
+        (grow_failed_at_ && now - *grow_failed_at_ < 10s))
         return false;
     grow_flow_table(static_cast<uint32_t>(
         std::min<uint64_t>(options_.max_flows, static_cast<uint64_t>(capacity) * 4)));
-    grow_failed_at_ = dp_->flow_capacity() == capacity ? now : 0;
+    if (dp_->flow_capacity() == capacity)
+        grow_failed_at_ = now;
+    else
+        grow_failed_at_.reset();
     return !grow_failed_at_;
 }
 
@@ -124,8 +132,8 @@ void Daemon::grow_flow_table(uint32_t capacity) {
     release_previous_programs();
     dp_->retire_previous();
     ++grown_;
-    auto moved = dp_->move_flows_of_before();
-    moved_total_ += moved.moved;
+    moved_at_ = std::chrono::steady_clock::now();
+    const auto moved = move_flows_of_before(false);
     log(fmt::format("the flow table grew from {} to {} flows (at most {}) in {:.0f} ms (the "
                     "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
                     before, capacity, options_.max_flows, ms(), loaded_ms, moved.moved,

@@ -120,12 +120,12 @@ uint32_t start_capacity(const DaemonOptions &o) {
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     if (options_.state.empty())
         options_.state = default_state_path(options_.pin_dir);
-    // Without --max-flows, the config's max_flows (read again, and any fault in it reported, by
-    // load_at_start): the table's size at this start depends on it.
+    // Without --max-flows, the config's max_flows: the table's size at this start depends on it
+    // (any fault in the file is load_at_start's to report).
+    const auto cfg = read_doc(options_.config);
     max_flows_default_ = options_.max_flows;
-    if (!options_.max_flows_given)
-        if (auto cfg = read_doc(options_.config); cfg && *cfg && (*cfg)->max_flows)
-            options_.max_flows = *(*cfg)->max_flows;
+    if (!options_.max_flows_given && cfg && *cfg && (*cfg)->max_flows)
+        options_.max_flows = *(*cfg)->max_flows;
     DatapathOptions o;
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = start_capacity(options_);
@@ -146,7 +146,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     }
     for (const auto &p : dp_->policies())
         adopted_ids_[p.name] = p.id;
-    if (auto r = load_at_start(); !r)
+    if (auto r = load_at_start(cfg); !r)
         throw std::runtime_error(r.error());
     // Once the config is applied, so that the sock_ops program knows which policies shape
     // from its first socket.
@@ -159,8 +159,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
 
 Daemon::~Daemon() = default;
 
-Result<void> Daemon::load_at_start() {
-    auto cfg = read_doc(options_.config);
+Result<void> Daemon::load_at_start(const Result<std::optional<Doc>> &cfg) {
     auto st = read_doc(options_.state);
     if (!st)
         return std::unexpected(fmt::format("{} (the daemon's state file: remove it to start from "

@@ -101,8 +101,7 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
         return std::unexpected(
             fmt::format("{}: expected sections policies: and attachments:", path));
     for (const auto &[key, value] : cfg.items())
-        if (key != "policies" && key != "attachments" && key != "containers" &&
-            key != "max_flows")
+        if (key != "policies" && key != "attachments" && key != "containers" && key != "max_flows")
             return std::unexpected(fmt::format("{}: unknown section '{}'", path, key));
     Doc doc;
     doc.text_hash = text_hash(text);
@@ -125,8 +124,9 @@ Result<std::optional<Doc>> read_doc(const std::string &path) {
     if (cfg.contains("max_flows") && !cfg["max_flows"].is_null()) {
         const json &m = cfg["max_flows"];
         if (!m.is_number_unsigned() || m.get<uint64_t>() < 1 || m.get<uint64_t>() > (1u << 26))
-            return std::unexpected(fmt::format(
-                "{}: max_flows: {} is not a number of flows from 1 to {}", path, m.dump(), 1u << 26));
+            return std::unexpected(
+                fmt::format("{}: max_flows: {} is not a number of flows from 1 to {}", path,
+                            m.dump(), 1u << 26));
         doc.max_flows = m.get<uint32_t>();
     }
     if (cfg.contains("attachments") && !cfg["attachments"].is_null()) {

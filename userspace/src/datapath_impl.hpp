@@ -8,6 +8,7 @@
 #include "tricolor/policy_sets.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +31,11 @@ namespace tricolor {
 
 // A set's cgroup rules by (direction, cgroup id) (datapath_cgroups.cpp).
 using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
+
+// The flow table's pins; a table of before a resize has them with kOfBefore appended.
+inline constexpr std::array<const char *, 3> kFlowTablePins = {"tcm_flow_slots", "tcm_flow_tuples",
+                                                               "tcm_flow_meta"};
+inline constexpr const char *kOfBefore = "_prev";
 
 struct Datapath::Impl {
     DatapathOptions options; // what it was loaded with
@@ -68,6 +74,10 @@ struct Datapath::Impl {
     int prev_slots_fd = -1, prev_tuples_fd = -1;
     tcm_flow_slot *prev_slots = nullptr;
     size_t prev_slots_bytes = 0;
+    // A pin of the table of before: @name (one of kFlowTablePins) with kOfBefore appended.
+    std::string pin_of_before(const char *name) const { return pin_path + "/" + name + kOfBefore; }
+    // Maps a table of @nslots slots (its map @map_fd) whole into @bytes (datapath_load.cpp).
+    static tcm_flow_slot *map_slots(int map_fd, uint32_t nslots, size_t &bytes, const char *what);
     // Before the load: the table of before as the inner map's layout; after it: in the outer
     // map's entry, mapped, its tuples copied over (datapath_resize.cpp).
     void open_table_of_before();

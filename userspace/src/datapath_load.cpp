@@ -103,10 +103,9 @@ std::optional<tcm_flow_meta> pinned_flow_layout(const std::string &path) {
 // Returns the layout of the table of before if there is one now (and sets TCM_MOVING_SLOTS).
 std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path, uint32_t capacity,
                                                      uint8_t &moving) {
-    const std::string meta = pin_path + "/tcm_flow_meta",
-                      prev_meta = pin_path + "/tcm_flow_meta_prev";
+    const std::string meta = pin_path + "/tcm_flow_meta";
     auto now = pinned_flow_layout(meta);
-    auto prev = pinned_flow_layout(prev_meta);
+    auto prev = pinned_flow_layout(meta + kOfBefore);
     if (now && now->capacity != capacity) {
         if (prev || moving)
             throw std::runtime_error(fmt::format(
@@ -119,8 +118,8 @@ std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path
                 "cannot resize the flow table pinned in {} from {} to {} flows: it holds {} "
                 "(--max-flows must be at least that)",
                 pin_path, now->capacity, capacity, now->live));
-        for (const char *name : {"tcm_flow_slots", "tcm_flow_tuples", "tcm_flow_meta"}) {
-            const std::string from = pin_path + "/" + name, to = from + "_prev";
+        for (const char *name : kFlowTablePins) {
+            const std::string from = pin_path + "/" + name, to = from + kOfBefore;
             if (rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
                 throw std::runtime_error(fmt::format("cannot move the flow table of before {} to "
                                                      "{}: {}",
@@ -194,16 +193,20 @@ void draw_flow_seed(int fd) {
 
 // Maps the flow table and its meta, writing @layout there if the meta is new (all zero: just
 // created, before any program runs).
-void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
+tcm_flow_slot *Datapath::Impl::map_slots(int map_fd, uint32_t nslots, size_t &bytes,
+                                         const char *what) {
     const size_t page = sysconf(_SC_PAGESIZE);
-    slots_bytes = (sizeof(tcm_flow_slot) * layout.slots + page - 1) / page * page;
-    void *mem = mmap(nullptr, slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fd(skel->maps.tcm_flow_slots), 0);
+    bytes = (sizeof(tcm_flow_slot) * nslots + page - 1) / page * page;
+    void *mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, map_fd, 0);
     if (mem == MAP_FAILED)
-        throw std::runtime_error(fmt::format("cannot map the flow table: {}", errno_text(errno)));
-    slots = static_cast<tcm_flow_slot *>(mem);
-    mem = mmap(nullptr, meta_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
-               fd(skel->maps.tcm_flow_meta), 0);
+        throw std::runtime_error(fmt::format("cannot map {}: {}", what, errno_text(errno)));
+    return static_cast<tcm_flow_slot *>(mem);
+}
+
+void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
+    slots = map_slots(fd(skel->maps.tcm_flow_slots), layout.slots, slots_bytes, "the flow table");
+    void *mem = mmap(nullptr, meta_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fd(skel->maps.tcm_flow_meta), 0);
     if (mem == MAP_FAILED)
         throw std::runtime_error(fmt::format("cannot map tcm_flow_meta: {}", errno_text(errno)));
     meta = static_cast<tcm_flow_meta *>(mem);
@@ -241,8 +244,8 @@ void Datapath::grow(uint32_t capacity) {
         impl_ = std::move(before);
         // The table set aside goes back (the pins the failed load made, if any, go).
         if (aside && !impl_->prev_layout)
-            for (const char *name : {"tcm_flow_slots", "tcm_flow_tuples", "tcm_flow_meta"}) {
-                const std::string at = pins + "/" + name, prev = at + "_prev";
+            for (const char *name : kFlowTablePins) {
+                const std::string at = pins + "/" + name, prev = at + kOfBefore;
                 unlink(at.c_str());
                 rename(prev.c_str(), at.c_str());
             }

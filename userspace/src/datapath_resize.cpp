@@ -15,10 +15,6 @@
 namespace tricolor {
 namespace {
 
-constexpr const char *kSlotsOfBefore = "/tcm_flow_slots_prev";
-constexpr const char *kTuplesOfBefore = "/tcm_flow_tuples_prev";
-constexpr const char *kMetaOfBefore = "/tcm_flow_meta_prev";
-
 // Spins for a lock word of the flow table: a packet holds one for a moment (a bounded run of a
 // program). False if it stayed taken, or became @never (a flow moved: no one releases it).
 bool take(uint32_t *word, uint32_t never = ~0u) {
@@ -46,11 +42,12 @@ void copy_tuples(int from, int to) {
 } // namespace
 
 void Datapath::Impl::open_table_of_before() {
-    prev_slots_fd = bpf_obj_get((pin_path + kSlotsOfBefore).c_str());
+    const std::string slots_pin = pin_of_before("tcm_flow_slots");
+    prev_slots_fd = bpf_obj_get(slots_pin.c_str());
     if (prev_slots_fd < 0)
-        throw std::runtime_error(fmt::format("cannot open the flow table of before {}{}: {}",
-                                             pin_path, kSlotsOfBefore, errno_text(errno)));
-    prev_tuples_fd = bpf_obj_get((pin_path + kTuplesOfBefore).c_str()); // none: no IPv6 tuples
+        throw std::runtime_error(fmt::format("cannot open the flow table of before {}: {}",
+                                             slots_pin, errno_text(errno)));
+    prev_tuples_fd = bpf_obj_get(pin_of_before("tcm_flow_tuples").c_str()); // none: no tuples
     if (int err = bpf_map__set_inner_map_fd(skel->maps.tcm_flow_slots_prev, prev_slots_fd); err < 0)
         throw std::runtime_error(
             fmt::format("cannot give the programs the flow table of before: {}", errno_text(err)));
@@ -61,14 +58,8 @@ void Datapath::Impl::hand_over_table_of_before() {
     if (bpf_map_update_elem(fd(skel->maps.tcm_flow_slots_prev), &zero, &prev_slots_fd, 0) != 0)
         throw std::runtime_error(fmt::format(
             "cannot give the programs the flow table of before: {}", errno_text(errno)));
-    const size_t page = sysconf(_SC_PAGESIZE);
-    prev_slots_bytes = (sizeof(tcm_flow_slot) * prev_layout->slots + page - 1) / page * page;
-    void *mem =
-        mmap(nullptr, prev_slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, prev_slots_fd, 0);
-    if (mem == MAP_FAILED)
-        throw std::runtime_error(
-            fmt::format("cannot map the flow table of before: {}", errno_text(errno)));
-    prev_slots = static_cast<tcm_flow_slot *>(mem);
+    prev_slots =
+        map_slots(prev_slots_fd, prev_layout->slots, prev_slots_bytes, "the flow table of before");
     if (prev_tuples_fd >= 0)
         copy_tuples(prev_tuples_fd, fd(skel->maps.tcm_flow_tuples));
 }
@@ -169,8 +160,8 @@ void Datapath::Impl::drop_table_of_before() {
             close(*f);
         *f = -1;
     }
-    for (const char *name : {kSlotsOfBefore, kTuplesOfBefore, kMetaOfBefore})
-        unlink((pin_path + name).c_str());
+    for (const char *name : kFlowTablePins)
+        unlink(pin_of_before(name).c_str());
     prev_layout.reset();
     flows_moving &= ~TCM_MOVING_SLOTS;
 }
