@@ -172,6 +172,10 @@ mutant resize-move-fresh userspace/src/datapath_resize.cpp \
     's/s->flow = ps->flow;/s->flow = tcm_flow{};\n            s->flow.lock = 1;/' \
     "flow table resize: a flow user space moves starts with full buckets (a fresh burst)" \
     "bpf:DatapathPinning.AnotherCapacityResizesTheTableAndEveryFlowMovesWhole"
+mutant cgroup-rules-not-carried userspace/src/datapath_load.cpp \
+    's/        copy_cgroup_rules\(impl_->cgroup_rules_of_before, impl_->fd\(maps->tcm_cgroup_rules\)\);/        (void)0;/' \
+    "upgrade: a preallocated cgroup rule map of before is replaced without its rules" \
+    "bpf:DatapathPinning.APreallocatedCgroupRuleMapOfBeforeIsCarriedOver"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/dp_->live_flows\(\) \* 2 < capacity/true/' \
     "flow table growth: the table never grows" \

@@ -211,7 +211,11 @@ struct tcm_class_cache_entry {
     __u32 version; /* tcm_runtime.active_set when classified */
     __s32 index;   /* classify_index's answer: tcm_policy_cfg index, or -1 for no policy */
 };
+/* Sized at load by the flow table's capacity (half of it: a cached key is a packet's whole key,
+ * so about a flow), from TCM_CLASS_CACHE_MIN_ENTRIES to TCM_CLASS_CACHE_ENTRIES: an idle host's
+ * cache is 1 MiB, not the 7.5 of the largest (docs/daemon.md, "The flow table"). */
 #define TCM_CLASS_CACHE_ENTRIES 65536
+#define TCM_CLASS_CACHE_MIN_ENTRIES 4096
 /* The cache's doorkeeper (bpf/lib/classify.h): per CPU, a fingerprint of each of this many
  * recent keys that missed the cache once. */
 #define TCM_CLASS_DOOR_SLOTS 4096

@@ -37,9 +37,12 @@ struct {
 } tcm_sets SEC(".maps");
 
 /* Cgroup rules of both sets (tricolor_abi.h), and how many each set has in each direction
- * (index set * TCM_CGROUP_NR_DIRS + dir): a set without any reads no socket's cgroup. */
+ * (index set * TCM_CGROUP_NR_DIRS + dir): a set without any reads no socket's cgroup. The rules
+ * are not preallocated: only user space writes them, and a host with none does not pay 6 MiB
+ * for TCM_MAX_CGROUP_RULES (a preallocated pin of before is carried over: Datapath::load). */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
     __uint(max_entries, TCM_MAX_CGROUP_RULES);
     __type(key, struct tcm_cgroup_rule_key);
     __type(value, struct tcm_cgroup_rule);
@@ -64,7 +67,8 @@ struct {
 
 /* The classification cache (tricolor_abi.h). LRU: a cache may forget, and the least recently
  * seen keys are the ones to forget; per-CPU lists, so CPUs filling it do not share a lock. Not
- * pinned: a restarted daemon's programs start with an empty one. */
+ * pinned: a restarted daemon's programs start with an empty one. Sized at load with the flow
+ * table (a growth of that table loads a bigger one). */
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(map_flags, BPF_F_NO_COMMON_LRU);
@@ -198,11 +202,13 @@ struct {
 } tcm_flow_tuples SEC(".maps");
 
 /* The heavy hitters of tcm_flow_slots (hot.h): keys of the flows whose bytes crossed the threshold
- * user space set. A plain preallocated hash, not LRU: a full map refuses an insert, which is
- * counted, where an LRU would forget a heavy hitter without a word. Sized at load
+ * user space set. A plain hash, not LRU: a full map refuses an insert, which is counted, where an
+ * LRU would forget a heavy hitter without a word. Not preallocated: an insert is once per heavy
+ * flow, and an idle host does not pay 1.5 MiB for keys it has none of. Sized at load
  * (bpf_map__set_max_entries). Not pinned: it goes with this program's threshold. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
     __uint(max_entries, TCM_FLOW_HOT_ENTRIES);
     __type(key, struct tcm_flow_id);
     __type(value, __u8);

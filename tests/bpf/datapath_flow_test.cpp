@@ -686,6 +686,45 @@ TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     }
 }
 
+// A pin directory of a daemon whose cgroup rules were preallocated (6 MiB whatever they held):
+// its rules are carried into a map without preallocation before the new program runs, and the
+// pin is the new map's.
+TEST_F(DatapathPinning, APreallocatedCgroupRuleMapOfBeforeIsCarriedOver) {
+    const std::string path = fmt::format("{}/abi{}/tcm_cgroup_rules", pin, TCM_ABI_VERSION);
+    auto flags = [&] {
+        int fd = bpf_obj_get(path.c_str());
+        bpf_map_info info{};
+        uint32_t len = sizeof(info);
+        uint32_t f = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.map_flags : ~0u;
+        if (fd >= 0)
+            close(fd);
+        return f;
+    };
+    ASSERT_EQ(flags(), BPF_F_NO_PREALLOC);
+    ASSERT_EQ(unlink(path.c_str()), 0);
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_cgroup_rule", sizeof(tcm_cgroup_rule_key),
+                             sizeof(tcm_cgroup_rule), TCM_MAX_CGROUP_RULES, nullptr);
+    ASSERT_GE(old, 0) << errno_text(errno);
+    const tcm_cgroup_rule_key k{1, TCM_CGROUP_INGRESS, 4242};
+    const tcm_cgroup_rule rule{3, 7, 4242};
+    ASSERT_EQ(bpf_map_update_elem(old, &k, &rule, 0), 0) << errno_text(errno);
+    ASSERT_EQ(bpf_obj_pin(old, path.c_str()), 0) << errno_text(errno);
+    close(old);
+    ASSERT_EQ(flags(), 0u);
+    {
+        Datapath b(o);
+        EXPECT_TRUE(b.adopted());
+        EXPECT_EQ(flags(), BPF_F_NO_PREALLOC);
+        int fd = bpf_obj_get(path.c_str());
+        ASSERT_GE(fd, 0);
+        tcm_cgroup_rule got{};
+        EXPECT_EQ(bpf_map_lookup_elem(fd, &k, &got), 0) << errno_text(errno);
+        EXPECT_EQ(std::memcmp(&got, &rule, sizeof(rule)), 0);
+        close(fd);
+        EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 1u); // the rest adopted
+    }
+}
+
 // A pin directory of a daemon whose classifier was a hash map, tcm_rules (same keys and values):
 // its rules go into tcm_rule_table before the new program runs, so the active set classifies
 // before anything is applied, and the old pin goes.

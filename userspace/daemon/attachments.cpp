@@ -139,6 +139,8 @@ void Daemon::release_previous_programs() {
             if (auto s = query_hook(a, *idx, ours); s.prog_id)
                 running.push_back(s.prog_id);
     dp_->release_previous_programs(running);
+    if (root_cgroup_swapped_)
+        dp_->drop_cgroup_rules_of_before();
 }
 
 std::vector<AttachmentSpec> Daemon::attachments_without(const AttachmentSpec &a) const {

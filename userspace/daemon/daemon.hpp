@@ -264,6 +264,9 @@ class Daemon {
     // policy_changes.cpp: the sock_ops and cgroup ingress programs pinned on the root cgroup
     // replaced by this data path's; failures into @problems.
     void swap_root_cgroup_programs(std::vector<std::string> &problems);
+    // The root cgroup's programs are this daemon's (swapped at the start): with no earlier
+    // program on a hook, nothing reads a cgroup rule map of before.
+    bool root_cgroup_swapped_ = false;
     // Held for a whole pass over the flow table and while the table is grown: a pass reads the
     // table it began on. Taken before mu_.
     std::mutex walk_mu_;

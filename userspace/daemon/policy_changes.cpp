@@ -245,6 +245,8 @@ void Daemon::swap_root_cgroup_programs(std::vector<std::string> &problems) {
             problems.push_back(e.what());
         }
     }
+    root_cgroup_swapped_ = true;
+    dp_->drop_cgroup_rules_of_before();
 }
 
 // Ingress cgroup policies (docs/spec.md §11): the cgroup_skb program goes on the root cgroup

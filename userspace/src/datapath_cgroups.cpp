@@ -81,8 +81,11 @@ Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules 
             k = nk;
             prev = &k;
         }
-        for (const auto &g : gone)
+        for (const auto &g : gone) {
             bpf_map_delete_elem(rules_fd, &g);
+            if (cgroup_rules_of_before >= 0)
+                bpf_map_delete_elem(cgroup_rules_of_before, &g);
+        }
         have.clear();
         cgroup_rules_known[set] = true;
     }
@@ -93,6 +96,8 @@ Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules 
         }
         tcm_cgroup_rule_key k{set, it->first.first, it->first.second};
         bpf_map_delete_elem(rules_fd, &k);
+        if (cgroup_rules_of_before >= 0)
+            bpf_map_delete_elem(cgroup_rules_of_before, &k);
         it = have.erase(it);
     }
     for (const auto &[at, rule] : rules) {
@@ -100,6 +105,10 @@ Result<void> Datapath::Impl::write_cgroup_rules(uint32_t set, const CgroupRules 
         if (it != have.end() && std::memcmp(&it->second, &rule, sizeof(rule)) == 0)
             continue;
         tcm_cgroup_rule_key k{set, at.first, at.second};
+        // The programs of before read the map of before (the write that counts is to the
+        // map this data path's programs read).
+        if (cgroup_rules_of_before >= 0)
+            bpf_map_update_elem(cgroup_rules_of_before, &k, &rule, 0);
         if (bpf_map_update_elem(rules_fd, &k, &rule, 0) != 0) {
             cgroup_rules_known[set] = false;
             return std::unexpected(

@@ -104,6 +104,10 @@ struct Datapath::Impl {
     std::map<uint64_t, std::string> cgroup_paths;
     CgroupRules cgroup_rules[TCM_NR_SETS];
     bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
+    // A pinned tcm_cgroup_rules of before (preallocated), its entries carried into this data
+    // path's: programs of before still read it until every hook runs this data path's, so
+    // write_cgroup_rules writes there too until drop_cgroup_rules_of_before.
+    int cgroup_rules_of_before = -1;
     // follow_cgroups has just scanned: the commit it makes uses that scan.
     bool cgroup_tree_fresh = false;
     // When a set was last made active: a set switched away from moments ago may still be read
@@ -157,7 +161,7 @@ struct Datapath::Impl {
             munmap(slots, slots_bytes);
         if (prev_slots)
             munmap(prev_slots, prev_slots_bytes);
-        for (int f : {prev_slots_fd, prev_tuples_fd})
+        for (int f : {prev_slots_fd, prev_tuples_fd, cgroup_rules_of_before})
             if (f >= 0)
                 close(f);
         if (meta)

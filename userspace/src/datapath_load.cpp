@@ -7,6 +7,7 @@
 #include "tricolor/text.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -40,6 +41,52 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
     close(fd);
     if (other)
         unlink(path.c_str());
+}
+
+} // namespace
+
+// The classification cache's entries for a flow table of @flow_capacity: half of it, a power of
+// two, within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES, and at least 64 a CPU (its LRU
+// lists are per CPU, each a share of the entries).
+uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {
+    const uint32_t cpus = static_cast<uint32_t>(std::max(libbpf_num_possible_cpus(), 1));
+    uint32_t want = std::max(flow_capacity / 2, 64 * cpus);
+    want = want >= TCM_CLASS_CACHE_ENTRIES ? TCM_CLASS_CACHE_ENTRIES : std::bit_ceil(want);
+    return std::max<uint32_t>(want, TCM_CLASS_CACHE_MIN_ENTRIES);
+}
+
+namespace {
+
+// A pinned map at @path whose flags are not @flags: opened, its pin removed (the load pins one
+// of this layout there), and its fd returned (-1: none, or of this layout).
+int take_pin_of_other_flags(const std::string &path, uint32_t flags) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return -1;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || info.map_flags == flags ||
+        unlink(path.c_str()) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Every entry of the hash map @from into @to (same key and value), in batches of whatever
+// the kernel gives back.
+void copy_cgroup_rules(int from, int to) {
+    tcm_cgroup_rule_key k{}, nk{};
+    void *prev = nullptr;
+    while (bpf_map_get_next_key(from, prev, &nk) == 0) {
+        tcm_cgroup_rule rule{};
+        if (bpf_map_lookup_elem(from, &nk, &rule) == 0 &&
+            bpf_map_update_elem(to, &nk, &rule, 0) != 0)
+            throw std::runtime_error(
+                fmt::format("cannot carry the pinned cgroup rules over: {}", errno_text(errno)));
+        k = nk;
+        prev = &k;
+    }
 }
 
 // The entries of the pinned map at @path: its max_entries and key size (0, 0: no such map).
@@ -286,6 +333,11 @@ void Datapath::load(const DatapathOptions &o) {
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
         throw std::runtime_error(fmt::format("cannot size the heavy-hitter map to {}: {}",
                                              o.hot_capacity, errno_text(err)));
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_class_cache,
+                                           class_cache_size(o.flow_capacity));
+        err < 0)
+        throw std::runtime_error(fmt::format("cannot size the classification cache to {}: {}",
+                                             class_cache_size(o.flow_capacity), errno_text(err)));
     impl_->top_keep = o.top_keep;
     impl_->hot_capacity = o.hot_capacity;
     if (!o.pin_dir.empty()) {
@@ -325,6 +377,9 @@ void Datapath::load(const DatapathOptions &o) {
             std::string path = impl_->pin_path + "/" + bpf_map__name(m);
             if (m == impl_->skel->maps.tcm_fleet)
                 drop_pin_of_another_layout(path, sizeof(tcm_fleet_lease));
+            if (m == impl_->skel->maps.tcm_cgroup_rules)
+                impl_->cgroup_rules_of_before =
+                    take_pin_of_other_flags(path, bpf_map__map_flags(m));
             if (int err = bpf_map__set_pin_path(m, path.c_str()); err < 0)
                 throw std::runtime_error(fmt::format("cannot pin map {} at {}: {}",
                                                      bpf_map__name(m), path, errno_text(err)));
@@ -375,6 +430,8 @@ void Datapath::load(const DatapathOptions &o) {
         throw std::runtime_error(fmt::format("cannot map tcm_fleet: {}", errno_text(errno)));
     impl_->fleet = static_cast<tcm_fleet_lease *>(mem);
     auto *maps = &impl_->skel->maps;
+    if (impl_->cgroup_rules_of_before >= 0)
+        copy_cgroup_rules(impl_->cgroup_rules_of_before, impl_->fd(maps->tcm_cgroup_rules));
     impl_->rules = std::make_unique<RuleTable>(impl_->fd(maps->tcm_rule_table));
     if (impl_->adopted)
         carry_over_rule_hash(impl_->pin_path + "/tcm_rules", *impl_->rules);
@@ -433,6 +490,13 @@ ProgramIds Datapath::program_ids() const {
     for (const auto &[id, path] : impl_->previous_progs)
         ids.push_back(id);
     return ids;
+}
+
+void Datapath::drop_cgroup_rules_of_before() {
+    if (impl_->cgroup_rules_of_before < 0 || holds_previous_programs())
+        return;
+    close(impl_->cgroup_rules_of_before);
+    impl_->cgroup_rules_of_before = -1;
 }
 
 bool Datapath::holds_previous_programs() const {

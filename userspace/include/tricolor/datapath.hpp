@@ -213,6 +213,8 @@ class Datapath {
     // The flows in the table now (the data path's own count) and its capacity.
     uint64_t live_flows() const;
     uint32_t flow_capacity() const;
+    // The classification cache's size (entries) for a flow table of @flow_capacity.
+    static uint32_t class_cache_size(uint32_t flow_capacity);
     // The layout and count of the flow table pinned under @pin_dir, if there is one.
     static std::optional<tcm_flow_meta> pinned_flow_table(const std::string &pin_dir);
     // The data path's clock: CLOCK_MONOTONIC, or the test clock in testing mode.
@@ -228,6 +230,9 @@ class Datapath {
     ProgramIds program_ids() const;
     bool holds_previous_programs() const;
     size_t release_previous_programs(const ProgramIds &still_attached);
+    // A pinned cgroup rule map of an earlier layout, kept written while programs of before
+    // may read it: let go once the root cgroup's and every hook's programs are this one's.
+    void drop_cgroup_rules_of_before();
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
     // Fleet policies: from now on C earns at @l's rate, up to its cap, until its deadline; the
