@@ -454,6 +454,14 @@ mutant watcher-gone-ignored userspace/daemon/containers.cpp \
     's/action == "cleanup"\)\n(\s*)container_gone\(id\);/action == "cleanup")\n$1(void)id;/' \
     "--containers: a container that dies or is removed keeps its policies" \
     "e2e:Containers.LabelledContainerIsLimitedBothWaysAndGoesWithinASecond"
+mutant watcher-host-net-by-address userspace/daemon/containers.cpp \
+    's/            return path\.find\(id\) != std::string::npos \? path : "";/            return "";/' \
+    "--containers: a container's own cgroup is never found (host-network containers skipped, several networks on the first)" \
+    "e2e:Containers.OnTheHostsNetworkItIsLimitedByItsCgroup"
+mutant watcher-first-network-only userspace/daemon/containers.cpp \
+    's/if \(host_ifs\.size\(\) > 1 && cgroup\.empty\(\)\) \{/if (host_ifs.size() > 1) {/' \
+    "--containers: a container on several networks is limited on its first alone" \
+    "e2e:Containers.OnTwoNetworksOneBucketADirectionCoversBoth"
 mutant fleet-moved-not-followed userspace/src/fleet_redis.cpp \
     's/const bool moved = why\.starts_with\("MOVED "\)/const bool moved = false/' \
     "fleet on Redis Cluster: MOVED is an error, not followed (a failover fails every exchange)" \

@@ -15,12 +15,14 @@
 
 #include <filesystem>
 #include <functional>
+#include <regex>
 #include <set>
 #include <fstream>
 #include <thread>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,8 +68,11 @@ class Dockerd {
     ~Dockerd() {
         stop();
         run_command({"/sbin/ip", "link", "del", bridge});
-        // The data root holds the containers' vfs copies; its mounts went with dockerd.
-        std::filesystem::remove_all(dir);
+        // The data root holds the containers' vfs copies; its mounts went with dockerd, but for
+        // the host's network namespace it mounts for --network host, which it leaves.
+        umount2((dir + "/exec/netns/default").c_str(), MNT_DETACH);
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
     }
     std::string socket() const { return dir + "/docker.sock"; }
     bool start(std::string *why) {
@@ -116,6 +121,18 @@ class Dockerd {
         std::vector<std::string> args = {"run", "-d", "--name", name};
         for (const auto &l : labels)
             args.insert(args.end(), {"--label", l});
+        args.insert(args.end(), {kImage, "/bin/busybox", "sleep", "3600"});
+        auto r = docker(args);
+        EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+        return r.out.substr(0, r.out.find('\n'));
+    }
+    // A container that sleeps, with @labels and the docker run options @extra (before the image).
+    std::string run_with(const std::string &name, const std::vector<std::string> &labels,
+                         const std::vector<std::string> &extra) const {
+        std::vector<std::string> args = {"run", "-d", "--name", name};
+        for (const auto &l : labels)
+            args.insert(args.end(), {"--label", l});
+        args.insert(args.end(), extra.begin(), extra.end());
         args.insert(args.end(), {kImage, "/bin/busybox", "sleep", "3600"});
         auto r = docker(args);
         EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -265,6 +282,161 @@ TEST_F(Containers, LabelledContainerIsLimitedBothWaysAndGoesWithinASecond) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
+}
+
+// The cgroup v2 path (below the mount) of a running container's first process: "" when the
+// engine gave it none of its own (cgroup v1 alone).
+std::string container_cgroup(const Dockerd &engine, const std::string &name,
+                             const std::string &id) {
+    std::ifstream in("/proc/" + engine.inspect(name, "{{.State.Pid}}") + "/cgroup");
+    for (std::string line; std::getline(in, line);)
+        if (line.starts_with("0::/") && line.find(id) != std::string::npos)
+            return line.substr(4);
+    return "";
+}
+
+// A container on the host's network has no interface of its own: it is limited by its cgroup
+// v2 cgroup, its egress on tc egress of the host's interface tricolord is attached to, its
+// ingress as it reaches its sockets. Its own processes (docker exec) are held to the bound each
+// way; the host's, and an unlabelled host-network container's, are not counted.
+TEST_F(Containers, OnTheHostsNetworkItIsLimitedByItsCgroup) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    start_daemon();
+    Lab lab;
+    ASSERT_TRUE(
+        control_request(
+            daemon->socket(),
+            {{"cmd", "attach"}, {"iface", lab.host_if}, {"hook", "tc"}, {"direction", "egress"}})
+            ->value("ok", false));
+    // The host's libraries and the test's tools, read-only: udp_tool runs inside.
+    const std::string tools = std::filesystem::path(udp_tool_path()).parent_path();
+    const std::vector<std::string> host = {"--network", "host",
+                                           "-v",        "/usr:/usr:ro",
+                                           "-v",        "/lib:/lib:ro",
+                                           "-v",        "/lib64:/lib64:ro",
+                                           "-v",        tools + ":" + tools + ":ro"};
+    const std::string id = engine->run_with(
+        "hostnet", {"tricolor.egress=20mbit/64k", "tricolor.ingress=20mbit/64k"}, host);
+    engine->run_with("hostplain", {}, host);
+    const std::string cgroup = container_cgroup(*engine, "hostnet", id);
+    if (cgroup.empty())
+        GTEST_SKIP() << "this dockerd gives its containers no cgroup v2 cgroup of their own";
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 2; }))
+        << policies().dump() << daemon->log();
+    const std::string in = pname(id, true), out = pname(id, false);
+    for (const auto &p : policies()) {
+        EXPECT_EQ(p["match"]["cgroup"], cgroup) << p.dump();
+        EXPECT_EQ(p["owner"], "docker hostnet on the host's network") << p.dump();
+    }
+    {
+        json b = stats(out);
+        uint64_t t0 = mono_ns();
+        auto r = engine->docker(
+            {"exec", "hostnet", udp_tool_path(), "send", lab.ns_v4, "9", "10000", "972", "5000"});
+        ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+        json a = stats(out);
+        expect_udp_within(b, a, mono_ns() - t0);
+        EXPECT_EQ(a["green"]["packets"].get<uint64_t>() + a["red"]["packets"].get<uint64_t>() -
+                      b["green"]["packets"].get<uint64_t>() - b["red"]["packets"].get<uint64_t>(),
+                  10000u)
+            << "every datagram of the container, once";
+        // The host's own, and the unlabelled container's: not the container's policy.
+        ASSERT_EQ(
+            run_command({udp_tool_path(), "send", lab.ns_v4, "9", "300", "972", "5000"}).exit_code,
+            0);
+        ASSERT_EQ(engine
+                      ->docker({"exec", "hostplain", udp_tool_path(), "send", lab.ns_v4, "9", "300",
+                                "972", "5000"})
+                      .exit_code,
+                  0);
+        json c = stats(out);
+        EXPECT_EQ(c["green"]["packets"], a["green"]["packets"]);
+        EXPECT_EQ(c["red"]["packets"], a["red"]["packets"]);
+    }
+    {
+        json b = stats(in);
+        RunResult rx;
+        std::thread t([&] {
+            rx = engine->docker(
+                {"exec", "hostnet", udp_tool_path(), "recv", lab.host_v4, "9001", "4"});
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        uint64_t t0 = mono_ns();
+        auto r = lab.in_ns({udp_tool_path(), "send", lab.host_v4, "9001", "10000", "972", "5000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        json a = stats(in);
+        const uint64_t ns = mono_ns() - t0;
+        t.join();
+        expect_udp_within(b, a, ns);
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) << rx.out;
+        // Green reached the container's socket, red did not (a green datagram may still find
+        // the socket's buffer full: metered as it reaches the socket, before its queue).
+        const uint64_t got = std::stoull(m[1]),
+                       green = a["green"]["packets"].get<uint64_t>() -
+                               b["green"]["packets"].get<uint64_t>();
+        EXPECT_LE(got, green);
+        EXPECT_GE(got, green - green / 100);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(engine->docker({"rm", "-f", "hostnet"}).exit_code, 0);
+    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
+    std::printf(
+        "policies gone %.0f ms after docker rm -f returned\n",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_EQ((*st)["attachments"].size(), 1u) << "the host's interface, attached by the test";
+}
+
+// A container on two networks: one bucket a direction across both, by its cgroup, both of its
+// veths attached; sent on either network, its datagrams count in the same egress policy.
+TEST_F(Containers, OnTwoNetworksOneBucketADirectionCoversBoth) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    start_daemon();
+    const std::string second = fmt::format("tcdn{}", getpid() % 1000);
+    auto made = engine->docker({"network", "create", "--driver", "bridge", "--subnet",
+                                "198.19.94.0/24", "--gateway", "198.19.94.1", "-o",
+                                "com.docker.network.bridge.name=" + second, "-o",
+                                "com.docker.network.bridge.enable_ip_masquerade=false", "second"});
+    ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+    // Created stopped, joined to the second network, then started: one start, both networks.
+    const std::string tools = std::filesystem::path(udp_tool_path()).parent_path();
+    auto c = engine->docker({"create", "--name", "twonets", "--label", "tricolor.egress=20mbit/64k",
+                             "--label", "tricolor.ingress=20mbit/64k", "-v", "/usr:/usr:ro", "-v",
+                             "/lib:/lib:ro", "-v", "/lib64:/lib64:ro", "-v",
+                             tools + ":" + tools + ":ro", kImage, "/bin/busybox", "sleep", "3600"});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    const std::string id = c.out.substr(0, c.out.find('\n'));
+    ASSERT_EQ(engine->docker({"network", "connect", "second", "twonets"}).exit_code, 0);
+    ASSERT_EQ(engine->docker({"start", "twonets"}).exit_code, 0);
+    const std::string cgroup = container_cgroup(*engine, "twonets", id);
+    if (cgroup.empty())
+        GTEST_SKIP() << "this dockerd gives its containers no cgroup v2 cgroup of their own";
+    ASSERT_TRUE(within(2000, [&] { return count_policies() == 2; }))
+        << policies().dump() << daemon->log();
+    auto st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_EQ((*st)["attachments"].size(), 4u) << "both veths, each way: " << st->dump();
+    const std::string out = pname(id, false);
+    for (const auto &p : policies())
+        EXPECT_EQ(p["match"]["cgroup"], cgroup) << p.dump();
+    // The container's egress leaves by either veth; its packets carry their socket (and so its
+    // cgroup) to tc ingress of the veth's host end.
+    json b = stats(out);
+    for (const char *to : {"198.19.91.1", "198.19.94.1"}) {
+        auto r = engine->docker(
+            {"exec", "twonets", udp_tool_path(), "send", to, "9", "500", "972", "5000"});
+        ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    }
+    json a = stats(out);
+    EXPECT_EQ(a["green"]["packets"].get<uint64_t>() + a["red"]["packets"].get<uint64_t>() -
+                  b["green"]["packets"].get<uint64_t>() - b["red"]["packets"].get<uint64_t>(),
+              1000u)
+        << "both networks' datagrams in one policy";
+    ASSERT_EQ(engine->docker({"rm", "-f", "twonets"}).exit_code, 0);
+    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
+    st = control_request(daemon->socket(), {{"cmd", "status"}});
+    EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
+    engine->docker({"network", "rm", "second"});
 }
 
 // A label that does not parse: said once with the container's name, listed in status, nothing

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <set>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <poll.h>
 #include <sys/socket.h>
@@ -202,14 +203,42 @@ std::optional<json> get_json(const std::string &socket, const std::string &path,
     return j;
 }
 
-// A container's policies say who they are for and on which interface: "docker NAME on IF". The
-// interface is read back from there after a restart of either side (to detach it).
-std::string owner_of(const std::string &kind, const std::string &name, const std::string &host_if) {
-    return fmt::format("{} {} on {}", kind, name, host_if);
+// A container's policies say who they are for and on which interfaces: "docker NAME on IF" (a
+// comma between several; "docker NAME on the host's network": none). The interfaces are read
+// back from there after a restart of either side (to detach them).
+constexpr const char *kHostNetwork = "the host's network";
+std::string owner_of(const std::string &kind, const std::string &name,
+                     const std::string &host_ifs) {
+    return fmt::format("{} {} on {}", kind, name, host_ifs.empty() ? kHostNetwork : host_ifs);
 }
 std::string host_if_of(const std::string &owner) {
     auto on = owner.rfind(" on ");
-    return on == std::string::npos ? "" : owner.substr(on + 4);
+    if (on == std::string::npos || owner.substr(on + 4) == kHostNetwork)
+        return "";
+    return owner.substr(on + 4);
+}
+std::vector<std::string> split_ifs(const std::string &host_ifs) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < host_ifs.size();) {
+        size_t comma = std::min(host_ifs.find(',', at), host_ifs.size());
+        if (comma > at)
+            out.push_back(host_ifs.substr(at, comma - at));
+        at = comma + 1;
+    }
+    return out;
+}
+
+// The cgroup v2 cgroup of process @pid if it is the container @id's own (its path names the id:
+// /docker/ID, /system.slice/docker-ID.scope, /libpod_parent/libpod-ID), as a path below the
+// cgroup2 mount; "" without one (cgroup v1 alone, or the engine's cgroup shared).
+std::string own_cgroup(pid_t pid, const std::string &id) {
+    std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
+    for (std::string line; std::getline(in, line);)
+        if (line.starts_with("0::/")) {
+            std::string path = line.substr(4);
+            return path.find(id) != std::string::npos ? path : "";
+        }
+    return "";
 }
 
 std::string policy_name(const std::string &kind, const std::string &id, bool ingress) {
@@ -479,26 +508,51 @@ void ContainerWatcher::container_up(const std::string &id) {
         skipped_[id12] = {name, w};
     };
     const json hc = c->value("HostConfig", json::object());
-    if (hc.value("NetworkMode", "") == "host") {
-        skip("on the host's network: no interface of its own to limit (not in this version)");
-        return;
-    }
     const int pid = state.value("Pid", 0);
-    const std::string host_if = pid > 0 ? veth_peer_name(static_cast<pid_t>(pid), "eth0") : "";
+    const std::string cgroup = pid > 0 ? own_cgroup(static_cast<pid_t>(pid), id) : "";
+    // Its veths' host ends (eth0, eth1, ...: one a network) and its first network's address.
+    std::vector<std::string> host_ifs;
     std::string ip;
-    const json ns = c->value("NetworkSettings", json::object());
-    if (ns.contains("Networks") && ns["Networks"].is_object())
-        for (const auto &[net, v] : ns["Networks"].items())
-            if (ip.empty() && v.is_object() && !v.value("IPAddress", "").empty())
-                ip = v.value("IPAddress", "");
-    if (ip.empty())
-        ip = ns.value("IPAddress", "");
-    if (host_if.empty() || ip.empty()) {
-        skip(fmt::format("no {} found: nothing made", host_if.empty() ? "host-side veth of its "
-                                                                        "eth0"
-                                                                      : "IPv4 address"));
-        return;
+    const bool host_network = hc.value("NetworkMode", "") == "host";
+    if (host_network) {
+        if (cgroup.empty()) {
+            skip("on the host's network, and in no cgroup v2 cgroup of its own to match it by "
+                 "(cgroup v1 alone?): nothing made");
+            return;
+        }
+    } else {
+        for (int i = 0; pid > 0 && i < 16; ++i) {
+            std::string h = veth_peer_name(static_cast<pid_t>(pid), fmt::format("eth{}", i));
+            if (h.empty())
+                break;
+            host_ifs.push_back(h);
+        }
+        const json ns = c->value("NetworkSettings", json::object());
+        if (ns.contains("Networks") && ns["Networks"].is_object())
+            for (const auto &[net, v] : ns["Networks"].items())
+                if (ip.empty() && v.is_object() && !v.value("IPAddress", "").empty())
+                    ip = v.value("IPAddress", "");
+        if (ip.empty())
+            ip = ns.value("IPAddress", "");
+        if (host_ifs.empty() || ip.empty()) {
+            skip(fmt::format("no {} found: nothing made",
+                             host_ifs.empty() ? "host-side veth of its eth0" : "IPv4 address"));
+            return;
+        }
+        // Several networks: one bucket a direction across them needs the cgroup; without one,
+        // the first network alone (said in the log).
+        if (host_ifs.size() > 1 && cgroup.empty()) {
+            log(fmt::format("container {} ({}): on {} networks and in no cgroup v2 cgroup of its "
+                            "own: limited on its first alone",
+                            name, id.substr(0, 12), host_ifs.size()));
+            host_ifs.resize(1);
+        }
     }
+    // By cgroup on the host's network or on several networks, else by address.
+    const bool by_cgroup = host_network || host_ifs.size() > 1;
+    std::string ifs;
+    for (const auto &h : host_ifs)
+        ifs += (ifs.empty() ? "" : ",") + h;
     if (!want->tmpl.empty() && !tmpl.is_object()) {
         skip(fmt::format("label tricolor.policy={}: tricolord has no policy '{}' (add it, then "
                          "restart the container)",
@@ -512,17 +566,22 @@ void ContainerWatcher::container_up(const std::string &id) {
             ? template_base(tmpl)
             : json{{"algo", "srtcm"}, {"ebs", "0"}, {"shape", "sockets"}, {"aqm", "ecn"}};
     std::vector<json> policies;
+    const std::string owner = owner_of(engine_.kind, name, ifs);
     for (bool in : {true, false})
-        if (const auto &l = in ? want->in : want->out)
-            policies.push_back(
-                container_policy(base, policy_name(engine_.kind, id, in), in, ip, l->rate, l->burst,
-                                 owner_of(engine_.kind, name, host_if), engine_.kind));
+        if (const auto &l = in ? want->in : want->out) {
+            const std::string pn = policy_name(engine_.kind, id, in);
+            policies.push_back(by_cgroup ? container_cgroup_policy(base, pn, in, cgroup, l->rate,
+                                                                   l->burst, owner, engine_.kind)
+                                         : container_policy(base, pn, in, ip, l->rate, l->burst,
+                                                            owner, engine_.kind));
+        }
     std::vector<std::string> done;
     auto undo = [&](const std::string &w) {
         for (const auto &n : done)
             request_({{"cmd", "policy_del"}, {"name", n}});
-        for (const auto &r : container_detach(host_if))
-            request_(r);
+        for (const auto &h : host_ifs)
+            for (const auto &r : container_detach(h))
+                request_(r);
         skip(w);
     };
     for (const auto &p : policies) {
@@ -531,14 +590,15 @@ void ContainerWatcher::container_up(const std::string &id) {
             return undo(r.value("error", std::string("refused")));
         done.push_back(p["name"]);
     }
-    for (const auto &req : container_attach(host_if, engine_.kind)) {
-        auto r = request_(req);
-        if (!r.value("ok", false))
-            return undo(r.value("error", std::string("refused")));
-    }
+    for (const auto &h : host_ifs)
+        for (const auto &req : container_attach(h, engine_.kind)) {
+            auto r = request_(req);
+            if (!r.value("ok", false))
+                return undo(r.value("error", std::string("refused")));
+        }
     std::lock_guard l(mu_);
     skipped_.erase(id12);
-    made_[id12] = {name, host_if};
+    made_[id12] = {name, ifs};
     made_total_++;
     auto say = [&](const char *dir, const std::optional<LabelLimit> &l) {
         if (!l)
@@ -546,8 +606,9 @@ void ContainerWatcher::container_up(const std::string &id) {
         return fmt::format(", {} {}", dir,
                            l->rate ? format_rate(l->rate) : "as policy " + want->tmpl);
     };
-    log(fmt::format("container {} ({}): limited{}{} on {}", name, id12, say("egress", want->out),
-                    say("ingress", want->in), host_if));
+    log(fmt::format("container {} ({}): limited{}{} on {}{}", name, id12, say("egress", want->out),
+                    say("ingress", want->in), ifs.empty() ? kHostNetwork : ifs,
+                    by_cgroup ? ", by its cgroup " + cgroup : ""));
 }
 
 void ContainerWatcher::container_gone(const std::string &id) {
@@ -566,8 +627,8 @@ void ContainerWatcher::container_gone(const std::string &id) {
     }
     for (bool in : {true, false})
         request_({{"cmd", "policy_del"}, {"name", policy_name(engine_.kind, id12, in)}});
-    if (!m.host_if.empty())
-        for (const auto &r : container_detach(m.host_if))
+    for (const auto &h : split_ifs(m.host_if))
+        for (const auto &r : container_detach(h))
             request_(r);
 }
 

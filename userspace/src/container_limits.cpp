@@ -21,19 +21,40 @@ json template_base(json spec) {
     return spec;
 }
 
-json container_policy(json base, const std::string &name, bool ingress, const std::string &address,
-                      uint64_t rate_bps, uint64_t burst_bytes, const std::string &owner,
-                      const std::string &managed_by) {
+namespace {
+// @base named @name, with CIR @rate_bps and CBS @burst_bytes where @rate_bps is not 0.
+json limited(json base, const std::string &name, uint64_t rate_bps, uint64_t burst_bytes,
+             const std::string &owner, const std::string &managed_by) {
     base["name"] = name;
     base["managed_by"] = managed_by;
     if (rate_bps) {
         base["cir"] = fmt::format("{}bit", rate_bps);
         base["cbs"] = std::to_string(burst_bytes);
     }
-    const char *prefix = address.find(':') == std::string::npos ? "/32" : "/128";
-    base["match"] = {{ingress ? "dst" : "src", address + prefix}};
     base["owner"] = owner;
     return base;
+}
+} // namespace
+
+json container_policy(json base, const std::string &name, bool ingress, const std::string &address,
+                      uint64_t rate_bps, uint64_t burst_bytes, const std::string &owner,
+                      const std::string &managed_by) {
+    json p = limited(std::move(base), name, rate_bps, burst_bytes, owner, managed_by);
+    const char *prefix = address.find(':') == std::string::npos ? "/32" : "/128";
+    p["match"] = {{ingress ? "dst" : "src", address + prefix}};
+    return p;
+}
+
+json container_cgroup_policy(json base, const std::string &name, bool ingress,
+                             const std::string &cgroup, uint64_t rate_bps, uint64_t burst_bytes,
+                             const std::string &owner, const std::string &managed_by) {
+    json p = limited(std::move(base), name, rate_bps, burst_bytes, owner, managed_by);
+    p["match"] = {{"cgroup", cgroup}};
+    p["direction"] = ingress ? "ingress" : "egress";
+    // What the cgroup's sockets receive is metered as it reaches them: nothing there to pace.
+    if (ingress)
+        p.erase("shape");
+    return p;
 }
 
 namespace {

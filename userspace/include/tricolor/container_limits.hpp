@@ -2,7 +2,8 @@
 // container_limits.hpp: what tricolor makes for one container, the same whoever asks: the CNI
 // plugin for a pod (tools/cni) and tricolord's engine followers for a Docker or Podman
 // container (userspace/daemon/containers.cpp). A committed bucket per direction, matched by
-// the container's address, and its host-side interface attached at tc (docs/containers.md).
+// the container's address (or its cgroup), and its host-side interfaces attached at tc
+// (docs/containers.md).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,15 @@ nlohmann::json template_base(nlohmann::json spec);
 nlohmann::json container_policy(nlohmann::json base, const std::string &name, bool ingress,
                                 const std::string &address, uint64_t rate_bps, uint64_t burst_bytes,
                                 const std::string &owner, const std::string &managed_by);
+
+// The same for a container matched by its cgroup v2 cgroup @cgroup (a path below the cgroup2
+// mount): on the host's network, or on several networks. Egress is metered where its packets
+// still carry their socket (tc ingress of its veths' host ends, tc egress of the host's
+// interfaces tricolord is attached to), ingress as they reach its sockets (docs/spec.md §11).
+nlohmann::json container_cgroup_policy(nlohmann::json base, const std::string &name, bool ingress,
+                                       const std::string &cgroup, uint64_t rate_bps,
+                                       uint64_t burst_bytes, const std::string &owner,
+                                       const std::string &managed_by);
 
 // The requests that attach the container's host-side interface @iface, in their order: tc egress
 // (what the container receives leaves by it), then tc ingress (what it sends arrives by it).
