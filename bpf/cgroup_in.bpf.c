@@ -25,7 +25,7 @@ int tricolor_cgroup_in(struct __sk_buff *skb) {
     struct tcm_cgroup_rule *r = classify_cgroup(skb, version, TCM_CGROUP_INGRESS);
     if (!r)
         return 1;
-    __u32 idx = (version & 1) * TCM_MAX_POLICIES + (r->slot & (TCM_MAX_POLICIES - 1));
+    __u32 idx = policy_cfg_index(version, r->slot);
     struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &idx);
     if (!pol)
         return 1;

@@ -176,6 +176,14 @@ mutant cgroup-rules-not-carried userspace/src/datapath_load.cpp \
     's/        copy_cgroup_rules\(impl_->cgroup_rules_of_before, impl_->fd\(maps->tcm_cgroup_rules\)\);/        (void)0;/' \
     "upgrade: a preallocated cgroup rule map of before is replaced without its rules" \
     "bpf:DatapathPinning.APreallocatedCgroupRuleMapOfBeforeIsCarriedOver"
+mutant tables-parent-not-moved userspace/src/datapath_load.cpp \
+    's/cfg\.parent = static_cast<__u16>\(cfg\.parent - set \* tb\.policy_slots \+ set \* slots\);/(void)0;/' \
+    "policy tables growth: a child's parent is looked for at its place in the smaller table" \
+    "bpf:DatapathPinning.ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters"
+mutant tables-not-reattached userspace/daemon/flow_passes.cpp \
+    's/    std::vector<std::string> problems;\n    reattach_everything\(problems\);\n    \/\/ The programs of before/    std::vector<std::string> problems;\n    \/\/ The programs of before/' \
+    "policy tables growth: the hooks keep the programs of before (and the tables they read)" \
+    "e2e:PolicyTables.GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/dp_->live_flows\(\) \* 2 < capacity/true/' \
     "flow table growth: the table never grows" \

@@ -96,6 +96,11 @@ struct tcm_replay_io {
 /* The flow table's capacity when tricolord makes it (--flows); it grows 4x when half full, up
  * to TCM_DEFAULT_FLOWS (--max-flows): docs/daemon.md, "The flow table". */
 #define TCM_START_FLOWS 16384
+/* What tricolord starts its policy configs (slots per set, tcm_policy_cfg) and classifier table
+ * (slots per set, tcm_rule_table) at; each grows 4x before a change that needs more, up to
+ * TCM_MAX_POLICIES and TCM_RULE_SLOTS (docs/daemon.md, "The flow table"). */
+#define TCM_START_POLICY_SLOTS 1024
+#define TCM_START_RULE_SLOTS 4096
 /* The benchmarks' scattered order over @n keys (tcm_bench_spread in bpf/lib/testing.h, the plain
  * meter in bpf/bench.bpf.c): run @c's key. A multiplier prime to @n permutes the residues mod
  * @n, so every key comes once per @n runs (2654435761 is prime to 2 and 5); a mask where @n is

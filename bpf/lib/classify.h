@@ -10,6 +10,18 @@
 #include "maps.h"
 #include "parse.h"
 
+/* This load's sizes, powers of two set by user space before the load (Datapath::load): a policy
+ * set's configs (tcm_policy_cfg holds two sets of them) and a set's slots in tcm_rule_table. Both
+ * grow (by a load with bigger maps) as policies and rules are added, so that a host with few
+ * does not pay for the most. */
+const volatile __u32 tcm_policy_slots = TCM_MAX_POLICIES;
+const volatile __u32 tcm_rule_slots = TCM_RULE_SLOTS;
+
+/* The index in tcm_policy_cfg of slot @slot of set @set. */
+static __always_inline __u32 policy_cfg_index(__u32 set, __u32 slot) {
+    return (set & 1) * tcm_policy_slots + (slot & (tcm_policy_slots - 1));
+}
+
 struct tcm_probe_ctx {
     const struct tcm_class_key *key;
     __u32 set;
@@ -32,7 +44,7 @@ static __always_inline struct tcm_rule *classify_rule(__u32 set, const struct tc
     __u32 home = TCM_RULE_HASH(CLASSIFY_WORD);
 
     for (__u32 i = 0; i < TCM_RULE_PROBES; i++) {
-        __u32 idx = (set & 1) * TCM_RULE_SLOTS + ((home + i) & (TCM_RULE_SLOTS - 1));
+        __u32 idx = (set & 1) * tcm_rule_slots + ((home + i) & (tcm_rule_slots - 1));
         struct tcm_rule_slot *s = bpf_map_lookup_elem(&tcm_rule_table, &idx);
         if (!s || !s->used)
             return NULL;
@@ -127,9 +139,7 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
     if (ctx.n_masks == 0 || classify_probe_mask(0, &ctx) == 0)
         if (ctx.n_masks > 1)
             bpf_loop(TCM_MAX_MASKS - 1, classify_probe_next_mask, &ctx, 0);
-    int index = ctx.best_rank == ~0u
-                    ? -1
-                    : (int)(set * TCM_MAX_POLICIES + (ctx.best_slot & (TCM_MAX_POLICIES - 1)));
+    int index = ctx.best_rank == ~0u ? -1 : (int)policy_cfg_index(set, ctx.best_slot);
     if (cached && classify_door(&k, version)) {
         struct tcm_class_cache_entry e = {.version = version, .index = index};
         bpf_map_update_elem(&tcm_class_cache, &k, &e, BPF_ANY);

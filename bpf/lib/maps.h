@@ -12,8 +12,9 @@
 #include "tricolor_abi.h"
 
 /* Classifier: masked keys of both policy sets, a table of our own per set (tricolor_abi.h,
- * struct tcm_rule_slot). Mmapable: user space writes a set's slots in place, with no syscall per
- * rule. (Before it, a hash map named tcm_rules: Datapath carries a pinned one over.) */
+ * struct tcm_rule_slot), sized at load to two sets of tcm_rule_slots (classify.h). Mmapable: user
+ * space writes a set's slots in place, with no syscall per rule. (Before it, a hash map named
+ * tcm_rules: Datapath carries a pinned one over.) */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(map_flags, BPF_F_MMAPABLE);
@@ -87,7 +88,8 @@ struct {
     __type(value, __u32);
 } tcm_class_door SEC(".maps");
 
-/* Policy configs by set and slot: index set * TCM_MAX_POLICIES + slot. */
+/* Policy configs by set and slot: index set * tcm_policy_slots + slot (classify.h); sized at load
+ * to two sets of tcm_policy_slots. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, TCM_NR_SETS *TCM_MAX_POLICIES);

@@ -156,7 +156,7 @@ static __always_inline void shape_sock_bucket(const struct bpf_sock_ops *skops, 
     struct tcm_runtime *rt = bpf_map_lookup_elem(&tcm_runtime, &zero);
     if (!rt)
         return;
-    __u32 slot = (rt->active_set & 1) * TCM_MAX_POLICIES + id; /* a policy's config is at its id */
+    __u32 slot = policy_cfg_index(rt->active_set, id); /* a policy's config is at its id */
     struct tcm_policy *pol = bpf_map_lookup_elem(&tcm_policy_cfg, &slot);
     if (!pol || pol->policy_id != id)
         return;

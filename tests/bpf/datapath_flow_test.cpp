@@ -686,6 +686,68 @@ TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     }
 }
 
+// The policy tables grow while the data path runs (grow_tables): the configs and rules of both
+// sets carried into bigger tables, a child's parent found at its new place, the buckets and
+// counters (in tables of their own) untouched; a set that did not fit fits after, and a later
+// data path on the pins adopts the sizes they have.
+TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters) {
+    Datapath::remove_pins(pin);
+    DatapathOptions small = o;
+    small.tables = {4, 64};
+    auto packets = [](const std::map<uint32_t, tcm_counters> &c, uint32_t id) {
+        auto it = c.find(id);
+        return it == c.end() ? uint64_t{0}
+                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
+                                   it->second.packets[TCM_RED];
+    };
+    Policy parent = policy(1, "parent", Algo::srtcm, 8000, 100000, 0);
+    parent.only_parent = true;
+    Policy child = policy(3, "child", Algo::srtcm, 8000, 100000, 0);
+    child.parent = "parent";
+    child.match.src = prefix("198.18.0.0/24");
+    // 40 more, one rule each: ids to 43 and 42 rules, beyond 4 slots and half of 64.
+    std::vector<Policy> more = {parent, child};
+    for (uint32_t i = 4; i < 44; ++i) {
+        Policy q = policy(i, fmt::format("q{}", i));
+        q.match.dst = prefix(fmt::format("198.19.{}.0/24", i).c_str());
+        more.push_back(q);
+    }
+    const auto to_child =
+        Packet().ipv4("198.18.0.1", "198.19.200.1").udp(1, 2).l3_size(100).build();
+    const auto to_q7 = Packet().ipv4("198.18.9.1", "198.19.7.1").udp(1, 2).l3_size(100).build();
+    {
+        Datapath a(small);
+        EXPECT_EQ(a.table_sizes(), (TableSizes{4, 64}));
+        ASSERT_TRUE(a.apply({parent, child}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
+        EXPECT_THAT(a.apply(more).error(), ::testing::HasSubstr("grown first"));
+        const TableSizes need = Datapath::tables_needed(more, a.table_sizes());
+        EXPECT_EQ(need, (TableSizes{64, 256}));
+        a.grow_tables(need);
+        a.retire_previous();
+        EXPECT_EQ(a.table_sizes(), need);
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS); // the set as it was
+        auto c = a.policy_counters();
+        EXPECT_EQ(packets(c, 3), 2u);
+        EXPECT_EQ(packets(c, 1), 2u) << "the parent, at its new place";
+        ASSERT_TRUE(a.apply(more).has_value());
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(to_q7).retval, XDP_PASS);
+        c = a.policy_counters();
+        EXPECT_EQ(packets(c, 3), 3u);
+        EXPECT_EQ(packets(c, 1), 3u);
+        EXPECT_EQ(packets(c, 7), 1u);
+        EXPECT_EQ(a.global_counters().unclassified_packets, 0u);
+    }
+    Datapath b(o); // asks for the largest: the pins' sizes hold
+    EXPECT_TRUE(b.adopted());
+    EXPECT_EQ(b.table_sizes(), (TableSizes{64, 256}));
+    b.set_clock(6000000000);
+    EXPECT_EQ(b.run_xdp(to_q7).retval, XDP_PASS);
+    EXPECT_EQ(packets(b.policy_counters(), 7), 2u);
+}
+
 // A pin directory of a daemon whose cgroup rules were preallocated (6 MiB whatever they held):
 // its rules are carried into a map without preallocation before the new program runs, and the
 // pin is the new map's.

@@ -2,7 +2,8 @@
 // flow_table_e2e_test.cpp: a flow table sized by its flows (docs/daemon.md, "The flow table"):
 // it grows under traffic and is resized at a restart with another --flows, and every flow keeps
 // its tokens and counters through both: no packet metered by a bucket not its flow's, none
-// twice, none unmetered.
+// twice, none unmetered. The policy tables sized by the policies: grown before a change that
+// needs them (a request, a reload, a start), every packet metered meanwhile.
 #include "lab.hpp"
 
 #include "tricolor/control.hpp"
@@ -216,6 +217,140 @@ TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
     daemon->start();
     EXPECT_EQ(status()["flows"]["capacity"], 8192);
     expect_each_flow_two_green_one_red(n);
+}
+
+uint64_t mono_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The policy tables start at TCM_START_POLICY_SLOTS and TCM_START_RULE_SLOTS a set.
+class PolicyTables : public FlowTable {
+  protected:
+    // "busy" (on the lab's host address) and @n more, p0..p(n-1), each on one address of
+    // 198.19.0.0/16: policy i on 198.19.(i / 200).(i % 200 + 1).
+    static std::string set_yaml(int n, bool attach) {
+        std::string y = "policies:\n  - {name: busy, algo: srtcm, cir: 8mbit, cbs: 16k, ebs: 0, "
+                        "match: {dst: HOST/32}}\n";
+        for (int i = 0; i < n; ++i)
+            y += fmt::format("  - {{name: p{}, algo: srtcm, cir: 1mbit, cbs: 16k, match: {{dst: "
+                             "198.19.{}.{}/32}}}}\n",
+                             i, i / 200, i % 200 + 1);
+        if (attach)
+            y += "attachments:\n  - {iface: IF, hook: xdp, direction: ingress}\n";
+        return y;
+    }
+    std::string yaml(int n, bool attach) {
+        std::string y = set_yaml(n, attach);
+        for (auto [from, to] :
+             {std::pair<std::string, std::string>{"HOST", lab->host_v4}, {"IF", lab->host_if}})
+            for (size_t at; (at = y.find(from)) != std::string::npos;)
+                y.replace(at, from.size(), to);
+        return y;
+    }
+    json tables() { return status()["policies"]; }
+    uint64_t packets_of(const std::string &name) {
+        auto p = parse_json(ok({"-j", "stats", name}))["policies"][0];
+        return p["green"]["packets"].get<uint64_t>() + p["yellow"]["packets"].get<uint64_t>() +
+               p["red"]["packets"].get<uint64_t>();
+    }
+    // One datagram from the lab's namespace to policy p604's address.
+    void to_p604() {
+        auto r = lab->in_ns({udp_tool_path(), "send", "198.19.3.5", "9", "1", "100", "1000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+};
+
+// A request whose set outgrows the tables (2101 policies and classifier entries: beyond 1024
+// ids and 2048 entries) while UDP at twice a policy's rate runs: the tables grow first (the
+// request made again under the flow pass's lock), then the set is applied; every datagram is
+// metered once and the green ones within CBS + CIR*T. A restart keeps the sizes; a start afresh
+// from that state grows at once; a reload grows; a start on smaller pins from a bigger config
+// grows once every hook runs its programs.
+TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "busy", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "16k", "--ebs", "0",
+        "--match", "dst", lab->host_v4 + "/32"});
+    ASSERT_EQ(lab->in_ns({"ip", "route", "add", "198.19.0.0/16", "via", lab->host_v4}).exit_code,
+              0);
+    auto t = tables();
+    EXPECT_EQ(t["slots"], TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(t["rule_slots"], TCM_START_RULE_SLOTS / 2) << t.dump();
+    const std::string file = daemon->config() + ".big";
+    std::ofstream(file) << yaml(2100, false);
+    const uint64_t t0 = mono_ns();
+    RunResult sent;
+    std::thread tx([&] {
+        sent = lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9", "6000", "972", "2000"});
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    ok({"apply", "-f", file});
+    tx.join();
+    ASSERT_EQ(sent.exit_code, 0) << sent.err;
+    const uint64_t ns = mono_ns() - t0;
+    t = tables();
+    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(t["rule_slots"], 4 * TCM_START_RULE_SLOTS / 2) << t.dump();
+    EXPECT_EQ(t["grown"], 1) << t.dump();
+    EXPECT_THAT(daemon->log(), HasSubstr("the policy tables grew from 1024 to 4096 policies"));
+    {
+        auto p = parse_json(ok({"-j", "stats", "busy"}))["policies"][0];
+        const uint64_t green = p["green"]["packets"], red = p["red"]["packets"];
+        EXPECT_EQ(green + red, 6000u) << "every datagram metered, once";
+        EXPECT_GT(red, 0u);
+        EXPECT_LE(static_cast<__int128>(green) * 1000 * 8 * 1000000000,
+                  static_cast<__int128>(16384) * 8 * 1000000000 +
+                      static_cast<__int128>(8000000) * ns)
+            << green << " green in " << ns / 1e9 << " s";
+    }
+    to_p604();
+    EXPECT_EQ(packets_of("p604"), 1u);
+
+    // A restart: the pinned sizes hold.
+    daemon->terminate();
+    daemon->start();
+    t = tables();
+    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(t["grown"], 0);
+    to_p604();
+    EXPECT_EQ(packets_of("p604"), 2u);
+
+    // Afresh (no pins) from that state: grown at the start, before anything is attached.
+    daemon->terminate();
+    Datapath::remove_pins(daemon->pin_dir());
+    daemon->start();
+    t = tables();
+    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(t["grown"], 1);
+    to_p604();
+    EXPECT_EQ(packets_of("p604"), 1u);
+
+    // A reload that needs them: afresh from the config's small set, then the config grown.
+    std::ofstream(daemon->config()) << yaml(0, true);
+    fresh_daemon({});
+    EXPECT_EQ(tables()["slots"], TCM_START_POLICY_SLOTS);
+    std::ofstream(daemon->config()) << yaml(2100, true);
+    daemon->hup();
+    for (int i = 0; i < 100 && tables()["slots"] != 4 * TCM_START_POLICY_SLOTS; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(tables()["grown"], 1) << daemon->log();
+    to_p604();
+    EXPECT_EQ(packets_of("p604"), 1u);
+
+    // A start on the pins of small tables from a config that needs more (newer than the state).
+    std::ofstream(daemon->config()) << yaml(0, true);
+    fresh_daemon({});
+    EXPECT_EQ(tables()["slots"], TCM_START_POLICY_SLOTS);
+    daemon->terminate();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ofstream(daemon->config()) << yaml(2100, true);
+    daemon->start();
+    t = tables();
+    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump() << daemon->log();
+    EXPECT_EQ(t["grown"], 1);
+    to_p604();
+    EXPECT_EQ(packets_of("p604"), 1u);
 }
 
 } // namespace

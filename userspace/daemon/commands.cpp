@@ -70,7 +70,26 @@ std::string names_of(std::span<const Row> rows, Keep keep) {
 } // namespace
 
 json Daemon::handle(const json &r, const Peer &peer) {
+    {
+        std::lock_guard lock(mu_);
+        room_wanted_.reset();
+        json out = handle_locked(r, peer);
+        if (!room_wanted_)
+            return out;
+    }
+    // A change the policy tables have no room for, refused with nothing changed: made again
+    // with walk_mu_ held too (no flow pass reads the data path that growing replaces), so that
+    // make_room grows the tables first. The order of the locks is the flow table growth's.
+    std::lock_guard walking(walk_mu_);
     std::lock_guard lock(mu_);
+    room_wanted_.reset();
+    tables_grow_now_ = true;
+    json out = handle_locked(r, peer);
+    tables_grow_now_ = false;
+    return out;
+}
+
+json Daemon::handle_locked(const json &r, const Peer &peer) {
     auto cmd = request_command(r);
     if (!cmd)
         return error(cmd.error());
@@ -404,7 +423,13 @@ json Daemon::cmd_status(const json &) {
                {"config", options_.config},
                {"state", options_.state},
                {"started_from", started_from_},
-               {"policies", {{"used", policies_.size()}, {"capacity", TCM_MAX_POLICIES}}},
+               {"policies",
+                {{"used", policies_.size()},
+                 {"capacity", TCM_MAX_POLICIES},
+                 // The policy tables as loaded now (they grow before a change needs more).
+                 {"slots", dp_->table_sizes().policy_slots},
+                 {"rule_slots", dp_->table_sizes().rule_slots / 2},
+                 {"grown", tables_grown_}}},
                {"flows",
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s
                  {"live", dp_->live_flows()},    // the data path's own count, now

@@ -190,7 +190,20 @@ class Daemon {
                              const std::string &warn_about = "");
     // Runs @change on the data path's policy set with the fleet agent held off, then gives the
     // agent the set now active.
-    Result<void> change_policy_set(const std::function<Result<void>()> &change);
+    // @next: the whole set after the change, for the policy tables' room (make_room).
+    Result<void> change_policy_set(const std::vector<Policy> &next,
+                                   const std::function<Result<void>()> &change);
+    // The policy tables made big enough for @next (under the fleet's hold and mu_): grown now
+    // where that is safe (tables_grow_now_), else nothing changed, room_wanted_ set and an error
+    // returned, for the caller to grow (grow_tables, under walk_mu_) and try again.
+    Result<void> make_room(const std::vector<Policy> &next);
+    Result<void> grow_tables(const TableSizes &sizes);
+    // Every hook, the root cgroup's programs and the data path's settings on the data path just
+    // loaded (a growth), the programs of before let go and retired; what fails in @problems.
+    void reattach_everything(std::vector<std::string> &problems);
+    bool tables_grow_now_ = false;
+    std::optional<TableSizes> room_wanted_;
+    uint64_t tables_grown_ = 0; // times the policy tables grew while this daemon ran
     // Readies --shape sockets before a shaping policy goes live: the egress interfaces it
     // paces on, and the sock_ops program on the root cgroup.
     Result<void> start_socket_shaping();
@@ -276,9 +289,10 @@ class Daemon {
     std::chrono::steady_clock::time_point moved_at_;
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their
-    // handlers.
+    // handlers (handle_locked: under mu_).
     struct Command;
     static std::span<const Command> commands();
+    nlohmann::json handle_locked(const nlohmann::json &request, const Peer &peer);
     nlohmann::json cmd_attach(const nlohmann::json &r);
     nlohmann::json cmd_detach(const nlohmann::json &r);
     nlohmann::json cmd_policy_add(const nlohmann::json &r);

@@ -8,6 +8,10 @@
 #include <chrono>
 #include <iostream>
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -122,6 +126,18 @@ void Daemon::grow_flow_table(uint32_t capacity) {
         problems.push_back(prep.error());
     else if (auto r = dp_->apply(prep->policies); !r)
         problems.push_back(r.error());
+    reattach_everything(problems);
+    ++grown_;
+    moved_at_ = std::chrono::steady_clock::now();
+    const auto moved = move_flows_of_before(false);
+    log(fmt::format("the flow table grew from {} to {} flows (at most {}) in {:.0f} ms (the "
+                    "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
+                    before, capacity, options_.max_flows, ms(), loaded_ms, moved.moved,
+                    moved.dropped ? "" : ", the rest at the next passes",
+                    problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
+}
+
+void Daemon::reattach_everything(std::vector<std::string> &problems) {
     for (auto &a : attachments_)
         if (interface_index(a.iface))
             if (auto r = do_attach(a); !r)
@@ -131,14 +147,46 @@ void Daemon::grow_flow_table(uint32_t capacity) {
     dp_->set_drop_malformed(options_.drop_malformed);
     release_previous_programs();
     dp_->retire_previous();
-    ++grown_;
-    moved_at_ = std::chrono::steady_clock::now();
-    const auto moved = move_flows_of_before(false);
-    log(fmt::format("the flow table grew from {} to {} flows (at most {}) in {:.0f} ms (the "
-                    "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
-                    before, capacity, options_.max_flows, ms(), loaded_ms, moved.moved,
-                    moved.dropped ? "" : ", the rest at the next passes",
-                    problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
+}
+
+Result<void> Daemon::make_room(const std::vector<Policy> &next) {
+    const TableSizes now = dp_->table_sizes(), need = Datapath::tables_needed(next, now);
+    if (need == now)
+        return {};
+    if (tables_grow_now_)
+        return grow_tables(need);
+    room_wanted_ = need;
+    return std::unexpected(std::string("the policy tables must grow first"));
+}
+
+// As a flow table growth, without the policies applied in between: the new programs read the
+// tables carried over, and the change that needed the room is made once no packet can read
+// the tables of before (their set halves are not written again). The fleet's hold is the
+// caller's; walk_mu_ and mu_ are held.
+Result<void> Daemon::grow_tables(const TableSizes &sizes) {
+    auto log = [](const std::string &line) { std::cerr << "tricolord: " << line << std::endl; };
+    const TableSizes before = dp_->table_sizes();
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        dp_->grow_tables(sizes);
+    } catch (const std::exception &e) {
+        return std::unexpected(fmt::format(
+            "cannot grow the policy tables to {} policies and {} classifier entries: {}",
+            sizes.policy_slots, sizes.rule_slots / 2, e.what()));
+    }
+    std::vector<std::string> problems;
+    reattach_everything(problems);
+    // The programs of before may still be running on a packet: wait for them (an RCU grace
+    // period) before the change writes the set they would read next.
+    syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
+    ++tables_grown_;
+    log(fmt::format(
+        "the policy tables grew from {} to {} policies and from {} to {} classifier "
+        "entries in {:.0f} ms{}",
+        before.policy_slots, sizes.policy_slots, before.rule_slots / 2, sizes.rule_slots / 2,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+        problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
+    return {};
 }
 
 } // namespace tricolor

@@ -204,13 +204,16 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
     return out;
 }
 
-Result<void> Daemon::change_policy_set(const std::function<Result<void>()> &change) {
+Result<void> Daemon::change_policy_set(const std::vector<Policy> &next,
+                                       const std::function<Result<void>()> &change) {
     {
         // The fleet agent must not grant into a set being changed: the data path's grant words
         // have one writer at a time.
         std::unique_lock<std::mutex> hold;
         if (fleet_)
             hold = fleet_->hold();
+        if (auto r = make_room(next); !r)
+            return r;
         if (auto r = change(); !r)
             return r;
     }
@@ -315,7 +318,12 @@ Result<void> Daemon::change_one(const std::string &name, const json *spec,
         if (auto s = stage(state_json(after, attachments_)); !s)
             return s;
     }
-    if (auto r = change_policy_set([&] { return policy ? dp_->upsert(*policy) : dp_->remove(id); });
+    std::vector<Policy> next = dp_->policies();
+    std::erase_if(next, [&](const Policy &p) { return p.id == id; });
+    if (policy)
+        next.push_back(*policy);
+    if (auto r = change_policy_set(next,
+                                   [&] { return policy ? dp_->upsert(*policy) : dp_->remove(id); });
         !r) {
         if (journaled)
             journal_undo();
@@ -354,9 +362,11 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
     // message; only a dry run needs check() on its own.
     if (dry_run)
         return dp_->check(prep->policies);
-    if (auto r =
-            staged(state_json(specs, attachments_),
-                   [&] { return change_policy_set([&] { return dp_->apply(prep->policies); }); });
+    if (auto r = staged(state_json(specs, attachments_),
+                        [&] {
+                            return change_policy_set(prep->policies,
+                                                     [&] { return dp_->apply(prep->policies); });
+                        });
         !r)
         return r;
     policies_ = std::move(prep->entries);

@@ -130,6 +130,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = start_capacity(options_);
     o.top_keep = options_.top_keep;
+    o.tables = {TCM_START_POLICY_SLOTS, TCM_START_RULE_SLOTS};
     dp_ = std::make_unique<Datapath>(o);
     dp_->set_drop_malformed(options_.drop_malformed);
     if (!options_.fleet.empty()) {
@@ -182,8 +183,15 @@ Result<void> Daemon::load_at_start(const Result<std::optional<Doc>> &cfg) {
         keep_managed(start->doc, (*st)->specs, (*st)->attachments, false);
     if (cfg && *cfg)
         config_containers_ = (*cfg)->containers;
-    if (auto r = apply_at_start(start->doc.specs, use_state ? options_.state : options_.config); !r)
-        return r;
+    // The policy tables grow before the policies are applied where they are too small: at
+    // once if this data path is new; if it adopted an earlier daemon's (its programs on the
+    // hooks, reading the tables that growing replaces), once every hook runs this daemon's.
+    const std::string from = use_state ? options_.state : options_.config;
+    tables_grow_now_ = !dp_->adopted();
+    auto applied = apply_at_start(start->doc.specs, from);
+    tables_grow_now_ = false;
+    if (!applied && !room_wanted_)
+        return applied;
     attach_at_start(start->doc.attachments);
     // attach --match-ifname: what the patterns name now (what they attached before this start is
     // not in the state: the pattern attaches it again, over the pinned link that kept it running).
@@ -195,6 +203,15 @@ Result<void> Daemon::load_at_start(const Result<std::optional<Doc>> &cfg) {
             startup_warnings.push_back("cannot attach " + f);
     }
     release_previous_programs();
+    if (!applied) {
+        swap_root_cgroup_programs(startup_warnings);
+        room_wanted_.reset();
+        tables_grow_now_ = true;
+        applied = apply_at_start(start->doc.specs, from);
+        tables_grow_now_ = false;
+        if (!applied)
+            return applied;
+    }
     if (use_state)
         state_hash_ = (*st)->text_hash;
     if (!use_state || !journal.empty() ||
@@ -214,6 +231,13 @@ Result<void> Daemon::apply_at_start(const std::vector<json> &specs, const std::s
     auto prep = prepare(specs, &warnings);
     if (!prep)
         return std::unexpected(fmt::format("{}: {}", from, prep.error()));
+    {
+        std::unique_lock<std::mutex> hold;
+        if (fleet_)
+            hold = fleet_->hold();
+        if (auto r = make_room(prep->policies); !r)
+            return std::unexpected(fmt::format("{}: {}", from, r.error()));
+    }
     if (auto r = dp_->apply(prep->policies); !r)
         return std::unexpected(fmt::format("{}: {}", from, r.error()));
     // The fleet policies of the file lease from the start (a restarted daemon's, adopted, too:
@@ -258,7 +282,15 @@ void Daemon::attach_at_start(const std::vector<AttachmentSpec> &attachments) {
 }
 
 Result<void> Daemon::reload() {
+    // walk_mu_ first (as a growth takes them): a reload that needs bigger policy tables grows
+    // them in place (make_room).
+    std::lock_guard walking(walk_mu_);
     std::lock_guard lock(mu_);
+    tables_grow_now_ = true;
+    struct Reset {
+        bool &flag;
+        ~Reset() { flag = false; }
+    } reset{tables_grow_now_};
     auto cfg = read_doc(options_.config);
     if (!cfg)
         return std::unexpected(cfg.error());
@@ -272,6 +304,15 @@ Result<void> Daemon::reload() {
     auto prep = check_reload(doc.specs, doc.attachments, &warnings);
     if (!prep)
         return std::unexpected(fmt::format("{}: {}", options_.config, prep.error()));
+    // Room for the new set before anything is attached: a growth puts its programs on the hooks
+    // this daemon has (a failed reload leaves the tables bigger, nothing else).
+    {
+        std::unique_lock<std::mutex> hold;
+        if (fleet_)
+            hold = fleet_->hold();
+        if (auto r = make_room(prep->policies); !r)
+            return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
+    }
     if (auto s = stage(state_json(doc.specs, doc.attachments, &doc.patterns)); !s)
         return s;
     // Attach first, then switch the policies: anything that fails undoes what this reload added.

@@ -104,6 +104,15 @@ struct Datapath::Impl {
     std::map<uint64_t, std::string> cgroup_paths;
     CgroupRules cgroup_rules[TCM_NR_SETS];
     bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
+    // The policy tables' sizes as loaded, and (grow_tables) the tables of before, whose configs
+    // and rules load() carries into this data path's before it adopts the active set.
+    TableSizes tables;
+    struct TablesOfBefore {
+        int cfg_fd = -1, rules_fd = -1;
+        uint32_t policy_slots = 0;
+    };
+    std::optional<TablesOfBefore> tables_of_before;
+    void carry_tables_of_before();
     // A pinned tcm_cgroup_rules of before (preallocated), its entries carried into this data
     // path's: programs of before still read it until every hook runs this data path's, so
     // write_cgroup_rules writes there too until drop_cgroup_rules_of_before.
@@ -161,6 +170,9 @@ struct Datapath::Impl {
             munmap(slots, slots_bytes);
         if (prev_slots)
             munmap(prev_slots, prev_slots_bytes);
+        if (tables_of_before)
+            for (int f : {tables_of_before->cfg_fd, tables_of_before->rules_fd})
+                close(f);
         for (int f : {prev_slots_fd, prev_tuples_fd, cgroup_rules_of_before})
             if (f >= 0)
                 close(f);
@@ -205,6 +217,13 @@ void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving,
 #if defined(__x86_64__) || defined(__i386__)
     ro->tcm_store_release = 1; // TSO: a plain store releases the flow lock (bpf/lib/flow.h)
 #endif
+}
+
+// The sizes of the policy tables, in the .rodata of a program that reads them (classify.h).
+template <typename Rodata>
+void set_table_sizes(Rodata *ro, const TableSizes &t) {
+    ro->tcm_policy_slots = t.policy_slots;
+    ro->tcm_rule_slots = t.rule_slots;
 }
 
 // Sorts @keys and drops the repeats (datapath_flows.cpp).

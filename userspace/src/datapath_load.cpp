@@ -275,21 +275,56 @@ Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
 // same pins (what a restart with another --flows does), the one of before kept, its programs
 // still where they run, until retire_previous. Undone, the pins as they were, if the load fails.
 void Datapath::grow(uint32_t capacity) {
-    if (impl_->pin_path.empty())
-        throw std::runtime_error("the flow table can be resized only with pinned maps");
     DatapathOptions o = impl_->options;
     o.flow_capacity = capacity;
+    reload(o, false);
+}
+
+// Bigger policy tables: the same, with new configs and classifier tables (their pins of before
+// removed, the maps kept by fd until load() has carried their contents over).
+void Datapath::grow_tables(const TableSizes &sizes) {
+    const TableSizes now = impl_->tables;
+    if (sizes.policy_slots < now.policy_slots || sizes.rule_slots < now.rule_slots)
+        throw std::runtime_error("the policy tables only grow");
+    if (sizes == now)
+        return;
+    DatapathOptions o = impl_->options;
+    o.tables = sizes;
+    o.flow_capacity = impl_->meta->capacity;
+    reload(o, true);
+}
+
+void Datapath::reload(const DatapathOptions &o, bool tables) {
+    if (impl_->pin_path.empty())
+        throw std::runtime_error("the data path's tables can be resized only with pinned maps");
     const uint64_t clock = impl_->testing ? impl_->skel->bss->tcm_test_clock_ns : 0;
     auto before = std::move(impl_);
     before->retired.reset(); // one data path of before at most
     impl_ = std::make_unique<Impl>();
+    const std::string pins = before->pin_path;
+    const std::pair<const char *, bpf_map *> table_pins[] = {
+        {"tcm_policy_cfg", before->skel->maps.tcm_policy_cfg},
+        {"tcm_rule_table", before->skel->maps.tcm_rule_table}};
+    if (tables) {
+        impl_->tables_of_before = Impl::TablesOfBefore{
+            dup(before->fd(before->skel->maps.tcm_policy_cfg)),
+            dup(before->fd(before->skel->maps.tcm_rule_table)), before->tables.policy_slots};
+        for (const auto &[name, m] : table_pins)
+            unlink((pins + "/" + name).c_str());
+    }
     try {
         load(o);
     } catch (...) {
-        const std::string pins = impl_->pin_path;
         const bool aside = impl_->prev_layout.has_value();
         impl_ = std::move(before);
-        // The table set aside goes back (the pins the failed load made, if any, go).
+        // The tables of before go back to their pins; the table set aside too (the pins the
+        // failed load made, if any, go).
+        if (tables)
+            for (const auto &[name, m] : table_pins) {
+                const std::string at = pins + "/" + name;
+                unlink(at.c_str());
+                bpf_obj_pin(impl_->fd(m), at.c_str());
+            }
         if (aside && !impl_->prev_layout)
             for (const char *name : kFlowTablePins) {
                 const std::string at = pins + "/" + name, prev = at + kOfBefore;
@@ -301,6 +336,59 @@ void Datapath::grow(uint32_t capacity) {
     if (impl_->testing)
         impl_->skel->bss->tcm_test_clock_ns = clock;
     impl_->retired = std::move(before);
+}
+
+TableSizes Datapath::table_sizes() const {
+    return impl_->tables;
+}
+
+TableSizes Datapath::tables_needed(const std::vector<Policy> &policies, TableSizes from) {
+    uint32_t ids = 0;
+    size_t rules = 0;
+    for (const auto &p : policies) {
+        ids = std::max(ids, p.id + 1);
+        rules += rule_entries(p, 0, 0).size();
+    }
+    while (from.policy_slots < ids && from.policy_slots < TCM_MAX_POLICIES)
+        from.policy_slots = std::min<uint32_t>(from.policy_slots * 4, TCM_MAX_POLICIES);
+    while (from.rule_slots / 2 < rules && from.rule_slots < TCM_RULE_SLOTS)
+        from.rule_slots = std::min<uint32_t>(from.rule_slots * 4, TCM_RULE_SLOTS);
+    return from;
+}
+
+// The configs and rules of the tables of before (both sets, as they were), at their places in
+// this data path's bigger tables: a config's parent is an index in its set's part of the table.
+void Datapath::Impl::carry_tables_of_before() {
+    auto &tb = *tables_of_before;
+    const int cfg_fd = fd(skel->maps.tcm_policy_cfg);
+    const uint32_t slots = tables.policy_slots;
+    const tcm_policy none{};
+    for (uint32_t set = 0; set < TCM_NR_SETS; ++set)
+        for (uint32_t slot = 0; slot < std::min(slots, tb.policy_slots); ++slot) {
+            uint32_t from = set * tb.policy_slots + slot, to = set * slots + slot;
+            tcm_policy cfg{};
+            if (bpf_map_lookup_elem(tb.cfg_fd, &from, &cfg) != 0)
+                throw std::runtime_error(
+                    fmt::format("cannot read the policy configs of before: {}", errno_text(errno)));
+            if (std::memcmp(&cfg, &none, sizeof(cfg)) == 0)
+                continue;
+            if (cfg.parent)
+                cfg.parent = static_cast<__u16>(cfg.parent - set * tb.policy_slots + set * slots);
+            if (bpf_map_update_elem(cfg_fd, &to, &cfg, 0) != 0)
+                throw std::runtime_error(
+                    fmt::format("cannot carry the policy configs over: {}", errno_text(errno)));
+        }
+    {
+        RuleTable old(tb.rules_fd);
+        for (uint32_t set = 0; set < TCM_NR_SETS; ++set)
+            for (const auto &k : old.keys(set))
+                if (auto r = old.find(k); r && rules->put(k, *r) != 0)
+                    throw std::runtime_error("the classifier's rules of before do not fit the "
+                                             "bigger table");
+    }
+    close(tb.cfg_fd);
+    close(tb.rules_fd);
+    tables_of_before.reset();
 }
 
 void Datapath::retire_previous() {
@@ -385,6 +473,29 @@ void Datapath::load(const DatapathOptions &o) {
                                                      bpf_map__name(m), path, errno_text(err)));
         }
     }
+    // The policy tables: as pinned, else as asked.
+    TableSizes t = o.tables;
+    if (!impl_->pin_path.empty()) {
+        if (auto n = pinned_map_size(impl_->pin_path + "/tcm_policy_cfg").first)
+            t.policy_slots = n / TCM_NR_SETS;
+        if (auto n = pinned_map_size(impl_->pin_path + "/tcm_rule_table").first)
+            t.rule_slots = n / TCM_NR_SETS;
+    }
+    auto power_of_two_in = [](uint32_t v, uint32_t lo, uint32_t hi) {
+        return v >= lo && v <= hi && (v & (v - 1)) == 0;
+    };
+    if (!power_of_two_in(t.policy_slots, 1, TCM_MAX_POLICIES) ||
+        !power_of_two_in(t.rule_slots, TCM_RULE_PROBES, TCM_RULE_SLOTS))
+        throw std::runtime_error(fmt::format(
+            "policy tables of {} configs and {} classifier slots a set: each a power of two, at "
+            "most {} and {}",
+            t.policy_slots, t.rule_slots, TCM_MAX_POLICIES, TCM_RULE_SLOTS));
+    if (bpf_map__set_max_entries(impl_->skel->maps.tcm_policy_cfg, TCM_NR_SETS * t.policy_slots) <
+            0 ||
+        bpf_map__set_max_entries(impl_->skel->maps.tcm_rule_table, TCM_NR_SETS * t.rule_slots) < 0)
+        throw std::runtime_error("cannot size the policy tables");
+    detail::set_table_sizes(impl_->skel->rodata, t);
+    impl_->tables = t;
     // The flow table: sized, and its layout in .rodata, before the load.
     const tcm_flow_meta layout = flow_table_layout(impl_->pin_path, o.flow_capacity);
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_slots, layout.slots); err < 0)
@@ -435,6 +546,8 @@ void Datapath::load(const DatapathOptions &o) {
     impl_->rules = std::make_unique<RuleTable>(impl_->fd(maps->tcm_rule_table));
     if (impl_->adopted)
         carry_over_rule_hash(impl_->pin_path + "/tcm_rules", *impl_->rules);
+    if (impl_->tables_of_before)
+        impl_->carry_tables_of_before();
     impl_->sets = std::make_unique<PolicySets>(
         PolicySets::Maps{impl_->fd(maps->tcm_policy_cfg), impl_->fd(maps->tcm_masks),
                          impl_->fd(maps->tcm_sets), impl_->rules.get()},
@@ -538,8 +651,8 @@ void Datapath::adopt() {
             m.id = idx % TCM_MAX_MASKS;
             bpf_map_update_elem(masks_fd, &idx, &m, 0);
         }
-    for (uint32_t slot = 0; slot < info.n_policies && slot < TCM_MAX_POLICIES; ++slot) {
-        uint32_t idx = set * TCM_MAX_POLICIES + slot;
+    for (uint32_t slot = 0; slot < info.n_policies && slot < impl_->tables.policy_slots; ++slot) {
+        uint32_t idx = set * impl_->tables.policy_slots + slot;
         tcm_policy cfg{};
         // A slot is a policy's id: the slots between hold none (a zero config, no name).
         if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_cfg), &idx, &cfg) != 0 ||

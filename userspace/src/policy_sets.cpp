@@ -108,6 +108,7 @@ struct Image {
 
 struct PolicySets::Impl {
     Maps maps;
+    uint32_t slots = TCM_MAX_POLICIES; // configs per set in maps.cfg (its size at load / 2)
     // The model: the set the next write makes.
     std::map<uint32_t, Item> items;
     std::map<RankKey, uint32_t> order;
@@ -233,7 +234,7 @@ struct PolicySets::Impl {
 
     tcm_policy cfg_in_set(tcm_policy cfg, uint32_t set) const {
         if (cfg.parent)
-            cfg.parent += set * TCM_MAX_POLICIES;
+            cfg.parent += set * slots;
         return cfg;
     }
 
@@ -279,7 +280,7 @@ struct PolicySets::Impl {
             if (want != items.end() && have != im.cfgs.end() &&
                 same(want->second.cfg, have->second))
                 continue;
-            pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + id);
+            pending.cfg_keys.push_back(set * slots + id);
             pending.cfgs.push_back(want == items.end() ? tcm_policy{}
                                                        : cfg_in_set(want->second.cfg, set));
             if (want == items.end())
@@ -419,9 +420,9 @@ struct PolicySets::Impl {
         im = Image{};
         im.known = false; // until it is all written
         writes += maps.rules->clear(set);
-        for (uint32_t slot = 0; slot < TCM_MAX_POLICIES; ++slot) {
+        for (uint32_t slot = 0; slot < slots; ++slot) {
             auto it = items.find(slot);
-            pending.cfg_keys.push_back(set * TCM_MAX_POLICIES + slot);
+            pending.cfg_keys.push_back(set * slots + slot);
             pending.cfgs.push_back(it == items.end() ? tcm_policy{}
                                                      : cfg_in_set(it->second.cfg, set));
             if (it != items.end())
@@ -459,6 +460,10 @@ struct PolicySets::Impl {
 
 PolicySets::PolicySets(Maps maps, bool known) : impl_(std::make_unique<Impl>()) {
     impl_->maps = maps;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(maps.cfg, &info, &len) == 0)
+        impl_->slots = info.max_entries / TCM_NR_SETS;
     for (auto &im : impl_->images)
         im.known = known;
 }
@@ -563,6 +568,18 @@ std::vector<std::string> PolicySets::problems(const SetChange &c) const {
         errors.push_back(too_many_shapes(masks));
     if (entries > static_cast<long>(TCM_MAX_RULES / TCM_NR_SETS))
         errors.push_back(too_many_entries(static_cast<size_t>(entries)));
+    // The tables as loaded (tricolord grows them before a change that needs more).
+    for (const auto &[id, p] : up)
+        if (id >= m.slots)
+            errors.push_back(fmt::format("policy '{}': id {} is beyond this data path's {} policy "
+                                         "slots (its tables are grown first)",
+                                         p->name, id, m.slots));
+    if (const uint32_t room = m.maps.rules->slots_per_set() / 2;
+        entries > static_cast<long>(room) &&
+        entries <= static_cast<long>(TCM_MAX_RULES / TCM_NR_SETS))
+        errors.push_back(fmt::format("the policies expand to {} classifier entries, beyond this "
+                                     "data path's {} (its tables are grown first)",
+                                     entries, room));
 
     // The hierarchies the change touches: each whole, from the top of the chain down.
     auto children_of = [&](const std::string &name) {

@@ -9,11 +9,11 @@
 #include <stdexcept>
 #include <sys/mman.h>
 
+#include <bpf/bpf.h>
+
 namespace tricolor {
 
 namespace {
-
-constexpr size_t kBytes = sizeof(tcm_rule_slot) * TCM_NR_SETS * TCM_RULE_SLOTS;
 
 bool same(const tcm_rule_key &a, const tcm_rule_key &b) {
     return std::memcmp(&a, &b, sizeof(a)) == 0;
@@ -40,7 +40,18 @@ uint32_t rule_home(const tcm_rule_key &key) {
 }
 
 RuleTable::RuleTable(int fd) {
-    void *mem = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+        throw std::runtime_error(
+            fmt::format("cannot read the classifier's table: {}", std::strerror(errno)));
+    per_set_ = info.max_entries / TCM_NR_SETS;
+    if (per_set_ < TCM_RULE_PROBES || (per_set_ & (per_set_ - 1)) != 0)
+        throw std::runtime_error(
+            fmt::format("the classifier's table has {} slots: not two sets of a power of two",
+                        info.max_entries));
+    bytes_ = sizeof(tcm_rule_slot) * TCM_NR_SETS * per_set_;
+    void *mem = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mem == MAP_FAILED)
         throw std::runtime_error(
             fmt::format("cannot map the classifier's table: {}", std::strerror(errno)));
@@ -48,7 +59,7 @@ RuleTable::RuleTable(int fd) {
 }
 
 RuleTable::~RuleTable() {
-    munmap(slots_, kBytes);
+    munmap(slots_, bytes_);
 }
 
 tcm_rule_slot *RuleTable::lookup(const tcm_rule_key &key) const {
@@ -107,8 +118,8 @@ int RuleTable::remove(const tcm_rule_key &key) {
         if (!s->used)
             return 0;
         uint32_t home = rule_home(s->key);
-        uint32_t dist_now = (j - home) & (TCM_RULE_SLOTS - 1);
-        uint32_t dist_hole = (j - h) & (TCM_RULE_SLOTS - 1);
+        uint32_t dist_now = (j - home) & (per_set_ - 1);
+        uint32_t dist_hole = (j - h) & (per_set_ - 1);
         if (dist_hole > dist_now)
             continue; // its home is after the hole: it must stay
         tcm_rule_slot *dst = slot(set, h);
@@ -116,13 +127,13 @@ int RuleTable::remove(const tcm_rule_key &key) {
         dst->rule = s->rule;
         mark(dst, 1);
         mark(s, 0);
-        h = j & (TCM_RULE_SLOTS - 1);
+        h = j & (per_set_ - 1);
     }
 }
 
 size_t RuleTable::clear(uint32_t set) {
     size_t n = 0;
-    for (uint32_t i = 0; i < TCM_RULE_SLOTS; ++i)
+    for (uint32_t i = 0; i < per_set_; ++i)
         if (tcm_rule_slot *s = slot(set, i); s->used) {
             mark(s, 0);
             ++n;
@@ -132,7 +143,7 @@ size_t RuleTable::clear(uint32_t set) {
 
 std::vector<tcm_rule_key> RuleTable::keys(uint32_t set) const {
     std::vector<tcm_rule_key> out;
-    for (uint32_t i = 0; i < TCM_RULE_SLOTS; ++i)
+    for (uint32_t i = 0; i < per_set_; ++i)
         if (const tcm_rule_slot *s = slot(set, i); s->used)
             out.push_back(s->key);
     return out;

@@ -45,8 +45,19 @@ struct FleetLease {
     uint64_t rate = 0, cap = 0, until_ns = 0;
 };
 
+// The sizes of the tables that hold policies: configs per set (ids below it) and classifier
+// slots per set (at most half of them rules). Powers of two.
+struct TableSizes {
+    uint32_t policy_slots = TCM_MAX_POLICIES;
+    uint32_t rule_slots = TCM_RULE_SLOTS;
+    bool operator==(const TableSizes &) const = default;
+};
+
 struct DatapathOptions {
     uint32_t flow_capacity = TCM_DEFAULT_FLOWS;
+    // Where no pinned table says otherwise (tricolord starts at TCM_START_POLICY_SLOTS and
+    // TCM_START_RULE_SLOTS and grows them).
+    TableSizes tables;
     // Pin every map under <pin_dir>/abi<TCM_ABI_VERSION>/ and reuse what is pinned there, so a
     // new Datapath adopts the state (buckets, counters, active set) of an earlier one. Empty:
     // nothing is pinned.
@@ -209,6 +220,15 @@ class Datapath {
     // both), re-applies the policies (policies() holds the adopted ids and names, as after a
     // restart), calls release_previous_programs, retire_previous and move_flows_of_before.
     void grow(uint32_t capacity);
+    // The same for the policy tables: loaded again with @sizes, the active set's configs and
+    // rules (both sets') carried into the new tables before the new programs can run. The
+    // programs of before keep the tables of before: the caller puts the new programs on every
+    // hook and lets the old ones go (as above) before a change that needs the room.
+    void grow_tables(const TableSizes &sizes);
+    // This data path's table sizes, and what @policies need (their highest id, their rules at
+    // half the slots, each a power of two at least as large as @from's; the maxima at most).
+    TableSizes table_sizes() const;
+    static TableSizes tables_needed(const std::vector<Policy> &policies, TableSizes from);
     void retire_previous();
     // The flows in the table now (the data path's own count) and its capacity.
     uint64_t live_flows() const;
@@ -309,6 +329,9 @@ class Datapath {
 
   private:
     void load(const DatapathOptions &options);
+    // Loads this data path anew with @options on its pins (grow, grow_tables; @tables: new
+    // policy tables), keeping the one of before; undone if the load fails.
+    void reload(const DatapathOptions &options, bool tables);
     void adopt();
     void pin_programs();
     Result<void> commit(const SetChange &c, const std::vector<Policy> *all);

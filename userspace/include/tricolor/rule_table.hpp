@@ -19,7 +19,8 @@ namespace tricolor {
 
 class RuleTable {
   public:
-    // Maps the table of the array map @fd (tcm_rule_table); throws if it cannot.
+    // Maps the table of the array map @fd (tcm_rule_table: two sets of slots, its size at load);
+    // throws if it cannot.
     explicit RuleTable(int fd);
     ~RuleTable();
     RuleTable(const RuleTable &) = delete;
@@ -36,13 +37,18 @@ class RuleTable {
     // The keys of set @set (its bit in set_mask), in slot order.
     std::vector<tcm_rule_key> keys(uint32_t set) const;
 
+    // Slots per set (a power of two): at most half of them hold rules.
+    uint32_t slots_per_set() const { return per_set_; }
+
   private:
     tcm_rule_slot *slot(uint32_t set, uint32_t i) const {
-        return &slots_[(set & 1) * TCM_RULE_SLOTS + (i & (TCM_RULE_SLOTS - 1))];
+        return &slots_[(set & 1) * per_set_ + (i & (per_set_ - 1))];
     }
     // The slot holding @key, or null.
     tcm_rule_slot *lookup(const tcm_rule_key &key) const;
     tcm_rule_slot *slots_;
+    uint32_t per_set_;
+    size_t bytes_;
 };
 
 // TCM_RULE_HASH of @key.
