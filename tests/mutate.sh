@@ -184,6 +184,10 @@ mutant tables-not-reattached userspace/daemon/flow_passes.cpp \
     's/    std::vector<std::string> problems;\n    reattach_everything\(problems\);\n    \/\/ The programs of before/    std::vector<std::string> problems;\n    \/\/ The programs of before/' \
     "policy tables growth: the hooks keep the programs of before (and the tables they read)" \
     "e2e:PolicyTables.GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered"
+mutant tables-cut-short-kept userspace/src/datapath_load.cpp \
+    's/        if \(!impl_->tables_of_before\)\n            for \(const char \*name : kPolicyTablePins\) \{/        if (false)\n            for (const char *name : kPolicyTablePins) {/' \
+    "policy tables growth: a daemon killed while carrying the tables over leaves the next start empty tables" \
+    "bpf:DatapathPinning.APolicyTableGrowthCutShortIsUndoneAtTheNextStart"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/dp_->live_flows\(\) \* 2 < capacity/true/' \
     "flow table growth: the table never grows" \

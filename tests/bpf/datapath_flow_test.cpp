@@ -748,6 +748,32 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
     EXPECT_EQ(packets(b.policy_counters(), 7), 2u);
 }
 
+// A daemon killed while it grew its policy tables: the tables of before set aside (their pins
+// with _prev), the new ones pinned and not yet filled. The next start takes the ones of before
+// back, so the active set classifies as it did.
+TEST_F(DatapathPinning, APolicyTableGrowthCutShortIsUndoneAtTheNextStart) {
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    const std::pair<const char *, uint32_t> tables[] = {{"tcm_policy_cfg", sizeof(tcm_policy)},
+                                                        {"tcm_rule_table", sizeof(tcm_rule_slot)}};
+    for (const auto &[name, size] : tables) {
+        const std::string at = dir + "/" + name;
+        ASSERT_EQ(rename(at.c_str(), (at + "_prev").c_str()), 0) << errno_text(errno);
+        LIBBPF_OPTS(bpf_map_create_opts, opts,
+                    .map_flags = std::string(name) == "tcm_rule_table" ? BPF_F_MMAPABLE : 0u);
+        int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, name, 4, size, 4 * TCM_RULE_PROBES, &opts);
+        ASSERT_GE(fd, 0) << errno_text(errno);
+        ASSERT_EQ(bpf_obj_pin(fd, at.c_str()), 0) << errno_text(errno);
+        close(fd);
+    }
+    Datapath b(o);
+    EXPECT_TRUE(b.adopted());
+    for (const auto &[name, size] : tables)
+        EXPECT_FALSE(std::filesystem::exists(dir + "/" + name + "_prev")) << name;
+    b.set_clock(5000000000);
+    EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS);
+    EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u) << "classified as before";
+}
+
 // A pin directory of a daemon whose cgroup rules were preallocated (6 MiB whatever they held):
 // its rules are carried into a map without preallocation before the new program runs, and the
 // pin is the new map's.

@@ -36,6 +36,10 @@ using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
 inline constexpr std::array<const char *, 3> kFlowTablePins = {"tcm_flow_slots", "tcm_flow_tuples",
                                                                "tcm_flow_meta"};
 inline constexpr const char *kOfBefore = "_prev";
+// The policy tables' pins; while grow_tables loads bigger ones, the tables of before are pinned
+// with kOfBefore appended (a daemon killed meanwhile finds them there: Datapath::load).
+inline constexpr std::array<const char *, 2> kPolicyTablePins = {"tcm_policy_cfg",
+                                                                 "tcm_rule_table"};
 
 struct Datapath::Impl {
     DatapathOptions options; // what it was loaded with

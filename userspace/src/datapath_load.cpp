@@ -302,15 +302,17 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
     before->retired.reset(); // one data path of before at most
     impl_ = std::make_unique<Impl>();
     const std::string pins = before->pin_path;
-    const std::pair<const char *, bpf_map *> table_pins[] = {
-        {"tcm_policy_cfg", before->skel->maps.tcm_policy_cfg},
-        {"tcm_rule_table", before->skel->maps.tcm_rule_table}};
     if (tables) {
         impl_->tables_of_before = Impl::TablesOfBefore{
             dup(before->fd(before->skel->maps.tcm_policy_cfg)),
             dup(before->fd(before->skel->maps.tcm_rule_table)), before->tables.policy_slots};
-        for (const auto &[name, m] : table_pins)
-            unlink((pins + "/" + name).c_str());
+        // Set aside, not unpinned: a daemon killed before the new tables are whole takes these
+        // back at its start (load), as the undo below does.
+        for (const char *name : kPolicyTablePins) {
+            const std::string at = pins + "/" + name, prev = at + kOfBefore;
+            unlink(prev.c_str());
+            rename(at.c_str(), prev.c_str());
+        }
     }
     try {
         load(o);
@@ -320,10 +322,10 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
         // The tables of before go back to their pins; the table set aside too (the pins the
         // failed load made, if any, go).
         if (tables)
-            for (const auto &[name, m] : table_pins) {
-                const std::string at = pins + "/" + name;
+            for (const char *name : kPolicyTablePins) {
+                const std::string at = pins + "/" + name, prev = at + kOfBefore;
                 unlink(at.c_str());
-                bpf_obj_pin(impl_->fd(m), at.c_str());
+                rename(prev.c_str(), at.c_str());
             }
         if (aside && !impl_->prev_layout)
             for (const char *name : kFlowTablePins) {
@@ -389,6 +391,10 @@ void Datapath::Impl::carry_tables_of_before() {
     close(tb.cfg_fd);
     close(tb.rules_fd);
     tables_of_before.reset();
+    // The new tables are whole: the pins of before go (the maps stay while programs of before
+    // run on them).
+    for (const char *name : kPolicyTablePins)
+        unlink((pin_path + "/" + name + kOfBefore).c_str());
 }
 
 void Datapath::retire_previous() {
@@ -437,6 +443,16 @@ void Datapath::load(const DatapathOptions &o) {
             throw std::runtime_error(fmt::format("cannot create the pin directory {}: {}",
                                                  impl_->pin_path, ec.message()));
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
+        // Policy tables set aside by a growth that did not finish (the daemon killed while it
+        // carried them over): they are what the pins held; the new ones, if any, go.
+        if (!impl_->tables_of_before)
+            for (const char *name : kPolicyTablePins) {
+                const std::string at = impl_->pin_path + "/" + name, prev = at + kOfBefore;
+                if (fs::exists(prev)) {
+                    unlink(at.c_str());
+                    rename(prev.c_str(), at.c_str());
+                }
+            }
         auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
         impl_->prev_layout =
             set_aside_resized_table(impl_->pin_path, o.flow_capacity, impl_->flows_moving);
