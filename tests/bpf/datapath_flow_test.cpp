@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -309,6 +310,18 @@ TEST_F(DatapathTest, UpsertAndRemoveOnePolicyAtATime) {
     ASSERT_TRUE(dp->remove(2).has_value());
     EXPECT_EQ(dp->policies().size(), 1u);
     EXPECT_THAT(dp->remove(2).error(), ::testing::HasSubstr("no policy with id 2"));
+}
+
+// The info of the map pinned at @path, if one is.
+std::optional<bpf_map_info> pinned_map_info(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return std::nullopt;
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    const bool got = bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
+    close(fd);
+    return got ? std::optional(info) : std::nullopt;
 }
 
 // A pin directory of its own, and a first Datapath on it that applied policy 3 (srTCM, CBS 3000)
@@ -657,14 +670,8 @@ TEST_F(DatapathPinning, FlowsOfTheHashTableMoveAtTheirNextPacket) {
 TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     const std::string fleet = fmt::format("{}/abi{}/tcm_fleet", pin, TCM_ABI_VERSION);
     auto value_size = [&] {
-        int fd = bpf_obj_get(fleet.c_str());
-        bpf_map_info info{};
-        uint32_t len = sizeof(info);
-        uint32_t size =
-            fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.value_size : 0;
-        if (fd >= 0)
-            close(fd);
-        return std::pair{size, info};
+        auto info = pinned_map_info(fleet);
+        return std::pair{info ? info->value_size : 0, info.value_or(bpf_map_info{})};
     };
     auto [size, info] = value_size();
     ASSERT_EQ(size, sizeof(tcm_fleet_lease));
@@ -780,13 +787,8 @@ TEST_F(DatapathPinning, APolicyTableGrowthCutShortIsUndoneAtTheNextStart) {
 TEST_F(DatapathPinning, APreallocatedCgroupRuleMapOfBeforeIsCarriedOver) {
     const std::string path = fmt::format("{}/abi{}/tcm_cgroup_rules", pin, TCM_ABI_VERSION);
     auto flags = [&] {
-        int fd = bpf_obj_get(path.c_str());
-        bpf_map_info info{};
-        uint32_t len = sizeof(info);
-        uint32_t f = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.map_flags : ~0u;
-        if (fd >= 0)
-            close(fd);
-        return f;
+        auto info = pinned_map_info(path);
+        return info ? info->map_flags : ~0u;
     };
     ASSERT_EQ(flags(), BPF_F_NO_PREALLOC);
     ASSERT_EQ(unlink(path.c_str()), 0);

@@ -42,12 +42,6 @@ std::string plugin_dir() {
     return std::string(TRICOLOR_BINARY_DIR) + "/tools/cni";
 }
 
-uint64_t mono_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 // A network namespace as a runtime makes one for a pod, and a conflist for it.
 class Cni : public ::testing::Test {
   protected:

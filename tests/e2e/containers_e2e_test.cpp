@@ -46,12 +46,6 @@ std::string busybox_root(const std::string &dir) {
     return root;
 }
 
-uint64_t mono_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 // A dockerd of the test's own.
 class Dockerd {
   public:
@@ -372,9 +366,8 @@ TEST_F(Containers, OnTheHostsNetworkItIsLimitedByItsCgroup) {
         ASSERT_TRUE(std::regex_search(rx.out, m, std::regex("packets (\\d+) "))) << rx.out;
         // Green reached the container's socket, red did not (a green datagram may still find
         // the socket's buffer full: metered as it reaches the socket, before its queue).
-        const uint64_t got = std::stoull(m[1]),
-                       green = a["green"]["packets"].get<uint64_t>() -
-                               b["green"]["packets"].get<uint64_t>();
+        const uint64_t got = std::stoull(m[1]), green = a["green"]["packets"].get<uint64_t>() -
+                                                        b["green"]["packets"].get<uint64_t>();
         EXPECT_LE(got, green);
         EXPECT_GE(got, green - green / 100);
     }

@@ -37,12 +37,6 @@ constexpr int kPps = 2000;         // 1028-byte IP packets: 2.06 x CIR
 constexpr int kPayload = 1000;
 constexpr int kIpBytes = kPayload + 28;
 
-uint64_t mono_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 json request(const Daemon &d, json r) {
     auto j = control_request(d.socket(), r);
     if (!j)

@@ -219,12 +219,6 @@ TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
     expect_each_flow_two_green_one_red(n);
 }
 
-uint64_t mono_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 // The policy tables start at TCM_START_POLICY_SLOTS and TCM_START_RULE_SLOTS a set.
 class PolicyTables : public FlowTable {
   protected:
@@ -259,6 +253,15 @@ class PolicyTables : public FlowTable {
     void to_p604() {
         auto r = lab->in_ns({udp_tool_path(), "send", "198.19.3.5", "9", "1", "100", "1000"});
         ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    // The tables hold @slots policies, grown @grown times by this daemon, and a datagram to p604
+    // makes its count @p604.
+    void expect_tables(uint32_t slots, int grown, uint64_t p604) {
+        auto t = tables();
+        EXPECT_EQ(t["slots"], slots) << t.dump() << daemon->log();
+        EXPECT_EQ(t["grown"], grown) << t.dump();
+        to_p604();
+        EXPECT_EQ(packets_of("p604"), p604);
     }
 };
 
@@ -310,21 +313,13 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     // A restart: the pinned sizes hold.
     daemon->terminate();
     daemon->start();
-    t = tables();
-    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump();
-    EXPECT_EQ(t["grown"], 0);
-    to_p604();
-    EXPECT_EQ(packets_of("p604"), 2u);
+    expect_tables(4 * TCM_START_POLICY_SLOTS, 0, 2);
 
     // Afresh (no pins) from that state: grown at the start, before anything is attached.
     daemon->terminate();
     Datapath::remove_pins(daemon->pin_dir());
     daemon->start();
-    t = tables();
-    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump();
-    EXPECT_EQ(t["grown"], 1);
-    to_p604();
-    EXPECT_EQ(packets_of("p604"), 1u);
+    expect_tables(4 * TCM_START_POLICY_SLOTS, 1, 1);
 
     // A reload that needs them: afresh from the config's small set, then the config grown.
     std::ofstream(daemon->config()) << yaml(0, true);
@@ -334,9 +329,7 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     daemon->hup();
     for (int i = 0; i < 100 && tables()["slots"] != 4 * TCM_START_POLICY_SLOTS; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(tables()["grown"], 1) << daemon->log();
-    to_p604();
-    EXPECT_EQ(packets_of("p604"), 1u);
+    expect_tables(4 * TCM_START_POLICY_SLOTS, 1, 1);
 
     // A start on the pins of small tables from a config that needs more (newer than the state).
     std::ofstream(daemon->config()) << yaml(0, true);
@@ -346,11 +339,7 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::ofstream(daemon->config()) << yaml(2100, true);
     daemon->start();
-    t = tables();
-    EXPECT_EQ(t["slots"], 4 * TCM_START_POLICY_SLOTS) << t.dump() << daemon->log();
-    EXPECT_EQ(t["grown"], 1);
-    to_p604();
-    EXPECT_EQ(packets_of("p604"), 1u);
+    expect_tables(4 * TCM_START_POLICY_SLOTS, 1, 1);
 }
 
 } // namespace

@@ -102,6 +102,12 @@ std::string tricolord_path() {
 std::string tricolorctl_path() {
     return TRICOLORCTL_PATH;
 }
+uint64_t mono_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 std::string udp_tool_path() {
     return UDP_TOOL_PATH;
 }

@@ -125,6 +125,8 @@ std::string scrape_metrics(const std::string &address);
 std::string tricolord_path();
 std::string tricolorctl_path();
 std::string udp_tool_path();
+// CLOCK_MONOTONIC in ns: what the data path's clock reads.
+uint64_t mono_ns();
 
 // The fixture most end-to-end tests share: a veth lab and a daemon named after the test,
 // the daemon's log printed when the test failed, and ok() for a CLI call that must succeed.
