@@ -19,7 +19,8 @@ const volatile __u32 tcm_rule_slots = TCM_RULE_SLOTS;
 
 /* The index in tcm_policy_cfg of slot @slot of set @set. */
 static __always_inline __u32 policy_cfg_index(__u32 set, __u32 slot) {
-    return (set & 1) * tcm_policy_slots + (slot & (tcm_policy_slots - 1));
+    const __u32 n = tcm_policy_slots; /* volatile: read once */
+    return (set & 1) * n + (slot & (n - 1));
 }
 
 struct tcm_probe_ctx {
@@ -42,9 +43,11 @@ struct tcm_probe_ctx {
 static __always_inline struct tcm_rule *classify_rule(__u32 set, const struct tcm_class_key *key,
                                                       const struct tcm_mask *m) {
     __u32 home = TCM_RULE_HASH(CLASSIFY_WORD);
+    const __u32 mask = tcm_rule_slots - 1; /* volatile: read once, not at each probe */
+    const __u32 base = set & 1 ? mask + 1 : 0;
 
     for (__u32 i = 0; i < TCM_RULE_PROBES; i++) {
-        __u32 idx = (set & 1) * tcm_rule_slots + ((home + i) & (tcm_rule_slots - 1));
+        __u32 idx = base + ((home + i) & mask);
         struct tcm_rule_slot *s = bpf_map_lookup_elem(&tcm_rule_table, &idx);
         if (!s || !s->used)
             return NULL;
