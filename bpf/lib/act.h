@@ -27,6 +27,19 @@ static __always_inline __u16 act_csum_fold(__u32 sum) {
     return (__u16)sum;
 }
 
+/* The IPv4 header's TOS byte set to @tos, its checksum patched (RFC 1624 eqn. 3:
+ * HC' = ~(~HC + ~m + m'), m the 16-bit word holding version/IHL and TOS). */
+static __always_inline void act_set_ipv4_tos(struct iphdr *ip, __u8 tos) {
+    __u16 *first = (__u16 *)ip;
+    __u16 old = *first;
+    ip->tos = tos;
+    __u16 new = *first;
+    __u32 sum = (__u16)~ip->check;
+    sum += (__u16)~old;
+    sum += new;
+    ip->check = ~act_csum_fold(sum);
+}
+
 /* Rewrites the DS field of the packet at @p->l3_off; the frame was parsed, so the header is
  * there, but the verifier needs the bounds again. */
 static __always_inline int act_set_dscp(void *data, void *data_end, const struct tcm_pkt *p,
@@ -43,15 +56,7 @@ static __always_inline int act_set_dscp(void *data, void *data_end, const struct
     struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip)
         return -1;
-    __u16 *first = (__u16 *)ip; /* version/ihl and tos: the word the checksum sees */
-    __u16 old = *first;
-    ip->tos = (ip->tos & 0x3) | (dscp << 2);
-    __u16 new = *first;
-    /* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') */
-    __u32 sum = (__u16)~ip->check;
-    sum += (__u16)~old;
-    sum += new;
-    ip->check = ~act_csum_fold(sum);
+    act_set_ipv4_tos(ip, (ip->tos & 0x3) | (dscp << 2));
     return 0;
 }
 
@@ -71,14 +76,7 @@ static __always_inline int act_set_ce(void *data, void *data_end, const struct t
     struct iphdr *ip = tcm_hdr(data, data_end, p->l3_off & 0xff, sizeof(struct iphdr));
     if (!ip || (ip->tos & 3) == 0)
         return -1;
-    __u16 *first = (__u16 *)ip;
-    __u16 old = *first;
-    ip->tos |= 3;
-    __u16 new = *first;
-    __u32 sum = (__u16)~ip->check;
-    sum += (__u16)~old;
-    sum += new;
-    ip->check = ~act_csum_fold(sum);
+    act_set_ipv4_tos(ip, ip->tos | 3);
     return 0;
 }
 

@@ -27,23 +27,6 @@
 namespace tricolor {
 namespace {
 
-std::optional<uint8_t> parse_proto_name(std::string_view t) {
-    if (t == "tcp")
-        return 6;
-    if (t == "udp")
-        return 17;
-    if (t == "icmp")
-        return 1;
-    if (t == "icmpv6" || t == "ipv6-icmp")
-        return 58;
-    if (t == "sctp")
-        return 132;
-    unsigned v = 0;
-    if (!parse_whole(t, v) || v > 255)
-        return std::nullopt;
-    return static_cast<uint8_t>(v);
-}
-
 // Bytes of the L4 header the data path reads (and so must be there).
 uint32_t l4_header_len(uint8_t proto) {
     switch (proto) {
@@ -120,7 +103,7 @@ Result<std::optional<FlowTracePacket>> parse_flow_trace_line(std::string_view li
     p.ipv6 = v6src;
     i += 2;
     if (i < f.size()) {
-        auto proto = parse_proto_name(f[i]);
+        auto proto = parse_protocol(f[i]);
         if (!proto)
             return fail(fmt::format("protocol '{}' is not tcp, udp, icmp, icmpv6, sctp or a number "
                                     "0-255",

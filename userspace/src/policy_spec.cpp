@@ -241,7 +241,9 @@ class Reader {
     std::string prefix_;
 };
 
-std::optional<uint8_t> parse_proto(std::string_view t) {
+} // namespace
+
+std::optional<uint8_t> parse_protocol(std::string_view t) {
     if (t == "tcp")
         return 6;
     if (t == "udp")
@@ -258,8 +260,6 @@ std::optional<uint8_t> parse_proto(std::string_view t) {
         return std::nullopt;
     return static_cast<uint8_t>(v);
 }
-
-} // namespace
 
 std::string cgroup_pattern_problem(std::string_view t) {
     if (t.empty())
@@ -380,7 +380,7 @@ Result<Policy> to_policy(const json &spec, uint32_t id) {
             if (p.match.src && p.match.dst && p.match.src->ipv6 != p.match.dst->ipv6)
                 r.error("match", "src and dst are of different address families");
             if (auto t = mr.text(mt, "proto")) {
-                if (auto v = parse_proto(*t))
+                if (auto v = parse_protocol(*t))
                     p.match.proto = *v;
                 else
                     mr.error("proto", fmt::format("'{}' is not tcp, udp, icmp, icmpv6, sctp or "

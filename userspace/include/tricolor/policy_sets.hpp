@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy_sets.hpp: the data path's two policy sets, brought up to date change by change.
-// The data path reads one set while the other is written, and datapath.cpp makes the written
-// one active with one store. Rewriting a whole set for a change to one policy of 16k costs
+// The data path reads one set while the other is written, and datapath_commit.cpp makes the
+// written one active with one store. Rewriting a whole set for a change to one policy of 16k costs
 // 16k configs and rules; instead this keeps a model of the set to be (each policy compiled
 // once, ranked with gaps so one can go between two) and, for each set, what its maps hold, so
 // bringing the inactive set up to the model writes only what differs for the policies changed

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,8 @@ Result<Policy> to_policy(const nlohmann::json &spec, uint32_t id);
 // A --match cgroup pattern: what is wrong with it ("" if nothing), and its normal form (no
 // leading or trailing slash: a path below the cgroup2 mount).
 std::string cgroup_pattern_problem(std::string_view pattern);
+// A protocol by name (tcp, udp, icmp, icmpv6 or ipv6-icmp, sctp) or number (0 to 255).
+std::optional<uint8_t> parse_protocol(std::string_view text);
 std::string normal_cgroup_pattern(std::string_view pattern);
 
 // Applies @patch (fields to change; "match" entries replace the whole match) to @spec.
