@@ -181,6 +181,15 @@ class Containers : public ::testing::Test {
         }
         return done();
     }
+    // `docker rm -f @name`, and no policy left within a second of its return (the time printed).
+    void remove_and_expect_no_policy(const std::string &name) {
+        auto t0 = std::chrono::steady_clock::now();
+        ASSERT_EQ(engine->docker({"rm", "-f", name}).exit_code, 0);
+        ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
+        std::printf("policies gone %.0f ms after docker rm -f returned\n",
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count());
+    }
     std::string in_container(const std::string &name) const {
         return "--net=/proc/" + engine->inspect(name, "{{.State.Pid}}") + "/ns/net";
     }
@@ -268,12 +277,7 @@ TEST_F(Containers, LabelledContainerIsLimitedBothWaysAndGoesWithinASecond) {
     auto st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_EQ((*st)["attachments"].size(), 2u) << st->dump();
 
-    auto t0 = std::chrono::steady_clock::now();
-    ASSERT_EQ(engine->docker({"rm", "-f", "limited"}).exit_code, 0);
-    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
-    std::printf(
-        "policies gone %.0f ms after docker rm -f returned\n",
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_NO_FATAL_FAILURE(remove_and_expect_no_policy("limited"));
     st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
 }
@@ -371,12 +375,7 @@ TEST_F(Containers, OnTheHostsNetworkItIsLimitedByItsCgroup) {
         EXPECT_LE(got, green);
         EXPECT_GE(got, green - green / 100);
     }
-    auto t0 = std::chrono::steady_clock::now();
-    ASSERT_EQ(engine->docker({"rm", "-f", "hostnet"}).exit_code, 0);
-    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
-    std::printf(
-        "policies gone %.0f ms after docker rm -f returned\n",
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_NO_FATAL_FAILURE(remove_and_expect_no_policy("hostnet"));
     auto st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_EQ((*st)["attachments"].size(), 1u) << "the host's interface, attached by the test";
 }
@@ -425,8 +424,7 @@ TEST_F(Containers, OnTwoNetworksOneBucketADirectionCoversBoth) {
                   b["green"]["packets"].get<uint64_t>() - b["red"]["packets"].get<uint64_t>(),
               1000u)
         << "both networks' datagrams in one policy";
-    ASSERT_EQ(engine->docker({"rm", "-f", "twonets"}).exit_code, 0);
-    ASSERT_TRUE(within(1000, [&] { return count_policies() == 0; })) << policies().dump();
+    ASSERT_NO_FATAL_FAILURE(remove_and_expect_no_policy("twonets"));
     st = control_request(daemon->socket(), {{"cmd", "status"}});
     EXPECT_TRUE((*st)["attachments"].empty()) << st->dump();
     engine->docker({"network", "rm", "second"});
