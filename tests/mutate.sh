@@ -93,7 +93,7 @@ mutant checksum bpf/lib/act.h \
     "DSCP rewrite: RFC 1624 update adds the old word instead of its complement" \
     "bpf:*DscpRemark*"
 mutant ecn-lost bpf/lib/act.h \
-    's/ip->tos = \(ip->tos & 0x3\)/ip->tos = (ip->tos \& 0x0)/' \
+    's/act_set_ipv4_tos\(ip, \(ip->tos & 0x3\)/act_set_ipv4_tos(ip, (ip->tos \& 0x0)/' \
     "DSCP rewrite clears the ECN bits" \
     "bpf:*DscpRemark*"
 mutant colour-map-word bpf/lib/act.h \
@@ -285,8 +285,8 @@ mutant aqm-ce-not-ect bpf/lib/act.h \
     "--aqm ecn: CE set on IPv4 packets that are not ECN-capable" \
     "bpf:AqmTest.*"
 mutant aqm-ce-checksum bpf/lib/act.h \
-    's/(ip->tos \|= 3;.*?sum \+= )\(__u16\)~old;/${1}old;/s' \
-    "--aqm ecn: the IPv4 checksum update after CE adds the old word, not its complement" \
+    's/sum \+= \(__u16\)~old;/sum += old;/' \
+    "--aqm ecn: the IPv4 checksum update after a TOS rewrite (CE, DSCP) adds the old word, not its complement" \
     "bpf:AqmTest.*"
 mutant aqm-no-rearm bpf/lib/aqm.h \
     's/flags &= ~TCM_FLOW_AQM_SIGNALLED;/;/g' \
