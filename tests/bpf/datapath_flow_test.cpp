@@ -766,7 +766,8 @@ TEST_F(DatapathPinning, APolicyTableGrowthCutShortIsUndoneAtTheNextStart) {
         const std::string at = dir + "/" + name;
         ASSERT_EQ(rename(at.c_str(), (at + "_prev").c_str()), 0) << errno_text(errno);
         LIBBPF_OPTS(bpf_map_create_opts, opts,
-                    .map_flags = std::string(name) == "tcm_rule_table" ? BPF_F_MMAPABLE : 0u);
+                    .map_flags =
+                        std::string(name) == "tcm_rule_table" ? uint32_t{BPF_F_MMAPABLE} : 0u);
         int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, name, 4, size, 4 * TCM_RULE_PROBES, &opts);
         ASSERT_GE(fd, 0) << errno_text(errno);
         ASSERT_EQ(bpf_obj_pin(fd, at.c_str()), 0) << errno_text(errno);
