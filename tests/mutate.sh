@@ -185,7 +185,7 @@ mutant tables-not-reattached userspace/daemon/flow_passes.cpp \
     "policy tables growth: the hooks keep the programs of before (and the tables they read)" \
     "e2e:PolicyTables.GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered"
 mutant tables-cut-short-kept userspace/src/datapath_load.cpp \
-    's/        if \(!impl_->tables_of_before\)\n            for \(const char \*name : kPolicyTablePins\) \{/        if (false)\n            for (const char *name : kPolicyTablePins) {/' \
+    's/        if \(!impl_->tables_of_before\)\n            take_back_pins_of_before/        if (false)\n            take_back_pins_of_before/' \
     "policy tables growth: a daemon killed while carrying the tables over leaves the next start empty tables" \
     "bpf:DatapathPinning.APolicyTableGrowthCutShortIsUndoneAtTheNextStart"
 mutant grow-never userspace/daemon/flow_passes.cpp \

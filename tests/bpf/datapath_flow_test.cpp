@@ -3,6 +3,7 @@
 // per-key modes, a full table, listing, policy updates that keep tokens and counters, refused
 // applies, table limits, two CPUs on one flow, and pinning across a restart.
 #include "datapath_fixture.hpp"
+#include "tricolor/policy_sets.hpp"
 #include "tricolor/rule_table.hpp"
 #include "tricolor/text.hpp"
 
@@ -731,6 +732,13 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
         EXPECT_THAT(a.apply(more).error(), ::testing::HasSubstr("grown first"));
         const TableSizes need = Datapath::tables_needed(more, a.table_sizes());
         EXPECT_EQ(need, (TableSizes{64, 256}));
+        // One change at a time, from what the set holds: an id beyond the slots grows them, a
+        // removal does not.
+        SetChange add, del;
+        add.upserts = {more[40]};
+        del.removes = {3};
+        EXPECT_EQ(a.tables_needed(add), (TableSizes{64, 64}));
+        EXPECT_EQ(a.tables_needed(del), (TableSizes{4, 64}));
         a.grow_tables(need);
         a.retire_previous();
         EXPECT_EQ(a.table_sizes(), need);

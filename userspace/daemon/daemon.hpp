@@ -190,13 +190,13 @@ class Daemon {
                              const std::string &warn_about = "");
     // Runs @change on the data path's policy set with the fleet agent held off, then gives the
     // agent the set now active.
-    // @next: the whole set after the change, for the policy tables' room (make_room).
-    Result<void> change_policy_set(const std::vector<Policy> &next,
+    // @need: the policy tables the set after the change needs (make_room).
+    Result<void> change_policy_set(const TableSizes &need,
                                    const std::function<Result<void>()> &change);
-    // The policy tables made big enough for @next (under the fleet's hold and mu_): grown now
-    // where that is safe (tables_grow_now_), else nothing changed, room_wanted_ set and an error
-    // returned, for the caller to grow (grow_tables, under walk_mu_) and try again.
-    Result<void> make_room(const std::vector<Policy> &next);
+    // The policy tables made @need (Datapath::tables_needed), under mu_: grown now where that
+    // is safe (tables_grow_now_), else nothing changed, room_wanted_ set and an error returned,
+    // for the caller to grow (grow_tables, under walk_mu_) and try again.
+    Result<void> make_room(const TableSizes &need);
     Result<void> grow_tables(const TableSizes &sizes);
     // Every hook, the root cgroup's programs and the data path's settings on the data path just
     // loaded (a growth), the programs of before let go and retired; what fails in @problems.

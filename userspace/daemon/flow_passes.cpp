@@ -149,9 +149,8 @@ void Daemon::reattach_everything(std::vector<std::string> &problems) {
     dp_->retire_previous();
 }
 
-Result<void> Daemon::make_room(const std::vector<Policy> &next) {
-    const TableSizes now = dp_->table_sizes(), need = Datapath::tables_needed(next, now);
-    if (need == now)
+Result<void> Daemon::make_room(const TableSizes &need) {
+    if (need == dp_->table_sizes())
         return {};
     if (tables_grow_now_)
         return grow_tables(need);
@@ -161,10 +160,13 @@ Result<void> Daemon::make_room(const std::vector<Policy> &next) {
 
 // As a flow table growth, without the policies applied in between: the new programs read the
 // tables carried over, and the change that needed the room is made once no packet can read
-// the tables of before (their set halves are not written again). The fleet's hold is the
-// caller's; walk_mu_ and mu_ are held.
+// the tables of before (their set halves are not written again). The fleet agent writes no
+// lease meanwhile; walk_mu_ and mu_ are the caller's.
 Result<void> Daemon::grow_tables(const TableSizes &sizes) {
     auto log = [](const std::string &line) { std::cerr << "tricolord: " << line << std::endl; };
+    std::unique_lock<std::mutex> hold;
+    if (fleet_)
+        hold = fleet_->hold();
     const TableSizes before = dp_->table_sizes();
     const auto t0 = std::chrono::steady_clock::now();
     try {

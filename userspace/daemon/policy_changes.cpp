@@ -5,6 +5,7 @@
 #include "daemon_internal.hpp"
 
 #include "tricolor/cgroups.hpp"
+#include "tricolor/policy_sets.hpp"
 
 #include "tricolor/policy_spec.hpp"
 #include "tricolor/shape.hpp"
@@ -204,16 +205,16 @@ Result<Daemon::Prepared> Daemon::prepare(const std::vector<json> &specs,
     return out;
 }
 
-Result<void> Daemon::change_policy_set(const std::vector<Policy> &next,
+Result<void> Daemon::change_policy_set(const TableSizes &need,
                                        const std::function<Result<void>()> &change) {
+    if (auto r = make_room(need); !r)
+        return r;
     {
         // The fleet agent must not grant into a set being changed: the data path's grant words
         // have one writer at a time.
         std::unique_lock<std::mutex> hold;
         if (fleet_)
             hold = fleet_->hold();
-        if (auto r = make_room(next); !r)
-            return r;
         if (auto r = change(); !r)
             return r;
     }
@@ -318,11 +319,8 @@ Result<void> Daemon::change_one(const std::string &name, const json *spec,
         if (auto s = stage(state_json(after, attachments_)); !s)
             return s;
     }
-    std::vector<Policy> next = dp_->policies();
-    std::erase_if(next, [&](const Policy &p) { return p.id == id; });
-    if (policy)
-        next.push_back(*policy);
-    if (auto r = change_policy_set(next,
+    const SetChange c = policy ? SetChange{{*policy}, {}} : SetChange{{}, {id}};
+    if (auto r = change_policy_set(dp_->tables_needed(c),
                                    [&] { return policy ? dp_->upsert(*policy) : dp_->remove(id); });
         !r) {
         if (journaled)
@@ -364,8 +362,9 @@ Result<void> Daemon::apply_specs(const std::vector<json> &specs, bool dry_run,
         return dp_->check(prep->policies);
     if (auto r = staged(state_json(specs, attachments_),
                         [&] {
-                            return change_policy_set(prep->policies,
-                                                     [&] { return dp_->apply(prep->policies); });
+                            return change_policy_set(
+                                Datapath::tables_needed(prep->policies, dp_->table_sizes()),
+                                [&] { return dp_->apply(prep->policies); });
                         });
         !r)
         return r;

@@ -231,13 +231,8 @@ Result<void> Daemon::apply_at_start(const std::vector<json> &specs, const std::s
     auto prep = prepare(specs, &warnings);
     if (!prep)
         return std::unexpected(fmt::format("{}: {}", from, prep.error()));
-    {
-        std::unique_lock<std::mutex> hold;
-        if (fleet_)
-            hold = fleet_->hold();
-        if (auto r = make_room(prep->policies); !r)
-            return std::unexpected(fmt::format("{}: {}", from, r.error()));
-    }
+    if (auto r = make_room(Datapath::tables_needed(prep->policies, dp_->table_sizes())); !r)
+        return std::unexpected(fmt::format("{}: {}", from, r.error()));
     if (auto r = dp_->apply(prep->policies); !r)
         return std::unexpected(fmt::format("{}: {}", from, r.error()));
     // The fleet policies of the file lease from the start (a restarted daemon's, adopted, too:
@@ -306,13 +301,8 @@ Result<void> Daemon::reload() {
         return std::unexpected(fmt::format("{}: {}", options_.config, prep.error()));
     // Room for the new set before anything is attached: a growth puts its programs on the hooks
     // this daemon has (a failed reload leaves the tables bigger, nothing else).
-    {
-        std::unique_lock<std::mutex> hold;
-        if (fleet_)
-            hold = fleet_->hold();
-        if (auto r = make_room(prep->policies); !r)
-            return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
-    }
+    if (auto r = make_room(Datapath::tables_needed(prep->policies, dp_->table_sizes())); !r)
+        return std::unexpected(fmt::format("{}: {}", options_.config, r.error()));
     if (auto s = stage(state_json(doc.specs, doc.attachments, &doc.patterns)); !s)
         return s;
     // Attach first, then switch the policies: anything that fails undoes what this reload added.

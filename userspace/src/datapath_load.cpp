@@ -73,19 +73,26 @@ int take_pin_of_other_flags(const std::string &path, uint32_t flags) {
     return fd;
 }
 
-// Every entry of the hash map @from into @to (same key and value), in batches of whatever
-// the kernel gives back.
+// Every entry of the cgroup rule map @from into @to.
 void copy_cgroup_rules(int from, int to) {
-    tcm_cgroup_rule_key k{}, nk{};
-    void *prev = nullptr;
-    while (bpf_map_get_next_key(from, prev, &nk) == 0) {
-        tcm_cgroup_rule rule{};
-        if (bpf_map_lookup_elem(from, &nk, &rule) == 0 &&
-            bpf_map_update_elem(to, &nk, &rule, 0) != 0)
-            throw std::runtime_error(
-                fmt::format("cannot carry the pinned cgroup rules over: {}", errno_text(errno)));
-        k = nk;
-        prev = &k;
+    detail::for_each_entry<tcm_cgroup_rule_key, tcm_cgroup_rule>(
+        from, 1, [&](const tcm_cgroup_rule_key &key, const tcm_cgroup_rule *rule) {
+            if (bpf_map_update_elem(to, &key, rule, 0) != 0)
+                throw std::runtime_error(fmt::format(
+                    "cannot carry the pinned cgroup rules over: {}", errno_text(errno)));
+        });
+}
+
+// The pins @names under @pin_path that have a pin of before (kOfBefore appended): that one put
+// back in place, the one there, if any, removed.
+template <typename Names>
+void take_back_pins_of_before(const std::string &pin_path, Names names) {
+    for (const char *name : names) {
+        const std::string at = pin_path + "/" + name, prev = at + kOfBefore;
+        if (access(prev.c_str(), F_OK) == 0) {
+            unlink(at.c_str());
+            rename(prev.c_str(), at.c_str());
+        }
     }
 }
 
@@ -322,17 +329,9 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
         // The tables of before go back to their pins; the table set aside too (the pins the
         // failed load made, if any, go).
         if (tables)
-            for (const char *name : kPolicyTablePins) {
-                const std::string at = pins + "/" + name, prev = at + kOfBefore;
-                unlink(at.c_str());
-                rename(prev.c_str(), at.c_str());
-            }
+            take_back_pins_of_before(pins, kPolicyTablePins);
         if (aside && !impl_->prev_layout)
-            for (const char *name : kFlowTablePins) {
-                const std::string at = pins + "/" + name, prev = at + kOfBefore;
-                unlink(at.c_str());
-                rename(prev.c_str(), at.c_str());
-            }
+            take_back_pins_of_before(pins, kFlowTablePins);
         throw;
     }
     if (impl_->testing)
@@ -344,6 +343,17 @@ TableSizes Datapath::table_sizes() const {
     return impl_->tables;
 }
 
+namespace {
+// @from grown 4x at a time until it holds ids below @ids and @rules entries (at most the maxima).
+TableSizes grown_for(TableSizes from, uint32_t ids, size_t rules) {
+    while (from.policy_slots < ids && from.policy_slots < TCM_MAX_POLICIES)
+        from.policy_slots = std::min<uint32_t>(from.policy_slots * 4, TCM_MAX_POLICIES);
+    while (from.rule_slots / 2 < rules && from.rule_slots < TCM_RULE_SLOTS)
+        from.rule_slots = std::min<uint32_t>(from.rule_slots * 4, TCM_RULE_SLOTS);
+    return from;
+}
+} // namespace
+
 TableSizes Datapath::tables_needed(const std::vector<Policy> &policies, TableSizes from) {
     uint32_t ids = 0;
     size_t rules = 0;
@@ -351,11 +361,34 @@ TableSizes Datapath::tables_needed(const std::vector<Policy> &policies, TableSiz
         ids = std::max(ids, p.id + 1);
         rules += rule_entries(p, 0, 0).size();
     }
-    while (from.policy_slots < ids && from.policy_slots < TCM_MAX_POLICIES)
-        from.policy_slots = std::min<uint32_t>(from.policy_slots * 4, TCM_MAX_POLICIES);
-    while (from.rule_slots / 2 < rules && from.rule_slots < TCM_RULE_SLOTS)
-        from.rule_slots = std::min<uint32_t>(from.rule_slots * 4, TCM_RULE_SLOTS);
-    return from;
+    return grown_for(from, ids, rules);
+}
+
+TableSizes Datapath::tables_needed(const SetChange &c) const {
+    const auto &active = impl_->active;
+    if (!impl_->in_sync) { // the next change writes the set whole
+        auto set = policies();
+        std::erase_if(set, [&](const Policy &p) {
+            return std::ranges::find(c.removes, p.id) != c.removes.end() ||
+                   std::ranges::find(c.upserts, p.id, &Policy::id) != c.upserts.end();
+        });
+        set.insert(set.end(), c.upserts.begin(), c.upserts.end());
+        return tables_needed(set, impl_->tables);
+    }
+    uint32_t ids = active.empty() ? 0 : active.rbegin()->first + 1;
+    long rules = static_cast<long>(impl_->sets->entries());
+    auto drop = [&](uint32_t id) {
+        if (auto it = active.find(id); it != active.end())
+            rules -= static_cast<long>(rule_entries(it->second, 0, 0).size());
+    };
+    for (uint32_t id : c.removes)
+        drop(id);
+    for (const auto &p : c.upserts) {
+        drop(p.id);
+        rules += static_cast<long>(rule_entries(p, 0, 0).size());
+        ids = std::max(ids, p.id + 1);
+    }
+    return grown_for(impl_->tables, ids, static_cast<size_t>(std::max(rules, 0L)));
 }
 
 // The configs and rules of the tables of before (both sets, as they were), at their places in
@@ -427,11 +460,10 @@ void Datapath::load(const DatapathOptions &o) {
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_hot, o.hot_capacity); err < 0)
         throw std::runtime_error(fmt::format("cannot size the heavy-hitter map to {}: {}",
                                              o.hot_capacity, errno_text(err)));
-    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_class_cache,
-                                           class_cache_size(o.flow_capacity));
-        err < 0)
-        throw std::runtime_error(fmt::format("cannot size the classification cache to {}: {}",
-                                             class_cache_size(o.flow_capacity), errno_text(err)));
+    const uint32_t cache = class_cache_size(o.flow_capacity);
+    if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_class_cache, cache); err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot size the classification cache to {}: {}", cache, errno_text(err)));
     impl_->top_keep = o.top_keep;
     impl_->hot_capacity = o.hot_capacity;
     if (!o.pin_dir.empty()) {
@@ -446,13 +478,7 @@ void Datapath::load(const DatapathOptions &o) {
         // Policy tables set aside by a growth that did not finish (the daemon killed while it
         // carried them over): they are what the pins held; the new ones, if any, go.
         if (!impl_->tables_of_before)
-            for (const char *name : kPolicyTablePins) {
-                const std::string at = impl_->pin_path + "/" + name, prev = at + kOfBefore;
-                if (fs::exists(prev)) {
-                    unlink(at.c_str());
-                    rename(prev.c_str(), at.c_str());
-                }
-            }
+            take_back_pins_of_before(impl_->pin_path, kPolicyTablePins);
         auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
         impl_->prev_layout =
             set_aside_resized_table(impl_->pin_path, o.flow_capacity, impl_->flows_moving);

@@ -491,6 +491,10 @@ size_t PolicySets::size() const {
     return impl_->items.size();
 }
 
+size_t PolicySets::entries() const {
+    return impl_->n_entries;
+}
+
 size_t PolicySets::last_map_writes() const {
     return impl_->writes;
 }

@@ -229,6 +229,9 @@ class Datapath {
     // half the slots, each a power of two at least as large as @from's; the maxima at most).
     TableSizes table_sizes() const;
     static TableSizes tables_needed(const std::vector<Policy> &policies, TableSizes from);
+    // What the active set after @c needs, from this data path's tables: the cost of @c's
+    // policies, not the set's (adopted pins, not yet written: the set's).
+    TableSizes tables_needed(const SetChange &c) const;
     void retire_previous();
     // The flows in the table now (the data path's own count) and its capacity.
     uint64_t live_flows() const;

@@ -71,6 +71,8 @@ class PolicySets {
     // The ids of the model (equal to the active set's after switched()).
     bool contains(uint32_t id) const;
     size_t size() const;
+    // The classifier entries the model's policies expand to.
+    size_t entries() const;
     // Map writes (updates and deletes) the last write(), rebuild() or catch_up() made.
     size_t last_map_writes() const;
 
