@@ -327,10 +327,9 @@ struct tcm_flow_key {
  *   TCM_FLOW_5TUPLE6            an IPv6 5-tuple's 128-bit keyed hash (tcm_flow_hash6); the tuple
  *                               itself is kept in tcm_flow_tuples for user space;
  *   TCM_FLOW_CGROUP             the bucket id in w[0] (low half) and w[1].
- * 20 bytes, not the 44 of a whole tcm_flow_key: the kernel's hash map that held the flows then
- * hashed and compared every byte of the key at each lookup, and a per-flow packet paid ~25 ns
- * for the 24 bytes a key of the 5-tuple's width wasted on every other kind (docs/datapath.md,
- * "One flow: the key"). Unused words are zero. */
+ * 20 bytes, not the 44 of a whole tcm_flow_key: a lookup hashes and compares its key whole, and
+ * a key of the IPv6 5-tuple's width would cost every other kind its 24 unused bytes at every
+ * packet (docs/datapath.md, "One flow: the key"). Unused words are zero. */
 struct tcm_flow_id {
     __u32 head; /* policy id | kind << 24 */
     __u32 w[4];

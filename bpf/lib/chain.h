@@ -201,8 +201,8 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
         return TCM_NR_COLORS;
     /* The packet's instant, read before its buckets are found and locked, as a bpf_spin_lock
      * meter must: the ordered clock read (lfence; rdtsc) then waits only for the classification,
-     * not for the lock's atomic too (3 ns of the aggregate's ~80: docs/datapath.md, "Where the
-     * time went"). Another CPU may lock the flow in between with a later time; the levels then
+     * not for the lock's atomic too (docs/datapath.md, "Where the time went", measures it).
+     * Another CPU may lock the flow in between with a later time; the levels then
      * meet a last_ns after this packet's and add nothing for it (meter_refill, aqm_idle; the
      * fleet fold earns only past its accrued_ns): metered at that later instant, exact in
      * tokens. */

@@ -111,8 +111,8 @@ static __always_inline int classify_door(const struct tcm_class_key *key, __u32 
  * bit 0 is the set), or -1. @rank and @slot: what the packet's cgroup rule found (~0u: none);
  * an address rule wins over it only with a better rank.
  * A global function, verified once on its own rather than once for every parser path that
- * reaches it (see chain_meter_packet). It costs a call (~10 ns); inlined, Linux 6.1
- * refuses the pipeline with the --aqm signal and hierarchies. */
+ * reaches it (see chain_meter_packet). It costs a call; inlined, Linux 6.1 refuses the
+ * pipeline with the --aqm signal and hierarchies. */
 __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __u32 version,
                                              __u32 rank, __u32 slot) {
     __u32 set = version & 1;

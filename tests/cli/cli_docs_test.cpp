@@ -5,7 +5,7 @@
 // page's hand-written template (docs/man/tricolorctl.8.in) gives each of them its place.
 #include "commands.hpp"
 #include "test_util.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

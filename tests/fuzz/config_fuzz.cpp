@@ -7,7 +7,7 @@
 #include "fuzz.hpp"
 
 #include "tricolor/hierarchy.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/rules.hpp"
 #include "tricolor/yaml.hpp"
 

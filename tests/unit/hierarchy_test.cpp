@@ -6,7 +6,7 @@
 #include "test_util.hpp"
 #include "tricolor/hier_replay.hpp"
 #include "tricolor/hierarchy.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

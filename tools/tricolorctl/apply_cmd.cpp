@@ -5,7 +5,7 @@
 #include "context.hpp"
 #include "value_doc.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/yaml.hpp"
 
 #include <CLI/CLI.hpp>

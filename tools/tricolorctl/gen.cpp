@@ -8,7 +8,7 @@
 #include "gen.hpp"
 #include "value_doc.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <fmt/format.h>
 

@@ -15,7 +15,7 @@
 #include "gen.hpp"
 #include "value_doc.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <algorithm>
 #include <array>

@@ -7,7 +7,7 @@
 #include "policy_flags.hpp"
 #include "value_doc.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

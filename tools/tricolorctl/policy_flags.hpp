@@ -4,7 +4,7 @@
 // what was given for them makes.
 #pragma once
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

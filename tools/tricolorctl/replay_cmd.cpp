@@ -8,7 +8,7 @@
 
 #include "tricolor/meter.hpp"
 #include "tricolor/hier_replay.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/replay.hpp"
 #include "tricolor/units.hpp"
 
@@ -61,28 +61,6 @@ void add_replay(CLI::App &cmd) {
 }
 
 namespace {
-
-// The meter the flags given describe (their fields, as to_policy reads them).
-MeterSpec meter_spec(const json &spec) {
-    auto text = [&](const char *key) -> std::optional<std::string> {
-        if (auto it = spec.find(key); it != spec.end())
-            return it->get<std::string>();
-        return std::nullopt;
-    };
-    MeterSpec m;
-    m.algo = text("algo").value_or("");
-    m.cir = text("cir").value_or("");
-    m.cbs = text("cbs").value_or("");
-    m.ebs = text("ebs");
-    m.pir = text("pir");
-    m.pbs = text("pbs");
-    m.eir = text("eir");
-    m.color_aware = spec.value("color_aware", false);
-    m.packet_mode = spec.value("packet_mode", false);
-    m.coupling = spec.value("coupling", false);
-    m.start = text("start");
-    return m;
-}
 
 std::istream *open_trace(const std::string &name, std::ifstream &file) {
     if (name == "-")
@@ -148,7 +126,7 @@ int run_replay(Context &) {
             std::cerr << fmt::format("{} is required (or -f POLICIES)\n", policy_flag_option(row));
             return kExitUsage;
         }
-    auto meter = parse_meter_spec(meter_spec(spec));
+    auto meter = to_meter(spec);
     if (!meter) {
         std::cerr << meter.error() << "\n";
         return kExitUsage;

@@ -3,7 +3,7 @@
 // each one, handle(), which checks a request against it, and the handlers.
 #include "daemon_internal.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <fmt/format.h>
 

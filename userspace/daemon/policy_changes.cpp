@@ -7,7 +7,7 @@
 #include "tricolor/cgroups.hpp"
 #include "tricolor/policy_sets.hpp"
 
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"
 

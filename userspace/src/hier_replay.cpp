@@ -4,7 +4,7 @@
 // (the real data-path program on a synthesized frame a line, with its test clock).
 #include "tricolor/hier_replay.hpp"
 #include "tricolor/hierarchy.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/rules.hpp"
 #include "tricolor/text.hpp"
 #include "tricolor/yaml.hpp"

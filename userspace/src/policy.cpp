@@ -87,14 +87,8 @@ constexpr DscpName kDscpNames[] = {
     {"cs5", 40},  {"cs6", 48},  {"cs7", 56},
 };
 
-Result<uint32_t> parse_dscp(std::string_view, std::string_view arg) {
-    for (const auto &d : kDscpNames)
-        if (arg == d.name)
-            return d.value;
-    uint32_t v = 0;
-    if (!parse_number(arg, v) || v > 63)
-        return std::unexpected("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
-    return v;
+Result<uint32_t> parse_dscp_arg(std::string_view, std::string_view arg) {
+    return parse_dscp(arg);
 }
 
 Result<uint32_t> parse_u32(std::string_view word, std::string_view arg) {
@@ -122,13 +116,23 @@ Result<uint32_t> parse_classid(std::string_view, std::string_view arg) {
 constexpr ActionWord kActionWords[] = {
     {"pass", TCM_ACT_KIND_PASS, "pass", nullptr, false},
     {"drop", TCM_ACT_KIND_DROP, "drop", nullptr, false},
-    {"dscp", TCM_ACT_KIND_DSCP, "dscp:N|NAME", parse_dscp, false},
+    {"dscp", TCM_ACT_KIND_DSCP, "dscp:N|NAME", parse_dscp_arg, false},
     {"mark", TCM_ACT_KIND_MARK, "mark:N", parse_u32, true},
     {"priority", TCM_ACT_KIND_PRIORITY, "priority:N", parse_u32, true},
     {"classid", TCM_ACT_KIND_PRIORITY, "classid:MAJ:MIN", parse_classid, true},
 };
 
 } // namespace
+
+Result<uint8_t> parse_dscp(std::string_view text) {
+    for (const auto &d : kDscpNames)
+        if (text == d.name)
+            return d.value;
+    uint32_t v = 0;
+    if (!parse_number(text, v) || v > 63)
+        return std::unexpected("DSCP must be 0 to 63 or a name (ef, af11..af43, cs0..cs7)");
+    return static_cast<uint8_t>(v);
+}
 
 std::span<const ActionWord> action_words() {
     return kActionWords;

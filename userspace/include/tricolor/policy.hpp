@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // policy.hpp: a policy as the user writes it (match, meter, actions, per-key, chain) and the
-// parsers of its match and action values. YAML (yaml.hpp) and the CLI (policy_spec.hpp) both
+// parsers of its match and action values. YAML (yaml.hpp) and the CLI (policy_fields.hpp) both
 // produce these; rules.hpp compiles a set of them for the classifier; datapath.hpp applies it.
 #pragma once
 
@@ -58,6 +58,8 @@ struct Action {
 };
 // "pass", "drop", "dscp:46", "dscp:ef", "mark:N", "priority:N", "classid:1:10".
 Result<Action> parse_action(std::string_view text);
+// A DSCP by number (0 to 63) or name (ef, af11..af43, cs0..cs7), as dscp:X and --match dscp.
+Result<uint8_t> parse_dscp(std::string_view text);
 std::string to_string(const Action &a);
 
 // The actions' table (policy.cpp), a row per word a user writes: a new action is its kind in

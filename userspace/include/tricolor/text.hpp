@@ -24,6 +24,14 @@ inline std::string join_lines(const std::vector<std::string> &lines,
     return all;
 }
 
+// "a, b or c": what a value may be, as the messages and --help list it.
+inline std::string or_list(const std::vector<std::string> &words) {
+    std::string out;
+    for (size_t i = 0; i < words.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+    return out;
+}
+
 // @text as a whole unsigned number of type T, nothing before or after it.
 template <typename T>
 bool parse_whole(std::string_view text, T &out) {

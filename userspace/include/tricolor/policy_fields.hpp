@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
-// policy_spec.hpp: a policy as users write it (docs/spec.md §7), in the one representation that the
-// CLI, the control socket and the config file share: a JSON object whose values are what the
-// user typed ("10mbit", "src/24", "dscp:af12"). to_policy() checks every field and gives all the
-// problems at once, each naming the field and the value.
+// policy_fields.hpp: a policy as users write it (docs/spec.md §7), in the one representation that
+// the CLI, the control socket and the config file share: a JSON object whose values are what the
+// user typed ("10mbit", "src/24", "dscp:af12"), and the one table of its fields. to_policy()
+// reads every field by its row and gives all the problems at once, each naming the field and the
+// value.
 #pragma once
 
 #include "tricolor/datapath.hpp"
@@ -28,19 +29,27 @@ enum class PolicyFlagKind : uint8_t {
     Clear, // --no-KEY, on set only: null, which merge_policy() takes as "remove the field"
 };
 
+// What a row's reader is given: the field's value, the policy it builds, and where its
+// problems go (each named by the field). Defined in policy_fields.cpp, where the readers are.
+struct FieldIn;
+
 // One row per flag, as xdp-tools' DEFINE_OPTION: the CLI's options (in this order, so their
-// --help), the JSON the CLI sends, policy_fields(), and tricolorctl's man page and bash
-// completion are all made from this table; to_policy() checks the values. The option is the key
-// spelled with dashes: "color_aware" is --color-aware, and its Off row --no-color-aware.
+// --help), the JSON the CLI sends, policy_fields(), tricolorctl's man page and bash completion
+// are all made from this table, and to_policy() reads each field with its row's reader (then
+// checks what one field says of another). The option is the key spelled with dashes:
+// "color_aware" is --color-aware, and its Off row --no-color-aware.
 struct PolicyFlag {
     std::string_view key; // the field of the policy object
     PolicyFlagKind kind;
-    std::string_view help;              // the option's --help text
+    std::string help;                   // the option's --help text
     bool required_on_add = false;       // `policy add` needs it (set takes any of them)
-    std::vector<std::string> choices{}; // the only values the CLI takes (none: to_policy checks)
+    std::vector<std::string> choices{}; // the only values the CLI takes (none: the reader checks)
     bool meter = false;                 // a meter's own parameter: `tricolorctl replay` takes it
     std::string_view value{};           // the value in the man page (none: choices or suggest)
     std::vector<std::string> suggest{}; // what completion offers as the value (NAME: policies)
+    // Reads the field, when the object has it, into the policy (a ways-back row has none: its
+    // key's first row reads the value it leaves).
+    void (*read)(FieldIn &in) = nullptr;
 };
 const std::vector<PolicyFlag> &policy_flags();
 // The CLI spelling of @flag: NAME, --cir, --no-fleet.
@@ -50,6 +59,10 @@ std::string policy_flag_option(const PolicyFlag &flag);
 const std::vector<std::string> &policy_fields();
 // The fields under "match".
 const std::vector<std::string> &match_fields();
+
+// The meter @spec's meter rows describe, parsed and validated as to_policy() does (replay's
+// flags are those rows).
+Result<ParsedMeter> to_meter(const nlohmann::json &spec);
 
 // Checks @spec (a policy object) and builds the data path's policy with identity @id.
 // Interface names are resolved to ifindexes now: an unknown interface is an error.

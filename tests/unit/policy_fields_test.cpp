@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // Policy objects (docs/spec.md §7): every field parsed, every bad value refused naming the field.
 #include "tricolor/cgroups.hpp"
-#include "tricolor/policy_spec.hpp"
+#include "tricolor/policy_fields.hpp"
 #include "tricolor/yaml.hpp"
 
 #include <gmock/gmock.h>
