@@ -21,11 +21,17 @@ int tricolor_replay(struct xdp_md *ctx) {
     __u64 frame_len = bpf_xdp_get_buff_len(ctx);
     __u32 len = frame_len > TCM_ETH_HLEN ? (__u32)(frame_len - TCM_ETH_HLEN) : 0;
 
+    __u32 in = replay.config.flags & TCM_METER_F_COLOR_AWARE ? replay.in_color : TCM_GREEN;
+
     if (!replay.started) {
-        meter_start(&replay.config, &replay.state, now_ns);
+        meter_start_warm(&replay.config, &replay.state, &replay.warm_state, now_ns);
         replay.started = 1;
     }
-    replay.out_color = meter_mark(&replay.config, &replay.state, now_ns, len, replay.in_color);
+    if (replay.warm.d_ns)
+        replay.out_color = meter_mark_warm_aware(&replay.config, &replay.warm, &replay.state,
+                                                 &replay.warm_state, now_ns, len, in);
+    else
+        replay.out_color = meter_mark_aware(&replay.config, &replay.state, now_ns, len, in);
     return XDP_PASS;
 }
 

@@ -52,6 +52,23 @@ mutant refill-rounding bpf/lib/meter.h \
     's/dt \* cfg->c_rate\)\);/dt * cfg->c_rate \/ TCM_TOKENS_PER_BYTE * TCM_TOKENS_PER_BYTE));/' \
     "srtcm refill rounded down to whole bytes at every refill" \
     "$METER_UNIT $METER_BPF"
+WARM_TESTS='unit:Warmup.* bpf:BpfReplay.*'
+mutant warm-cold-strict bpf/lib/meter.h \
+    's/now_ns - st->last_ns >= w->d_ns/now_ns - st->last_ns > w->d_ns/' \
+    "warm-up: a gap of exactly D does not make the meter cold" \
+    "$WARM_TESTS"
+mutant warm-step-edge bpf/lib/meter.h \
+    's/hi = j \* d;/hi = j * d + 1;/' \
+    "warm-up: each step ends 1/K ns late (a step edge off by one)" \
+    "$WARM_TESTS"
+mutant warm-part-tokens-lost bpf/lib/meter.h \
+    's/\*rem = \(__u32\)\(f - q \* w->k2\);/*rem = 0;/' \
+    "warm-up: the part-tokens a step earns beyond whole ones are dropped" \
+    "$WARM_TESTS"
+mutant warm-full-keeps-part bpf/lib/meter.h \
+    's/over_rem = ws->c_rem;\n        ws->c_rem = 0;/over_rem = ws->c_rem;/' \
+    "warm-up: a full C keeps its part-token (more than CBS)" \
+    "$WARM_TESTS"
 mutant meter-slow-4pct bpf/lib/meter.h \
     's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \

@@ -76,6 +76,27 @@ struct tcm_meter_state {
     __u64 e_tokens; /* 0..e_size */
 };
 
+/* --warmup D --cold-factor K (docs/spec.md §14): a meter cold at its first packet and after a
+ * gap of at least D fills its buckets at rate * j/K in the j-th of K steps of D/K from the packet
+ * that found it cold, then at the full rate. Time is counted in 1/K ns there, so that the steps'
+ * edges are whole, and the tokens a step adds in 1/K^2 of a token beyond the whole ones (what a
+ * bucket holds of them is kept with its state), so that nothing is rounded: meter.h. */
+#define TCM_WARM_MIN_K 2
+#define TCM_WARM_MAX_K 16
+#define TCM_WARM_MAX_NS (24ull * 3600 * 1000000000) /* K^2 * D in 1/K^2 ns stays below 2^55 */
+struct tcm_warm_config {
+    __u64 d_ns;     /* D; 0: no warm-up */
+    __u64 k2_recip; /* floor(2^64 / K^2): meter_div_k2 divides by multiplying */
+    __u32 k;        /* K */
+    __u32 k2;       /* K^2 */
+};
+
+struct tcm_warm_state {
+    __u64 start_ns; /* the packet that found the meter cold */
+    __u32 c_rem;    /* C holds c_tokens + c_rem / K^2 tokens (0 when C is full) */
+    __u32 e_rem;    /* and E (or P) e_tokens + e_rem / K^2 */
+};
+
 /* Globals of the replay program (bpf/replay.bpf.c), set through the skeleton's mmapped .bss
  * before each BPF_PROG_TEST_RUN. */
 struct tcm_replay_io {
@@ -85,6 +106,8 @@ struct tcm_replay_io {
     __u32 out_color; /* colour the program gave it */
     __u32 started;   /* 0 until the first packet has filled the buckets */
     __u32 pad;
+    struct tcm_warm_config warm; /* d_ns 0: none */
+    struct tcm_warm_state warm_state;
 };
 
 /* ---- Data path (bpf/tricolor.bpf.c) ------------------------------------------------------- */

@@ -38,16 +38,9 @@ TCM_METER_INLINE void meter_bucket_refill(__u64 *tokens, __u64 size, __u64 rate,
         meter_bucket_add(tokens, size, dt * rate); /* dt < fill_ns => dt*rate < size */
 }
 
-/* Brings both buckets forward to @now_ns. */
-TCM_METER_INLINE void meter_refill(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
-                                   __u64 now_ns) {
-    __u64 dt;
-
-    if (now_ns <= st->last_ns)
-        return;
-    dt = now_ns - st->last_ns;
-    st->last_ns = now_ns;
-
+/* Fills both buckets for @dt ns at their rates. */
+TCM_METER_INLINE void meter_refill_dt(const struct tcm_meter_config *cfg,
+                                      struct tcm_meter_state *st, __u64 dt) {
     if (cfg->algo == TCM_ALGO_SRTCM) {
         /* One token stream at CIR: C first, what overflows C into E. */
         if (dt >= cfg->c_fill_ns) {
@@ -81,6 +74,15 @@ TCM_METER_INLINE void meter_refill(const struct tcm_meter_config *cfg, struct tc
     meter_bucket_refill(&st->e_tokens, cfg->e_size, cfg->e_rate, cfg->e_fill_ns, dt);
 }
 
+/* Brings both buckets forward to @now_ns. */
+TCM_METER_INLINE void meter_refill(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                   __u64 now_ns) {
+    if (now_ns <= st->last_ns)
+        return;
+    meter_refill_dt(cfg, st, now_ns - st->last_ns);
+    st->last_ns = now_ns;
+}
+
 /* Tokens a packet of @len metered bytes costs. */
 TCM_METER_INLINE __u64 meter_cost(const struct tcm_meter_config *cfg, __u32 len) {
     if (cfg->flags & TCM_METER_F_PACKET_MODE)
@@ -102,21 +104,12 @@ TCM_METER_INLINE void meter_start(const struct tcm_meter_config *cfg, struct tcm
     st->e_tokens = empty ? 0 : cfg->e_size;
 }
 
-/* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color,
- * always colour-aware (a parent in a hierarchy meters the colour from below whatever its own
- * mode, docs/spec.md §9), and takes its tokens. Returns enum tcm_color. */
-TCM_METER_INLINE __u32 meter_mark_aware(const struct tcm_meter_config *cfg,
-                                        struct tcm_meter_state *st, __u64 now_ns, __u32 len,
-                                        __u32 in_color) {
-    __u64 cost;
+/* The colour of a packet of @len metered bytes and incoming colour @in_color on buckets brought
+ * forward to its arrival, and its tokens taken. */
+TCM_METER_INLINE __u32 meter_take(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
+                                  __u32 len, __u32 in_color) {
+    __u64 cost = meter_cost(cfg, len);
 
-    /* A policy update may have shrunk the buckets: tokens are kept, capped to the new sizes. */
-    if (st->c_tokens > cfg->c_size)
-        st->c_tokens = cfg->c_size;
-    if (st->e_tokens > cfg->e_size)
-        st->e_tokens = cfg->e_size;
-    meter_refill(cfg, st, now_ns);
-    cost = meter_cost(cfg, len);
     if (in_color > TCM_RED)
         in_color = TCM_GREEN;
 
@@ -145,6 +138,21 @@ TCM_METER_INLINE __u32 meter_mark_aware(const struct tcm_meter_config *cfg,
     return TCM_RED;
 }
 
+/* Colours one packet of @len metered bytes arriving at @now_ns with incoming colour @in_color,
+ * always colour-aware (a parent in a hierarchy meters the colour from below whatever its own
+ * mode, docs/spec.md §9), and takes its tokens. Returns enum tcm_color. */
+TCM_METER_INLINE __u32 meter_mark_aware(const struct tcm_meter_config *cfg,
+                                        struct tcm_meter_state *st, __u64 now_ns, __u32 len,
+                                        __u32 in_color) {
+    /* A policy update may have shrunk the buckets: tokens are kept, capped to the new sizes. */
+    if (st->c_tokens > cfg->c_size)
+        st->c_tokens = cfg->c_size;
+    if (st->e_tokens > cfg->e_size)
+        st->e_tokens = cfg->e_size;
+    meter_refill(cfg, st, now_ns);
+    return meter_take(cfg, st, len, in_color);
+}
+
 /* As meter_mark_aware, with @in_color ignored unless the meter is colour-aware.
  * Colour-blind marking is colour-aware marking of a green packet, for all three algorithms. */
 TCM_METER_INLINE __u32 meter_mark(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
@@ -171,6 +179,115 @@ TCM_METER_INLINE __u64 meter_wait_ns(__u64 need, __u64 rate, __u64 recip) {
     if (q * rate < need)
         q++;
     return q;
+}
+
+/* --warmup (tricolor_abi.h, struct tcm_warm_config; docs/meters.md, "Warm-up"). */
+
+/* floor(@x / K^2) for x < 2^55, by meter_wait_ns's multiplication: ceil((x + 1) / K^2) - 1. */
+TCM_METER_INLINE __u64 meter_div_k2(const struct tcm_warm_config *w, __u64 x) {
+    return meter_wait_ns(x + 1, w->k2, w->k2_recip) - 1;
+}
+
+/* The time the buckets earn over [@last, @now) of a warm-up that started at @start, as if at
+ * their full rates: *whole ns and *frac / K^2 ns more. In the j-th step, [(j-1)D, jD) in 1/K ns
+ * from the start, each 1/K ns earns j/K^2 ns; from KD on, each earns K/K^2. */
+TCM_METER_INLINE void meter_warm_time(const struct tcm_warm_config *w, __u64 start, __u64 last,
+                                      __u64 now, __u64 *whole, __u64 *frac) {
+    __u64 d = w->d_ns, x0 = last - start, x1 = now - start, after = 0, a, b, g = 0, q;
+
+    if (x0 >= d) {
+        *whole = now - last;
+        *frac = 0;
+        return;
+    }
+    if (x1 > d) {
+        after = x1 - d;
+        x1 = d;
+    }
+    a = x0 * w->k;
+    b = x1 * w->k;
+    for (__u32 j = 1; j <= TCM_WARM_MAX_K; j++) {
+        __u64 lo = (j - 1) * d, hi = j * d;
+
+        if (j > w->k || lo >= b)
+            break;
+        if (hi > a)
+            g += j * ((hi < b ? hi : b) - (lo > a ? lo : a));
+    }
+    q = meter_div_k2(w, g);
+    *frac = g - q * w->k2;
+    *whole = after > ~0ull - q ? ~0ull : q + after;
+}
+
+/* Adds @add / K^2 tokens to a bucket beside the *@rem / K^2 it holds beyond its whole tokens;
+ * returns the whole tokens that makes (@add < 2^55). */
+TCM_METER_INLINE __u64 meter_warm_carry(const struct tcm_warm_config *w, __u32 *rem, __u64 add) {
+    __u64 f = *rem + add, q = f < w->k2 ? 0 : meter_div_k2(w, f);
+
+    *rem = (__u32)(f - q * w->k2);
+    return q;
+}
+
+/* Brings both buckets forward to @now_ns under a warm-up: the whole time through
+ * meter_refill_dt, then what the 1/K^2 ns beyond it earn (at most a rate's worth, so no sum
+ * wraps) with each bucket's part-token. A full bucket holds no part: what would take C past
+ * its size goes on to E where C's overflow does (srtcm, coupled rfc4115), part-tokens too. */
+TCM_METER_INLINE void meter_refill_warm(const struct tcm_meter_config *cfg,
+                                        const struct tcm_warm_config *w, struct tcm_meter_state *st,
+                                        struct tcm_warm_state *ws, __u64 now_ns) {
+    __u64 whole, frac, over, over_rem = 0, e_add;
+    int overflows = cfg->algo == TCM_ALGO_SRTCM || (cfg->flags & TCM_METER_F_COUPLED);
+
+    if (now_ns <= st->last_ns)
+        return;
+    meter_warm_time(w, ws->start_ns, st->last_ns, now_ns, &whole, &frac);
+    st->last_ns = now_ns;
+    meter_refill_dt(cfg, st, whole);
+
+    over = meter_bucket_add(&st->c_tokens, cfg->c_size,
+                            meter_warm_carry(w, &ws->c_rem, cfg->c_rate * frac));
+    if (st->c_tokens == cfg->c_size) {
+        over_rem = ws->c_rem;
+        ws->c_rem = 0;
+    }
+    if (!overflows)
+        over = over_rem = 0;
+    e_add = cfg->algo == TCM_ALGO_SRTCM ? 0 : cfg->e_rate * frac;
+    meter_bucket_add(&st->e_tokens, cfg->e_size,
+                     over + meter_warm_carry(w, &ws->e_rem, e_add + over_rem));
+    if (st->e_tokens == cfg->e_size)
+        ws->e_rem = 0;
+}
+
+TCM_METER_INLINE void meter_start_warm(const struct tcm_meter_config *cfg,
+                                       struct tcm_meter_state *st, struct tcm_warm_state *ws,
+                                       __u64 now_ns) {
+    meter_start(cfg, st, now_ns);
+    ws->start_ns = now_ns;
+    ws->c_rem = ws->e_rem = 0;
+}
+
+/* meter_mark_aware under a warm-up (@w->d_ns != 0): a packet a gap of at least D after the one
+ * before finds the meter cold, and a warm-up starts with it, once the gap has been earned at
+ * the rates of the one before. */
+TCM_METER_INLINE __u32 meter_mark_warm_aware(const struct tcm_meter_config *cfg,
+                                             const struct tcm_warm_config *w,
+                                             struct tcm_meter_state *st, struct tcm_warm_state *ws,
+                                             __u64 now_ns, __u32 len, __u32 in_color) {
+    int cold = now_ns > st->last_ns && now_ns - st->last_ns >= w->d_ns;
+
+    if (st->c_tokens >= cfg->c_size) {
+        st->c_tokens = cfg->c_size;
+        ws->c_rem = 0;
+    }
+    if (st->e_tokens >= cfg->e_size) {
+        st->e_tokens = cfg->e_size;
+        ws->e_rem = 0;
+    }
+    meter_refill_warm(cfg, w, st, ws, now_ns);
+    if (cold)
+        ws->start_ns = now_ns;
+    return meter_take(cfg, st, len, in_color);
 }
 
 /* The choices the data path's other parts make by algorithm. */
@@ -274,6 +391,16 @@ TCM_METER_INLINE void meter_config_init(struct tcm_meter_config *cfg, __u32 algo
                 cfg->e_fill_ns = both;
         }
     }
+}
+
+/* The warm-up of @d_ns in @k steps (validated: TCM_WARM_MIN_K..TCM_WARM_MAX_K, d_ns at most
+ * TCM_WARM_MAX_NS); d_ns 0: none. k2_recip is floor(2^64 / K^2), as meter_wait_ns takes it:
+ * floor((2^64 - 1) / K^2), one more where K^2 divides 2^64. */
+TCM_METER_INLINE void meter_warm_config_init(struct tcm_warm_config *w, __u64 d_ns, __u32 k) {
+    w->d_ns = d_ns;
+    w->k = d_ns ? k : 0;
+    w->k2 = w->k * w->k;
+    w->k2_recip = w->k2 ? ~0ull / w->k2 + (~0ull % w->k2 == w->k2 - 1) : 0;
 }
 #endif /* !__bpf__ */
 

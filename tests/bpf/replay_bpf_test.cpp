@@ -18,9 +18,41 @@ TEST(BpfReplay, MatchesEveryVectorExactly) {
     auto vectors = test::load_vectors();
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
-        auto out = test::replay_vector(
-            v, [](const tcm_meter_config &c) { return std::make_unique<BpfEngine>(c); });
+        auto out = test::replay_vector(v, [](const MeterParams &p) {
+            return std::make_unique<BpfEngine>(make_meter_config(p), make_warm_config(p));
+        });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
+    }
+}
+
+// The bytecode's warm-up against the exact rational model (tests/vectors/reference.py), token
+// for token: the warm-up vectors and random meters from every corner of the limits.
+TEST(BpfReplay, WarmUpHoldsTheRationalModelsTokensAfterEveryPacket) {
+    TRICOLOR_REQUIRE_ROOT();
+    std::vector<test::ReferenceRun> runs;
+    for (const auto &v : test::load_vectors())
+        if (std::find(v.args.begin(), v.args.end(), "--warmup") != v.args.end()) {
+            runs.push_back(test::reference_run({"--states", v.name}));
+            runs.back().args = v.args;
+        }
+    ASSERT_GE(runs.size(), 4u);
+    for (int seed = 1; seed <= 20; ++seed)
+        runs.push_back(test::reference_run({"--case", std::to_string(seed)}));
+    for (size_t r = 0; r < runs.size(); ++r) {
+        MeterParams p = test::meter_from_args(runs[r].args);
+        BpfEngine bpf(make_meter_config(p), make_warm_config(p));
+        const uint32_t k2 = p.cold_factor * p.cold_factor;
+        for (size_t i = 0; i < runs[r].steps.size(); ++i) {
+            const auto &s = runs[r].steps[i];
+            ASSERT_EQ(bpf.mark({s.time_ns, s.bytes, s.in}), s.out)
+                << "run " << r << " packet " << i;
+            ASSERT_TRUE(test::same_tokens(bpf.state().c_tokens, bpf.warm_state().c_rem, k2, s.c_num,
+                                          s.c_den))
+                << "run " << r << " packet " << i;
+            ASSERT_TRUE(test::same_tokens(bpf.state().e_tokens, bpf.warm_state().e_rem, k2, s.e_num,
+                                          s.e_den))
+                << "run " << r << " packet " << i;
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 // test_util.cpp: see test_util.hpp.
 #include "test_util.hpp"
 #include "tricolor/cgroups.hpp"
+#include "tricolor/policy_fields.hpp"
 
 #include <sys/stat.h>
 
@@ -60,55 +61,86 @@ std::vector<Vector> load_vectors() {
     return out;
 }
 
-MeterSpec spec_from_args(const std::vector<std::string> &args) {
-    MeterSpec spec;
+MeterParams meter_from_args(const std::vector<std::string> &args) {
+    // The flags as `tricolorctl replay` takes them: the policy table's meter rows.
+    nlohmann::json spec = nlohmann::json::object();
     for (size_t i = 0; i < args.size(); ++i) {
-        const std::string &flag = args[i];
-        if (flag == "--color-aware") {
-            spec.color_aware = true;
-            continue;
-        }
-        if (flag == "--packet-mode") {
-            spec.packet_mode = true;
-            continue;
-        }
-        if (i + 1 >= args.size())
-            throw std::runtime_error("vector flag without a value: " + flag);
-        const std::string &value = args[++i];
-        if (flag == "--algo")
-            spec.algo = value;
-        else if (flag == "--cir")
-            spec.cir = value;
-        else if (flag == "--cbs")
-            spec.cbs = value;
-        else if (flag == "--ebs")
-            spec.ebs = value;
-        else if (flag == "--pir")
-            spec.pir = value;
-        else if (flag == "--pbs")
-            spec.pbs = value;
-        else if (flag == "--eir")
-            spec.eir = value;
+        auto row = std::ranges::find_if(policy_flags(), [&](const PolicyFlag &r) {
+            return r.meter && r.read && policy_flag_option(r) == args[i];
+        });
+        if (row == policy_flags().end())
+            throw std::runtime_error("unknown vector flag: " + args[i]);
+        if (row->kind == PolicyFlagKind::On)
+            spec[std::string(row->key)] = true;
+        else if (i + 1 < args.size())
+            spec[std::string(row->key)] = args[++i];
         else
-            throw std::runtime_error("unknown vector flag: " + flag);
+            throw std::runtime_error("vector flag without a value: " + args[i]);
     }
-    return spec;
+    auto meter = to_meter(spec);
+    if (!meter)
+        throw std::runtime_error(meter.error());
+    return meter->params;
 }
 
 std::string
 replay_vector(const Vector &v,
-              const std::function<std::unique_ptr<ReplayEngine>(const tcm_meter_config &)> &make) {
-    auto parsed = parse_meter_spec(spec_from_args(v.args));
-    if (!parsed)
-        throw std::runtime_error(v.name + ": " + parsed.error());
+              const std::function<std::unique_ptr<ReplayEngine>(const MeterParams &)> &make) {
+    MeterParams params = meter_from_args(v.args);
     std::istringstream in(read_file(v.trace_path));
     auto trace = parse_trace(in);
     if (!trace)
         throw std::runtime_error(v.name + ": " + trace.error());
-    auto engine = make(make_meter_config(parsed->params));
+    auto engine = make(params);
     std::ostringstream out;
     run_replay(*engine, *trace, out);
     return out.str();
+}
+
+ReferenceRun reference_run(const std::vector<std::string> &how) {
+    std::vector<std::string> argv = {"/usr/bin/env", "python3",
+                                     std::string(TRICOLOR_VECTOR_DIR) + "/reference.py"};
+    argv.insert(argv.end(), how.begin(), how.end());
+    auto r = run_command(argv);
+    if (r.exit_code != 0)
+        throw std::runtime_error("reference.py: " + r.err);
+    ReferenceRun run;
+    std::istringstream in(r.out);
+    std::string line;
+    auto fraction = [](const std::string &t, unsigned __int128 &num, unsigned __int128 &den) {
+        auto slash = t.find('/');
+        num = den = 0;
+        for (char c : t.substr(0, slash))
+            num = num * 10 + static_cast<unsigned>(c - '0');
+        for (char c : t.substr(slash + 1))
+            den = den * 10 + static_cast<unsigned>(c - '0');
+    };
+    if (how.front() == "--case") {
+        std::getline(in, line);
+        std::istringstream words(line);
+        for (std::string w; words >> w;)
+            run.args.push_back(w);
+    }
+    while (std::getline(in, line)) {
+        std::istringstream f(line);
+        ReferenceRun::Step s{};
+        std::string in_c, out_c, c, e;
+        f >> s.time_ns >> s.bytes >> in_c >> out_c >> c >> e;
+        s.in = parse_color(in_c).value();
+        s.out = parse_color(out_c).value();
+        fraction(c, s.c_num, s.c_den);
+        fraction(e, s.e_num, s.e_den);
+        run.steps.push_back(s);
+    }
+    return run;
+}
+
+bool same_tokens(uint64_t tokens, uint32_t rem, uint32_t k2, unsigned __int128 num,
+                 unsigned __int128 den) {
+    if (k2 == 0)
+        k2 = 1;
+    // tokens + rem/k2 == num/den  <=>  (tokens*k2 + rem) * den == num * k2
+    return (static_cast<unsigned __int128>(tokens) * k2 + rem) * den == num * k2;
 }
 
 MeterParams meter_params(Algo algo, uint64_t cir, uint64_t cbs, uint64_t second_rate,

@@ -29,13 +29,30 @@ struct Vector {
 };
 // Every NAME.args in tests/vectors, sorted by name.
 std::vector<Vector> load_vectors();
-// The replay flags of a vector as the library's textual meter spec.
-MeterSpec spec_from_args(const std::vector<std::string> &args);
+// The meter a vector's replay flags give, read as `tricolorctl replay` reads them.
+MeterParams meter_from_args(const std::vector<std::string> &args);
 
-// Replays vector @v through the engine @make builds from its meter config; the output text.
+// Replays vector @v through the engine @make builds from its meter; the output text.
 std::string
 replay_vector(const Vector &v,
-              const std::function<std::unique_ptr<ReplayEngine>(const tcm_meter_config &)> &make);
+              const std::function<std::unique_ptr<ReplayEngine>(const MeterParams &)> &make);
+
+// A run of tests/vectors/reference.py, the exact rational model (--states NAME, --case SEED):
+// the meter's flags, and each packet with the model's colour and buckets after it.
+struct ReferenceRun {
+    std::vector<std::string> args;
+    struct Step {
+        uint64_t time_ns;
+        uint32_t bytes;
+        Color in, out;
+        unsigned __int128 c_num, c_den, e_num, e_den; // tokens, N/D in lowest terms
+    };
+    std::vector<Step> steps;
+};
+ReferenceRun reference_run(const std::vector<std::string> &how);
+// Whether a bucket of @tokens and @rem / @k2 of a token holds exactly @num / @den tokens.
+bool same_tokens(uint64_t tokens, uint32_t rem, uint32_t k2, unsigned __int128 num,
+                 unsigned __int128 den);
 
 // Parameters with the second bucket each algorithm has: trtcm P (@second_rate, @second_size),
 // rfc4115 E (EIR @second_rate, EBS @second_size), srtcm E (EBS @second_size; the rate is CIR's).

@@ -48,8 +48,9 @@ TEST(MeterVectors, ModelMatchesEveryVectorExactly) {
     auto vectors = test::load_vectors();
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
-        auto out = test::replay_vector(
-            v, [](const tcm_meter_config &c) { return std::make_unique<ModelEngine>(c); });
+        auto out = test::replay_vector(v, [](const MeterParams &p) {
+            return std::make_unique<ModelEngine>(make_meter_config(p), make_warm_config(p));
+        });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
 }

@@ -151,12 +151,13 @@ int run_replay(Context &) {
     }
 
     auto config = make_meter_config(meter->params);
+    auto warm = make_warm_config(meter->params);
     std::unique_ptr<ReplayEngine> engine;
     if (o.engine == "bpf") {
         quiet_libbpf_logging();
-        engine = std::make_unique<BpfEngine>(config);
+        engine = std::make_unique<BpfEngine>(config, warm);
     } else {
-        engine = std::make_unique<ModelEngine>(config);
+        engine = std::make_unique<ModelEngine>(config, warm);
     }
     std::ios::sync_with_stdio(false);
     ColorTotals t = run_replay(*engine, *trace, std::cout);

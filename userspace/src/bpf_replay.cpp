@@ -34,7 +34,8 @@ struct BpfEngine::Impl {
     ~Impl() { replay::destroy(skel); }
 };
 
-BpfEngine::BpfEngine(const tcm_meter_config &config) : impl_(std::make_unique<Impl>()) {
+BpfEngine::BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm)
+    : impl_(std::make_unique<Impl>()) {
     impl_->skel = replay::open();
     if (!impl_->skel)
         throw std::runtime_error(
@@ -49,6 +50,7 @@ BpfEngine::BpfEngine(const tcm_meter_config &config) : impl_(std::make_unique<Im
     auto &io = impl_->skel->bss->replay;
     io = {};
     io.config = config;
+    io.warm = warm;
     // A fixed frame: an Ethernet header (IPv4 ethertype) and zeroes, of the largest length.
     impl_->frame.assign(kEthHeader + kMaxTracePacket, 0);
     impl_->frame[12] = 0x08;
@@ -74,6 +76,10 @@ Color BpfEngine::mark(const TracePacket &p) {
 
 tcm_meter_state BpfEngine::state() const {
     return impl_->skel->bss->replay.state;
+}
+
+tcm_warm_state BpfEngine::warm_state() const {
+    return impl_->skel->bss->replay.warm_state;
 }
 
 } // namespace tricolor

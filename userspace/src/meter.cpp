@@ -229,6 +229,16 @@ Validation validate(const MeterParams &p) {
                      std::max(p.cbs, p.ebs.value_or(0)));
         break;
     }
+    if (p.warmup_ns && (p.warmup_ns < kMinWarmupNs || p.warmup_ns > TCM_WARM_MAX_NS))
+        v.errors.push_back(fmt::format("warmup {} is out of range {}..{}",
+                                       format_duration(p.warmup_ns), format_duration(kMinWarmupNs),
+                                       format_duration(TCM_WARM_MAX_NS)));
+    if (p.cold_factor && !p.warmup_ns)
+        v.errors.push_back(
+            "cold_factor without warmup: give the warm-up's duration (--warmup 30s)");
+    if (p.warmup_ns && (p.cold_factor < TCM_WARM_MIN_K || p.cold_factor > TCM_WARM_MAX_K))
+        v.errors.push_back(fmt::format("cold_factor {} is out of range {}..{}", p.cold_factor,
+                                       TCM_WARM_MIN_K, TCM_WARM_MAX_K));
     if (p.coupling && !algo.coupling)
         v.errors.push_back(
             fmt::format("coupling applies to {} only, not {} ({}'s buckets are {} coupled)",
@@ -268,6 +278,21 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
             return std::nullopt;
         return value(name, *text, is_rate);
     };
+    if (spec.warmup) {
+        if (auto d = parse_duration(*spec.warmup); !d)
+            errors.push_back(fmt::format("warmup: {}", d.error()));
+        else if (*d == 0)
+            errors.push_back("warmup: 0 is no warm-up: leave it out");
+        else
+            p.warmup_ns = *d;
+    }
+    if (spec.cold_factor) {
+        if (!parse_whole(*spec.cold_factor, p.cold_factor) || p.cold_factor == 0)
+            errors.push_back(fmt::format("cold_factor: '{}' is not a whole number from {} to {}",
+                                         *spec.cold_factor, TCM_WARM_MIN_K, TCM_WARM_MAX_K));
+    } else if (p.warmup_ns) {
+        p.cold_factor = kDefaultColdFactor;
+    }
     p.cir = value("CIR", spec.cir, true);
     p.cbs = value("CBS", spec.cbs, false);
     p.ebs = optional_value("EBS", spec.ebs, false);
@@ -304,6 +329,12 @@ tcm_meter_config make_meter_config(const MeterParams &p) {
     meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate(p),
                       second_size(p));
     return cfg;
+}
+
+tcm_warm_config make_warm_config(const MeterParams &p) {
+    tcm_warm_config w{};
+    meter_warm_config_init(&w, p.warmup_ns, p.cold_factor);
+    return w;
 }
 
 } // namespace tricolor

@@ -571,6 +571,20 @@ const std::vector<PolicyFlag> &policy_flags() {
          .choices = word_list(kStarts),
          .meter = true,
          .read = [](FieldIn &in) { in.m.start = in.text(); }},
+        {.key = "warmup",
+         .kind = Text,
+         .help = fmt::format("Cold at the first packet and after a gap this long, the buckets fill "
+                             "at rate*j/K in the j-th of K steps of DURATION/K (docs/spec.md §14)"),
+         .meter = true,
+         .value = "DURATION",
+         .read = read_meter_text<&MeterSpec::warmup>},
+        {.key = "cold_factor",
+         .kind = Text,
+         .help = fmt::format("K of --warmup, {} to {} (default {})", TCM_WARM_MIN_K, TCM_WARM_MAX_K,
+                             kDefaultColdFactor),
+         .meter = true,
+         .value = "K",
+         .read = read_meter_text<&MeterSpec::cold_factor>},
         {.key = "managed_by",
          .kind = Text,
          .help = "What made the policy for a container (cni, docker, podman): a reload of the "
@@ -757,6 +771,9 @@ void check_across(Reader &r, const json &spec, const Policy &p) {
     if (p.shape == TCM_SHAPE_EDT && p.fleet)
         r.error("shape", "edt waits for the tokens a bucket earns in time, and a fleet policy's "
                          "committed bucket earns none (the fleet grants them)");
+    if (p.meter.warmup_ns && p.fleet)
+        r.error("warmup", "a fleet policy's committed bucket earns what the fleet leases it, not "
+                          "a rate of its own to warm up");
     if (spec.contains("direction") && !spec["direction"].is_null() && !p.match.cgroup)
         r.error("direction", "only a cgroup policy states a direction (an address policy meters "
                              "where it is attached: attach --direction)");

@@ -49,6 +49,17 @@ constexpr std::array kSizeSuffixes{
     Suffix{"m", kMi}, Suffix{"mb", kMi}, Suffix{"g", kGi}, Suffix{"gb", kGi},
 };
 constexpr std::array kPacketSuffixes{Suffix{"", 1}, Suffix{"pkt", 1}};
+constexpr uint64_t kSecond = 1000000000;
+constexpr std::array kDurationSuffixes{
+    Suffix{"ns", 1},
+    Suffix{"us", 1000},
+    Suffix{"ms", 1000000},
+    Suffix{"s", kSecond},
+    Suffix{"m", 60 * kSecond},
+    Suffix{"h", 3600 * kSecond},
+    Suffix{"d", 86400 * kSecond},
+    Suffix{"w", 7 * 86400 * kSecond},
+};
 
 bool iequals(std::string_view a, std::string_view b) {
     return std::ranges::equal(a, b, [](char x, char y) {
@@ -130,6 +141,14 @@ Result<uint64_t> parse_size(std::string_view text) {
     return parse_with(text, kSizeSuffixes, "size", "bytes", "b, k/kb, m/mb or g/gb");
 }
 
+Result<uint64_t> parse_duration(std::string_view text) {
+    // A bare number would be read as ns by some and as s by others (tc: us): a unit is needed.
+    if (!text.empty() && std::isdigit(static_cast<unsigned char>(text.back())))
+        return std::unexpected(
+            fmt::format("invalid duration '{}': give a unit (ns, us, ms, s, m, h, d or w)", text));
+    return parse_with(text, kDurationSuffixes, "duration", "ns", "ns, us, ms, s, m, h, d or w");
+}
+
 Result<uint64_t> parse_packet_count(std::string_view text) {
     return parse_with(text, kPacketSuffixes, "packet count", "packets", "a plain number or pkt");
 }
@@ -149,6 +168,13 @@ std::string format_size(uint64_t bytes) {
         if (bytes != 0 && bytes % s.multiplier == 0)
             return fmt::format("{}{}", bytes / s.multiplier, s.name);
     return fmt::format("{}b", bytes);
+}
+
+std::string format_duration(uint64_t ns) {
+    for (auto it = kDurationSuffixes.rbegin(); it != kDurationSuffixes.rend(); ++it)
+        if (ns != 0 && ns % it->multiplier == 0)
+            return fmt::format("{}{}", ns / it->multiplier, it->name);
+    return fmt::format("{}ns", ns);
 }
 
 } // namespace tricolor

@@ -69,6 +69,10 @@ struct MeterParams {
     bool packet_mode = false;
     bool coupling = false; // rfc4115 only: MEF 10.3 CF=1, C's overflow goes to E (docs/spec.md §9)
     bool start_empty = false; // a new flow's buckets start empty (docs/spec.md §9 `start: empty`)
+    // docs/spec.md §14: cold at the first packet and after a gap of warmup_ns, the buckets fill
+    // at rate * j/K in the j-th of K = cold_factor steps of warmup_ns/K. 0: no warm-up.
+    uint64_t warmup_ns = 0;
+    uint32_t cold_factor = 0;
 
     bool operator==(const MeterParams &) const = default;
 };
@@ -109,7 +113,8 @@ struct MeterSpec {
     bool color_aware = false;
     bool packet_mode = false;
     bool coupling = false;
-    std::optional<std::string> start; // "full" or "empty"
+    std::optional<std::string> start;               // "full" or "empty"
+    std::optional<std::string> warmup, cold_factor; // "30s", "3"
 };
 
 struct ParsedMeter {
@@ -123,6 +128,12 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec);
 
 // Precomputes the per-packet configuration. Precondition: validate(params).ok().
 tcm_meter_config make_meter_config(const MeterParams &params);
+// And the warm-up's (d_ns 0: none).
+tcm_warm_config make_warm_config(const MeterParams &params);
+// The cold factor a warm-up without --cold-factor has (Guava's SmoothWarmingUp's).
+inline constexpr uint32_t kDefaultColdFactor = 3;
+// The shortest warm-up: shorter ones are over before a second packet could see them.
+inline constexpr uint64_t kMinWarmupNs = 1000000;
 
 // --shape edt (bpf/lib/edt.h): floor(2^64 / rate) of the rate that refills the bucket a red
 // packet waits for (C at CIR; trtcm P at PIR), in tokens/ns; 2^64 - 1 at 1; 0 if that rate is 0.
@@ -131,23 +142,32 @@ uint64_t edt_recip(const tcm_meter_config &config);
 // One bucket pair driven by the shared C code.
 class Meter {
   public:
-    explicit Meter(const tcm_meter_config &config) : config_(config) {}
+    explicit Meter(const tcm_meter_config &config, const tcm_warm_config &warm = {})
+        : config_(config), warm_(warm) {}
 
     Color mark(uint64_t now_ns, uint32_t len, Color in = Color::green) {
         if (!started_) {
-            meter_start(&config_, &state_, now_ns);
+            meter_start_warm(&config_, &state_, &warm_state_, now_ns);
             started_ = true;
         }
-        return static_cast<Color>(
-            meter_mark(&config_, &state_, now_ns, len, static_cast<uint32_t>(in)));
+        auto color = static_cast<uint32_t>(in);
+        if (!(config_.flags & TCM_METER_F_COLOR_AWARE))
+            color = TCM_GREEN;
+        if (warm_.d_ns)
+            return static_cast<Color>(
+                meter_mark_warm_aware(&config_, &warm_, &state_, &warm_state_, now_ns, len, color));
+        return static_cast<Color>(meter_mark_aware(&config_, &state_, now_ns, len, color));
     }
     const tcm_meter_config &config() const { return config_; }
     const tcm_meter_state &state() const { return state_; }
+    const tcm_warm_state &warm_state() const { return warm_state_; }
     bool started() const { return started_; }
 
   private:
     tcm_meter_config config_;
+    tcm_warm_config warm_;
     tcm_meter_state state_{};
+    tcm_warm_state warm_state_{};
     bool started_ = false;
 };
 

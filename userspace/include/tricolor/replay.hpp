@@ -38,7 +38,8 @@ class ReplayEngine {
 
 class ModelEngine final : public ReplayEngine {
   public:
-    explicit ModelEngine(const tcm_meter_config &config) : meter_(config) {}
+    explicit ModelEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {})
+        : meter_(config, warm) {}
     Color mark(const TracePacket &p) override { return meter_.mark(p.time_ns, p.bytes, p.color); }
 
   private:
@@ -50,13 +51,14 @@ class ModelEngine final : public ReplayEngine {
 // loaded (no privileges, no BPF) or a test run fails.
 class BpfEngine final : public ReplayEngine {
   public:
-    explicit BpfEngine(const tcm_meter_config &config);
+    explicit BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {});
     ~BpfEngine() override;
     BpfEngine(const BpfEngine &) = delete;
     BpfEngine &operator=(const BpfEngine &) = delete;
     Color mark(const TracePacket &packet) override;
     // The kernel program's bucket state, to compare with the model's.
     tcm_meter_state state() const;
+    tcm_warm_state warm_state() const;
 
   private:
     struct Impl;

@@ -21,8 +21,13 @@ Result<uint64_t> parse_size(std::string_view text);
 // Packets (packet mode sizes): a bare whole number, or with "pkt".
 Result<uint64_t> parse_packet_count(std::string_view text);
 
+// Nanoseconds: ns, us, ms, s, m (minutes), h, d or w; a unit is required ("1.5s", "90m").
+Result<uint64_t> parse_duration(std::string_view text);
+
 // Human forms for messages and tables: the largest exact tc unit ("1500b", "10mbit").
 std::string format_rate(uint64_t bits_per_s);
 std::string format_size(uint64_t bytes);
+// The largest unit that gives a whole number ("10s", "1500ms").
+std::string format_duration(uint64_t ns);
 
 } // namespace tricolor

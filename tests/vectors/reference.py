@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+"""An exact rational model of docs/spec.md §1 (the three meters) and §14's warm-up, written from
+the spec with Python's fractions and nothing of bpf/lib/meter.h: tokens are fractions of a
+byte's 8e9 (a packet's 1e9), a warm-up's rate steps are integrated over their edges as they fall.
+
+  reference.py --check            every NAME.args here replayed: equal to NAME.expected
+  reference.py --write-warmup     (re)writes the warm-up vectors (their traces are seeded)
+  reference.py --states NAME      NAME's packets, each with its colours and the buckets after it
+  reference.py --case SEED        a random warm-up meter (its flags on the first line) and trace,
+                                  each packet with its colours and the buckets after it
+A bucket is written as a fraction of tokens, N/D, in lowest terms.
+"""
+import random
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DURATION = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+
+
+def duration(text):
+    for unit in sorted(DURATION, key=len, reverse=True):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return int(text[: -len(unit)]) * DURATION[unit]
+    raise ValueError(f"duration {text!r}")
+
+
+class Meter:
+    def __init__(self, args):
+        o = {"algo": None, "cir": 0, "cbs": 0, "ebs": 0, "pir": 0, "pbs": 0, "eir": 0}
+        flags = set()
+        it = iter(args)
+        for a in it:
+            key = a[2:].replace("-", "_")
+            if key in ("color_aware", "packet_mode", "coupling"):
+                flags.add(key)
+            elif key == "warmup":
+                o[key] = duration(next(it))
+            else:
+                o[key] = next(it)
+        self.algo = o["algo"]
+        self.aware = "color_aware" in flags
+        self.coupling = "coupling" in flags
+        unit = 10**9 if "packet_mode" in flags else 8 * 10**9
+        self.packet_mode = "packet_mode" in flags
+        self.unit = unit
+        self.cir = int(o["cir"])
+        self.csize = int(o["cbs"]) * unit
+        if self.algo == "trtcm":
+            self.erate, self.esize = int(o["pir"]), int(o["pbs"]) * unit
+        else:
+            self.erate = int(o["eir"]) if self.algo == "rfc4115" else 0
+            self.esize = int(o["ebs"]) * unit
+        self.d = o.get("warmup", 0)
+        self.k = int(o.get("cold_factor", 3)) if self.d else 0
+        self.started = False
+
+    def earned(self, t0, t1):
+        """The ns of full rate that [t0, t1) earns: during the j-th step of a warm-up from s,
+        [s + (j-1)D/K, s + jD/K), each ns counts j/K."""
+        if not self.d:
+            return Fraction(t1 - t0)
+        total = Fraction(0)
+        edges = [self.s + Fraction(j * self.d, self.k) for j in range(self.k + 1)]
+        for j in range(1, self.k + 1):
+            lo, hi = max(Fraction(t0), edges[j - 1]), min(Fraction(t1), edges[j])
+            if hi > lo:
+                total += (hi - lo) * Fraction(j, self.k)
+        lo = max(Fraction(t0), edges[self.k])
+        if t1 > lo:
+            total += t1 - lo
+        return total
+
+    def refill(self, now):
+        if now <= self.last:
+            return
+        dt = self.earned(self.last, now)
+        self.last = now
+        c = self.c + self.cir * dt
+        over = max(c - self.csize, 0)
+        self.c = min(c, self.csize)
+        e = self.e + self.erate * dt
+        if self.algo == "srtcm" or (self.algo == "rfc4115" and self.coupling):
+            e += over
+        self.e = min(e, self.esize)
+
+    def mark(self, now, size, color):
+        if not self.started:
+            self.started = True
+            self.last = now
+            self.s = now
+            self.c, self.e = Fraction(self.csize), Fraction(self.esize)
+        cold = self.d and now > self.last and now - self.last >= self.d
+        self.refill(now)
+        if cold:
+            self.s = now
+        if not self.aware:
+            color = "green"
+        cost = self.unit if self.packet_mode else size * self.unit
+        if self.algo == "trtcm":
+            if color == "red" or self.e < cost:
+                return "red"
+            self.e -= cost
+            if color == "yellow" or self.c < cost:
+                return "yellow"
+            self.c -= cost
+            return "green"
+        if color == "green" and self.c >= cost:
+            self.c -= cost
+            return "green"
+        if color != "red" and self.e >= cost:
+            self.e -= cost
+            return "yellow"
+        return "red"
+
+
+def replay(args, trace_text):
+    m = Meter(args)
+    out = []
+    for line in trace_text.splitlines():
+        f = line.replace(",", " ").split()
+        if not f or f[0].startswith("#"):
+            continue
+        now, size = int(f[0]), int(f[1])
+        out.append(f"{now},{size},{m.mark(now, size, f[2] if len(f) > 2 else 'green')}")
+    return "\n".join(out) + "\n"
+
+
+def states(args, packets):
+    """Lines 'time size IN OUT C E' (the incoming colour and the meter's, the buckets' tokens as
+    N/D) for @packets [(time, size, incoming colour)]."""
+    m = Meter(args)
+    out = []
+    for now, size, color in packets:
+        got = m.mark(now, size, color)
+        out.append(f"{now} {size} {color} {got} {m.c.numerator}/{m.c.denominator} "
+                   f"{m.e.numerator}/{m.e.denominator}")
+    return "\n".join(out) + "\n"
+
+
+def parse_trace(text):
+    packets = []
+    for line in text.splitlines():
+        f = line.replace(",", " ").split()
+        if f and not f[0].startswith("#"):
+            packets.append((int(f[0]), int(f[1]), f[2] if len(f) > 2 else "green"))
+    return packets
+
+
+def random_case(seed):
+    """Flags from every corner of the limits (1 bit/s to 1 Tbit/s, 1 byte to 1 GiB, K 2..16, D
+    1 ms to 24 h) and a trace that crosses a warm-up's steps, its edges and its end."""
+    rng = random.Random(seed)
+    algo = rng.choice(["srtcm", "trtcm", "rfc4115"])
+    packet_mode = rng.random() < 0.2
+    rate = lambda: rng.choice([1, 1000, 10**6, rng.randint(1, 10**9), 10**12])
+    size = lambda: rng.choice([1, 64, 1500, rng.randint(1, 10**6), 2**30]) if not packet_mode \
+        else rng.choice([1, 3, 100, 2**30])
+    d = rng.choice([10**6, 10**9, rng.randint(10**6, 10**10), 24 * 3600 * 10**9])
+    k = rng.randint(2, 16)
+    cir = rate()
+    args = ["--algo", algo, "--cir", str(cir), "--cbs", str(size())]
+    if algo == "trtcm":
+        args += ["--pir", str(max(cir, rate())), "--pbs", str(size())]
+    else:
+        args += ["--ebs", str(rng.choice([0, size()]))]
+    if algo == "rfc4115":
+        args += ["--eir", str(rng.choice([0, rate()]))]
+        if rng.random() < 0.5:
+            args += ["--coupling"]
+    if packet_mode:
+        args += ["--packet-mode"]
+    if rng.random() < 0.3:
+        args += ["--color-aware"]
+    args += ["--warmup", f"{d}ns", "--cold-factor", str(k)]
+    m = Meter(args)
+    packets, t = [], rng.randint(0, 10**12)
+    for _ in range(300):
+        r = rng.random()
+        if r < 0.3:
+            gap = 0
+        elif r < 0.5:  # near a step's edge of the warm-up that may be running
+            gap = rng.choice([d // k, d // k + 1, d - 1, d, d + 1, 2 * d])
+        else:
+            gap = int(rng.expovariate(1.0) * d / rng.choice([4, 50, 1000]))
+        t += gap
+        packets.append((t, rng.choice([1, 64, 1500, 9000, 65536]),
+                        rng.choice(["green", "yellow", "red"])))
+    return args, packets
+
+
+def check():
+    bad = 0
+    names = sorted(HERE.glob("*.args"))
+    for a in names:
+        got = replay(a.read_text().split(), a.with_suffix(".trace").read_text())
+        if got != a.with_suffix(".expected").read_text():
+            print(f"{a.stem}: the model differs from {a.stem}.expected", file=sys.stderr)
+            bad += 1
+    print(f"{len(names) - bad} of {len(names)} vectors equal to the model")
+    return 1 if bad else 0
+
+
+# The warm-up vectors: K = 2, 3 and 16 over the three algorithms; every trace has packets at and
+# one ns either side of each step's edge, gaps of D - 1, D and D + 1 ns (cold only from D on),
+# back-to-back bursts and exponential gaps around the rate.
+WARMUP = {
+    "srtcm-warmup-k3": "--algo srtcm --cir 1000000 --cbs 3000 --ebs 3000 --warmup 1s --cold-factor 3",
+    "trtcm-warmup-k2-aware": "--algo trtcm --cir 1000000 --cbs 3000 --pir 3000000 --pbs 4500 "
+    "--warmup 500ms --cold-factor 2 --color-aware",
+    "rfc4115-warmup-k16": "--algo rfc4115 --cir 2000000 --cbs 4000 --eir 1000000 --ebs 3000 "
+    "--warmup 1s --cold-factor 16",
+    "rfc4115-warmup-k3-coupled": "--algo rfc4115 --cir 1000000 --cbs 2000 --eir 300000 --ebs 3000 "
+    "--warmup 200ms --cold-factor 3 --coupling",
+}
+
+
+def warm_trace(args, seed):
+    m = Meter(args.split())
+    rng = random.Random(seed)
+    rate_bps = max(m.cir, m.erate) or m.cir
+    lines = []
+    t = 10**9
+    colors = ["green", "yellow", "red"]
+
+    def pkt(at, size):
+        c = f" {rng.choice(colors)}" if m.aware and rng.random() < 0.3 else ""
+        lines.append(f"{at} {size}{c}")
+
+    for period in range(4):
+        start = t
+        # Every step edge of a warm-up from start, and one ns either side.
+        edges = [start + (j * m.d) // m.k for j in range(1, m.k + 1)]
+        marks = sorted({e + o for e in edges for o in (-1, 0, 1)})
+        now = start
+        pkt(now, 1500)
+        end = start + m.d + m.d // 4
+        while now < end:
+            size = rng.choice([64, 300, 576, 1000, 1500])
+            gap = int(rng.expovariate(1.0) * size * 8 * 10**9 / rate_bps / 1.6)
+            if rng.random() < 0.1:
+                gap = 0  # back to back
+            nxt = now + gap
+            while marks and marks[0] <= nxt:
+                at = marks.pop(0)
+                if at >= now:
+                    pkt(at, rng.choice([64, 1500]))
+                    now = at
+            now = max(now, nxt)
+            pkt(now, size)
+        # The gap before the next period: just under D (stays warm), D, then just over D.
+        t = now + [m.d - 1, m.d, m.d + 1, 3 * m.d][period]
+    return "\n".join(lines) + "\n"
+
+
+def write_warmup():
+    for i, (name, args) in enumerate(WARMUP.items()):
+        trace = warm_trace(args, 1000 + i)
+        (HERE / f"{name}.args").write_text(args + "\n")
+        (HERE / f"{name}.trace").write_text(trace)
+        (HERE / f"{name}.expected").write_text(replay(args.split(), trace))
+        print(f"{name}: {trace.count(chr(10))} packets")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(check())
+    if len(sys.argv) == 3 and sys.argv[1] == "--states":
+        a = HERE / f"{sys.argv[2]}.args"
+        sys.stdout.write(states(a.read_text().split(),
+                                parse_trace(a.with_suffix(".trace").read_text())))
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "--case":
+        args, packets = random_case(int(sys.argv[2]))
+        sys.stdout.write(" ".join(args) + "\n" + states(args, packets))
+        sys.exit(0)
+    if sys.argv[1:] == ["--write-warmup"]:
+        write_warmup()
+        sys.exit(0)
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
