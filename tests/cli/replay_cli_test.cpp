@@ -109,6 +109,13 @@ TEST(ReplayCli, BadFlagsExitTwoWithAMessage) {
          "cannot open trace '/nonexistent/trace'"},
         {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500", "--bogus", "-"}, "--bogus"},
         {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500"}, "FILE is required"},
+        {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500", "--warmup", "30", "-"},
+         "warmup: invalid duration '30': give a unit"},
+        {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500", "--warmup", "30s", "--cold-factor",
+          "17", "-"},
+         "cold_factor 17 is out of range 2..16"},
+        {{"--algo", "srtcm", "--cir", "1mbit", "--cbs", "1500", "--cold-factor", "4", "-"},
+         "cold_factor without warmup"},
     };
     ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {

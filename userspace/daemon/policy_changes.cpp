@@ -139,7 +139,7 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
     // The data path keeps no warm-up state per bucket yet: replay and whatif run it.
     if (p->meter.warmup_ns)
         errors.push_back(fmt::format("policy '{}': warmup: the data path does not warm up yet "
-                                     "(tricolorctl replay and whatif do)",
+                                     "(tricolorctl replay of one meter does)",
                                      name));
     if (auto why = shape_problem(*p, attachments_); !why.empty())
         errors.push_back(why);

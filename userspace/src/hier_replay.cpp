@@ -182,6 +182,12 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
             errors.push_back(fmt::format("policy '{}': match.cgroup cannot be replayed (replayed "
                                          "packets were sent by no process)",
                                          p->name));
+        // The BPF engine and whatif run the data path's programs, which keep no warm-up yet.
+        if (p->meter.warmup_ns)
+            errors.push_back(fmt::format("policy '{}': warmup: a policy file is replayed as the "
+                                         "data path meters, which does not warm up yet (replay "
+                                         "one meter with --warmup instead)",
+                                         p->name));
         out.push_back(std::move(*p));
     }
     if (errors.empty()) {
