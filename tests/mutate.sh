@@ -642,6 +642,11 @@ while IFS= read -r -d '' f; do
 done < <(cd "$SRC" && git ls-files -z --cached --others --exclude-standard)
 (cd "$SRC" && git ls-files -z --cached --others --exclude-standard |
     tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$WORK/src"
+# A file the tree no longer has (deleted, renamed) goes from the copy too: the build takes every
+# *_test.cpp of a folder, and an old name's copy would be built beside the new one.
+(cd "$SRC" && git ls-files --cached --others --exclude-standard | sort) >"$WORK/tracked"
+(cd "$WORK/src" && find . -type f -printf '%P\n' | sort) |
+    comm -23 - "$WORK/tracked" | while IFS= read -r gone; do rm -f "$WORK/src/$gone"; done
 # The same for a file a run was interrupted in after restoring it but before rebuilding: its
 # copy matches, its objects are the mutant's and newer. Each run notes the file it mutates in
 # $WORK/in-flight until the tree is rebuilt at the end.
