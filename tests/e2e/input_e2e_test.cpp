@@ -81,6 +81,13 @@ TEST_F(Input, EveryBadInputIsRefusedWithAMessageAndChangesNothing) {
         {{"policy", "add", "p", "--algo", "wfq", "--cir", "1mbit", "--cbs", "1k"}, 2, "wfq not in"},
         {{"policy", "add", "p", "--cir", "1mbit", "--cbs", "1k"}, 2, "--algo is required"},
         {{"stats", "ghost"}, 1, "no policy named 'ghost'"},
+        {{"policy", "add", "p", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "15k", "--warmup",
+          "30s"},
+         1,
+         "warmup: the data path does not warm up yet"},
+        {{"policy", "set", "base", "--warmup", "30s", "--cold-factor", "1"},
+         2,
+         "cold_factor 1 is out of range 2..16"},
     };
     ASSERT_GE(cases.size(), 8u);
     for (const auto &c : cases) {
