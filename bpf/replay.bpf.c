@@ -9,11 +9,26 @@
 
 #include "tricolor_abi.h"
 #include "meter.h"
+#include "quota.h"
 #include "clock.h"
 
 #define TCM_ETH_HLEN 14
 
 struct tcm_replay_io replay = {};
+
+/* The meter's own decision, warm-up and all. */
+static __always_inline __u32 replay_meter(__u64 now_ns, __u32 len, __u32 in_color) {
+    __u32 in = replay.config.flags & TCM_METER_F_COLOR_AWARE ? in_color : TCM_GREEN;
+
+    if (!replay.started) {
+        meter_start_warm(&replay.config, &replay.state, &replay.warm_state, now_ns);
+        replay.started = 1;
+    }
+    if (replay.warm.d_ns)
+        return meter_mark_warm_aware(&replay.config, &replay.warm, &replay.state,
+                                     &replay.warm_state, now_ns, len, in);
+    return meter_mark_aware(&replay.config, &replay.state, now_ns, len, in);
+}
 
 SEC("xdp.frags")
 int tricolor_replay(struct xdp_md *ctx) {
@@ -21,17 +36,15 @@ int tricolor_replay(struct xdp_md *ctx) {
     __u64 frame_len = bpf_xdp_get_buff_len(ctx);
     __u32 len = frame_len > TCM_ETH_HLEN ? (__u32)(frame_len - TCM_ETH_HLEN) : 0;
 
-    __u32 in = replay.config.flags & TCM_METER_F_COLOR_AWARE ? replay.in_color : TCM_GREEN;
-
-    if (!replay.started) {
-        meter_start_warm(&replay.config, &replay.state, &replay.warm_state, now_ns);
-        replay.started = 1;
+    if (!replay.quota.bytes) {
+        replay.out_color = replay_meter(now_ns, len, replay.in_color);
+    } else if (quota_used(&replay.quota, &replay.quota_state, now_ns)) {
+        replay.out_color =
+            quota_over(&replay.quota, &replay.quota_state, now_ns, len, replay.in_color);
+    } else {
+        replay.out_color = replay_meter(now_ns, len, replay.in_color);
+        quota_count(&replay.quota_state, len, replay.out_color);
     }
-    if (replay.warm.d_ns)
-        replay.out_color = meter_mark_warm_aware(&replay.config, &replay.warm, &replay.state,
-                                                 &replay.warm_state, now_ns, len, in);
-    else
-        replay.out_color = meter_mark_aware(&replay.config, &replay.state, now_ns, len, in);
     return XDP_PASS;
 }
 

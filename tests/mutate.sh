@@ -69,6 +69,19 @@ mutant warm-full-keeps-part bpf/lib/meter.h \
     's/over_rem = ws->c_rem;\n        ws->c_rem = 0;/over_rem = ws->c_rem;/' \
     "warm-up: a full C keeps its part-token (more than CBS)" \
     "$WARM_TESTS"
+QUOTA_TESTS='unit:Quota.*:MeterVectors.* bpf:BpfReplay.MatchesEveryVectorExactly'
+mutant quota-off-by-one bpf/lib/quota.h \
+    's/return qs->used >= q->bytes;/return qs->used > q->bytes;/' \
+    "quota: a meter whose used bytes equal the quota still decides (off by one at the quota)" \
+    "$QUOTA_TESTS"
+mutant quota-reset-late bpf/lib/quota.h \
+    's/now >= qs->period_end/now > qs->period_end/' \
+    "quota: a packet at the reset's nanosecond is the old period's" \
+    "$QUOTA_TESTS"
+mutant quota-red-counted bpf/lib/quota.h \
+    's/if \(color != TCM_RED\)\n        qs->used \+= len;/qs->used += len;/' \
+    "quota: red packets count against the quota" \
+    "$QUOTA_TESTS"
 mutant meter-slow-4pct bpf/lib/meter.h \
     's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \

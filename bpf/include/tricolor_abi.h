@@ -97,6 +97,29 @@ struct tcm_warm_state {
     __u32 e_rem;    /* and E (or P) e_tokens + e_rem / K^2 */
 };
 
+/* --quota BYTES/PERIOD (docs/spec.md §14): a meter's green and yellow bytes of the period; once
+ * they reach the quota, the over meter (or a drop) decides instead until the period ends
+ * (bpf/lib/quota.h). Periods of a fixed length start at anchor_ns + k * period_ns; calendar
+ * months (period_ns 0) on month_day at anchor_ns past midnight, UTC. */
+#define TCM_QUOTA_F_DROP 0x1u /* over the quota every packet is red */
+struct tcm_quota_config {
+    __u64 bytes;        /* the quota; 0: none */
+    __u64 period_ns;    /* a fixed period; 0: calendar months */
+    __u64 period_recip; /* floor(2^64 / period_ns), for meter_wait_ns's division */
+    __u64 anchor_ns;    /* fixed: a period starts here; months: the time of day it starts at */
+    __u32 month_day;    /* months: the day a period starts, 1 to 28 */
+    __u32 flags;        /* TCM_QUOTA_F_* */
+    struct tcm_meter_config over; /* the over meter, unless TCM_QUOTA_F_DROP */
+};
+
+struct tcm_quota_state {
+    __u64 used;       /* green and yellow bytes of this period */
+    __u64 period_end; /* the next reset; 0: no packet yet */
+    struct tcm_meter_state over;
+    __u32 over_started;
+    __u32 pad;
+};
+
 /* Globals of the replay program (bpf/replay.bpf.c), set through the skeleton's mmapped .bss
  * before each BPF_PROG_TEST_RUN. */
 struct tcm_replay_io {
@@ -108,6 +131,8 @@ struct tcm_replay_io {
     __u32 pad;
     struct tcm_warm_config warm; /* d_ns 0: none */
     struct tcm_warm_state warm_state;
+    struct tcm_quota_config quota; /* bytes 0: none */
+    struct tcm_quota_state quota_state;
 };
 
 /* ---- Data path (bpf/tricolor.bpf.c) ------------------------------------------------------- */

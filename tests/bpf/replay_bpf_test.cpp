@@ -19,7 +19,8 @@ TEST(BpfReplay, MatchesEveryVectorExactly) {
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
         auto out = test::replay_vector(v, [](const MeterParams &p) {
-            return std::make_unique<BpfEngine>(make_meter_config(p), make_warm_config(p));
+            return std::make_unique<BpfEngine>(make_meter_config(p), make_warm_config(p),
+                                               make_quota_config(p));
         });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }
@@ -40,7 +41,7 @@ TEST(BpfReplay, WarmUpHoldsTheRationalModelsTokensAfterEveryPacket) {
         runs.push_back(test::reference_run({"--case", std::to_string(seed)}));
     for (size_t r = 0; r < runs.size(); ++r) {
         MeterParams p = test::meter_from_args(runs[r].args);
-        BpfEngine bpf(make_meter_config(p), make_warm_config(p));
+        BpfEngine bpf(make_meter_config(p), make_warm_config(p), make_quota_config(p));
         const uint32_t k2 = p.cold_factor * p.cold_factor;
         for (size_t i = 0; i < runs[r].steps.size(); ++i) {
             const auto &s = runs[r].steps[i];

@@ -49,7 +49,8 @@ TEST(MeterVectors, ModelMatchesEveryVectorExactly) {
     ASSERT_GE(vectors.size(), 8u);
     for (const auto &v : vectors) {
         auto out = test::replay_vector(v, [](const MeterParams &p) {
-            return std::make_unique<ModelEngine>(make_meter_config(p), make_warm_config(p));
+            return std::make_unique<ModelEngine>(make_meter_config(p), make_warm_config(p),
+                                                 make_quota_config(p));
         });
         EXPECT_EQ(test::first_difference(out, v.expected), "") << v.name;
     }

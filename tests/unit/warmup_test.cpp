@@ -18,7 +18,7 @@ namespace {
 void expect_model_equals(const test::ReferenceRun &run, const std::string &what) {
     MeterParams p = test::meter_from_args(run.args);
     ASSERT_NE(p.warmup_ns, 0u) << what;
-    Meter m(make_meter_config(p), make_warm_config(p));
+    Meter m(make_meter_config(p), make_warm_config(p), make_quota_config(p));
     const uint32_t k2 = p.cold_factor * p.cold_factor;
     for (size_t i = 0; i < run.steps.size(); ++i) {
         const auto &s = run.steps[i];
@@ -68,7 +68,7 @@ TEST(Warmup, EachStepEarnsItsShareOfTheRate) {
     p.start_empty = true;
     p.warmup_ns = 1000000000;
     p.cold_factor = 3;
-    Meter m(make_meter_config(p), make_warm_config(p));
+    Meter m(make_meter_config(p), make_warm_config(p), make_quota_config(p));
     const uint64_t t0 = 5000000000, rate = 3000000;
     m.mark(t0, 0);
     unsigned __int128 sum = 0;

@@ -6,18 +6,30 @@ byte's 8e9 (a packet's 1e9), a warm-up's rate steps are integrated over their ed
 
   reference.py --check            every NAME.args here replayed: equal to NAME.expected
   reference.py --write-warmup     (re)writes the warm-up vectors (their traces are seeded)
+  reference.py --write-quota      (re)writes the quota vectors
   reference.py --states NAME      NAME's packets, each with its colours and the buckets after it
   reference.py --case SEED        a random warm-up meter (its flags on the first line) and trace,
                                   each packet with its colours and the buckets after it
 A bucket is written as a fraction of tokens, N/D, in lowest terms.
 """
+import calendar
 import random
 import sys
+from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DURATION = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+
+
+SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3,
+        "gb": 1024**3}
+
+
+def size_of(text):
+    digits = len(text) - len(text.lstrip("0123456789"))
+    return int(text[:digits]) * SIZE[text[digits:].lower()]
 
 
 def duration(text):
@@ -38,6 +50,10 @@ class Meter:
                 flags.add(key)
             elif key == "warmup":
                 o[key] = duration(next(it))
+            elif key == "quota":
+                amount, period = next(it).split("/")
+                o["quota"] = size_of(amount)
+                o["period"] = period if period == "month" else duration(period)
             else:
                 o[key] = next(it)
         self.algo = o["algo"]
@@ -56,6 +72,39 @@ class Meter:
         self.d = o.get("warmup", 0)
         self.k = int(o.get("cold_factor", 3)) if self.d else 0
         self.started = False
+        # A quota (§14): bytes coloured green or yellow in the period; the over meter after.
+        self.quota = o.get("quota", 0)
+        self.period = o.get("period")
+        self.reset = o.get("quota_reset")
+        self.over = None
+        if self.quota and o.get("over", "drop") != "drop":
+            over = dict(kv.split("=") for kv in o["over"].split(","))
+            rest = [a for a in args if a in ("--color-aware", "--packet-mode")]
+            flags = sum((["--" + k, v] for k, v in over.items()), [])
+            if "algo" not in over:
+                flags = ["--algo", self.algo] + flags
+            self.over = Meter(flags + rest)
+        self.period_end = None
+        self.used = 0
+
+    def next_reset(self, now):
+        """The end of the period that holds @now (ns since the Unix epoch, UTC)."""
+        if self.period != "month":
+            anchor = 0
+            if self.reset:
+                anchor = int(datetime.fromisoformat(self.reset.replace("Z", "+00:00"))
+                             .timestamp()) * 10**9
+            return anchor + ((now - anchor) // self.period + 1) * self.period
+        day, _, tod = self.reset.partition("T") if self.reset else ("1", "", "")
+        h, mi, *sec = (tod or "00:00").split(":")
+        tod_ns = ((int(h) * 60 + int(mi)) * 60 + int(sec[0] if sec else 0)) * 10**9
+        t = datetime.fromtimestamp(now // 10**9, timezone.utc)
+        y, m = t.year, t.month
+        while True:
+            b = calendar.timegm((y, m, int(day), 0, 0, 0)) * 10**9 + tod_ns
+            if b > now:
+                return b
+            y, m = (y + 1, 1) if m == 12 else (y, m + 1)
 
     def earned(self, t0, t1):
         """The ns of full rate that [t0, t1) earns: during the j-th step of a warm-up from s,
@@ -87,6 +136,19 @@ class Meter:
         self.e = min(e, self.esize)
 
     def mark(self, now, size, color):
+        if not self.quota:
+            return self.mark_meter(now, size, color)
+        if self.period_end is None or now >= self.period_end:
+            self.used = 0
+            self.period_end = self.next_reset(now)
+        if self.used < self.quota:
+            got = self.mark_meter(now, size, color)
+            if got != "red":
+                self.used += size
+            return got
+        return self.over.mark(now, size, color) if self.over else "red"
+
+    def mark_meter(self, now, size, color):
         if not self.started:
             self.started = True
             self.last = now
@@ -255,6 +317,58 @@ def warm_trace(args, seed):
     return "\n".join(lines) + "\n"
 
 
+# The quota vectors: a period reset inside each trace (packets at a reset and one ns either side),
+# an over meter, a drop, calendar months with a reset on the 15th at 06:00 across February, and a
+# quota beside a warm-up. Times are ns since the Unix epoch (UTC), from November 2026.
+NOV_2026 = 1793491200 * 10**9  # 2026-11-01T00:00:00Z
+QUOTA = {
+    "srtcm-quota-over": ("--algo srtcm --cir 8000000 --cbs 15000 --ebs 15000 --quota 300000/2s "
+                         "--quota-reset 2026-11-01T00:00:00Z --over cir=1000000,cbs=3000,ebs=3000",
+                         NOV_2026 + 5 * 10**8, 7 * 10**9, 700_000, 2 * 10**9),
+    "trtcm-quota-month-drop": ("--algo trtcm --cir 1000000 --cbs 3000 --pir 2000000 --pbs 6000 "
+                               "--quota 500k/month --quota-reset 15T06:00 --over drop",
+                               NOV_2026, 120 * 86400 * 10**9, 1800 * 10**9, "month"),
+    "rfc4115-quota-warmup": ("--algo rfc4115 --cir 2000000 --cbs 4000 --eir 1000000 --ebs 3000 "
+                             "--warmup 300ms --cold-factor 4 --quota 100k/1s --over "
+                             "algo=srtcm,cir=500000,cbs=1500,ebs=1500 --color-aware",
+                             NOV_2026 + 123456789, 5 * 10**9, 3_000_000, 10**9),
+}
+
+
+def quota_trace(args, start, length, mean_gap, period, seed):
+    m = Meter(args.split())
+    rng = random.Random(seed)
+    resets, t = [], start
+    while True:
+        t = m.next_reset(t)
+        if t > start + length:
+            break
+        resets.append(t)
+    marks = sorted({r + o for r in resets for o in (-1, 0, 1)})
+    lines, now = [], start
+    colors = ["green", "yellow", "red"]
+    while now < start + length:
+        nxt = now + int(rng.expovariate(1.0) * mean_gap)
+        while marks and marks[0] <= nxt:
+            at = marks.pop(0)
+            if at >= now:
+                lines.append(f"{at} {rng.choice([64, 1500])}")
+                now = at
+        now = max(now, nxt)
+        c = f" {rng.choice(colors)}" if m.aware and rng.random() < 0.3 else ""
+        lines.append(f"{now} {rng.choice([64, 300, 576, 1000, 1500])}{c}")
+    return "\n".join(lines) + "\n", len(resets)
+
+
+def write_quota():
+    for i, (name, (args, start, length, gap, period)) in enumerate(QUOTA.items()):
+        trace, resets = quota_trace(args, start, length, gap, period, 2000 + i)
+        (HERE / f"{name}.args").write_text(args + "\n")
+        (HERE / f"{name}.trace").write_text(trace)
+        (HERE / f"{name}.expected").write_text(replay(args.split(), trace))
+        print(f"{name}: {trace.count(chr(10))} packets, {resets} resets")
+
+
 def write_warmup():
     for i, (name, args) in enumerate(WARMUP.items()):
         trace = warm_trace(args, 1000 + i)
@@ -278,6 +392,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1:] == ["--write-warmup"]:
         write_warmup()
+        sys.exit(0)
+    if sys.argv[1:] == ["--write-quota"]:
+        write_quota()
         sys.exit(0)
     print(__doc__, file=sys.stderr)
     sys.exit(2)

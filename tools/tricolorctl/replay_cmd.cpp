@@ -152,12 +152,13 @@ int run_replay(Context &) {
 
     auto config = make_meter_config(meter->params);
     auto warm = make_warm_config(meter->params);
+    auto quota = make_quota_config(meter->params);
     std::unique_ptr<ReplayEngine> engine;
     if (o.engine == "bpf") {
         quiet_libbpf_logging();
-        engine = std::make_unique<BpfEngine>(config, warm);
+        engine = std::make_unique<BpfEngine>(config, warm, quota);
     } else {
-        engine = std::make_unique<ModelEngine>(config, warm);
+        engine = std::make_unique<ModelEngine>(config, warm, quota);
     }
     std::ios::sync_with_stdio(false);
     ColorTotals t = run_replay(*engine, *trace, std::cout);

@@ -137,6 +137,10 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
                                      "redis://HOST:PORT (this daemon is in no fleet)",
                                      name));
     // The data path keeps no warm-up state per bucket yet: replay and whatif run it.
+    if (p->meter.quota_bytes)
+        errors.push_back(fmt::format("policy '{}': quota: the data path keeps no quota yet "
+                                     "(tricolorctl replay of one meter does)",
+                                     name));
     if (p->meter.warmup_ns)
         errors.push_back(fmt::format("policy '{}': warmup: the data path does not warm up yet "
                                      "(tricolorctl replay of one meter does)",

@@ -34,7 +34,8 @@ struct BpfEngine::Impl {
     ~Impl() { replay::destroy(skel); }
 };
 
-BpfEngine::BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm)
+BpfEngine::BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm,
+                     const tcm_quota_config &quota)
     : impl_(std::make_unique<Impl>()) {
     impl_->skel = replay::open();
     if (!impl_->skel)
@@ -51,6 +52,7 @@ BpfEngine::BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm
     io = {};
     io.config = config;
     io.warm = warm;
+    io.quota = quota;
     // A fixed frame: an Ethernet header (IPv4 ethertype) and zeroes, of the largest length.
     impl_->frame.assign(kEthHeader + kMaxTracePacket, 0);
     impl_->frame[12] = 0x08;
@@ -80,6 +82,10 @@ tcm_meter_state BpfEngine::state() const {
 
 tcm_warm_state BpfEngine::warm_state() const {
     return impl_->skel->bss->replay.warm_state;
+}
+
+tcm_quota_state BpfEngine::quota_state() const {
+    return impl_->skel->bss->replay.quota_state;
 }
 
 } // namespace tricolor

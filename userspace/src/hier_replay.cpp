@@ -183,6 +183,11 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
                                          "packets were sent by no process)",
                                          p->name));
         // The BPF engine and whatif run the data path's programs, which keep no warm-up yet.
+        if (p->meter.quota_bytes)
+            errors.push_back(fmt::format("policy '{}': quota: a policy file is replayed as the "
+                                         "data path meters, which keeps no quota yet (replay "
+                                         "one meter with --quota instead)",
+                                         p->name));
         if (p->meter.warmup_ns)
             errors.push_back(fmt::format("policy '{}': warmup: a policy file is replayed as the "
                                          "data path meters, which does not warm up yet (replay "

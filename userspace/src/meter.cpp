@@ -247,6 +247,45 @@ Validation validate(const MeterParams &p) {
     return v;
 }
 
+namespace {
+
+// "HH:MM" or "HH:MM:SS" as ns past midnight.
+std::optional<uint64_t> parse_time_of_day(std::string_view t) {
+    unsigned h = 0, m = 0, s = 0;
+    if (t.size() != 5 && t.size() != 8)
+        return std::nullopt;
+    if (t[2] != ':' || (t.size() == 8 && t[5] != ':') || !parse_whole(t.substr(0, 2), h) ||
+        !parse_whole(t.substr(3, 2), m) || (t.size() == 8 && !parse_whole(t.substr(6, 2), s)) ||
+        h > 23 || m > 59 || s > 59)
+        return std::nullopt;
+    return ((h * 60ull + m) * 60 + s) * 1000000000ull;
+}
+
+// A UTC time, "2026-11-01" or "2026-11-01T06:00[:00]Z", as ns since the Unix epoch.
+std::optional<uint64_t> parse_utc_time(std::string_view t) {
+    unsigned y = 0, mo = 0, d = 0;
+    if (t.size() < 10 || t[4] != '-' || t[7] != '-' || !parse_whole(t.substr(0, 4), y) ||
+        !parse_whole(t.substr(5, 2), mo) || !parse_whole(t.substr(8, 2), d) || y < 1970 ||
+        y > 2200 || mo < 1 || mo > 12 || d < 1)
+        return std::nullopt;
+    static constexpr unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > kDays[mo - 1] + (mo == 2 && leap))
+        return std::nullopt;
+    uint64_t tod = 0;
+    if (t.size() > 10) {
+        if (t[10] != 'T' || t.back() != 'Z')
+            return std::nullopt;
+        auto time = parse_time_of_day(t.substr(11, t.size() - 12));
+        if (!time)
+            return std::nullopt;
+        tod = *time;
+    }
+    return quota_days(y, mo, d) * TCM_NS_PER_DAY + tod;
+}
+
+} // namespace
+
 Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
     std::vector<std::string> errors;
     ParsedMeter out;
@@ -293,6 +332,135 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
     } else if (p.warmup_ns) {
         p.cold_factor = kDefaultColdFactor;
     }
+    if (spec.quota) {
+        std::string_view q = *spec.quota;
+        auto slash = q.find('/');
+        if (slash == std::string_view::npos) {
+            errors.push_back(fmt::format("quota: '{}' is not BYTES/PERIOD (50g/30d, 2g/1d, "
+                                         "100g/month)",
+                                         q));
+        } else {
+            if (auto b = parse_size(q.substr(0, slash)); !b)
+                errors.push_back(fmt::format("quota: {}", b.error()));
+            else if (*b == 0)
+                errors.push_back("quota: 0 bytes is no quota: leave it out");
+            else
+                p.quota_bytes = *b;
+            std::string_view period = q.substr(slash + 1);
+            if (period != "month") {
+                if (auto d = parse_duration(period); !d)
+                    errors.push_back(fmt::format("quota: the period: {}", d.error()));
+                else if (*d < 1000000000)
+                    errors.push_back(fmt::format("quota: a period of {} is shorter than a "
+                                                 "second",
+                                                 period));
+                else
+                    p.quota_period_ns = *d;
+            }
+        }
+    }
+    if (spec.quota_reset) {
+        std::string_view r = *spec.quota_reset;
+        if (!spec.quota) {
+            errors.push_back("quota_reset without quota: give --quota BYTES/PERIOD");
+        } else if (p.quota_period_ns || !spec.quota->ends_with("/month")) {
+            if (auto t = parse_utc_time(r))
+                p.quota_anchor_ns = *t;
+            else
+                errors.push_back(fmt::format("quota_reset: '{}' is not a UTC time "
+                                             "(2026-11-01 or 2026-11-01T06:00:00Z)",
+                                             r));
+        } else {
+            // A month's: the day, and a time of day.
+            auto t = r.find('T');
+            unsigned day = 0;
+            if (!parse_whole(r.substr(0, t), day) || day < 1 || day > 31) {
+                errors.push_back(fmt::format("quota_reset: '{}' is not a day of the month and "
+                                             "a time (1, 15T06:00, 1T00:00:00)",
+                                             r));
+            } else if (day > 28) {
+                errors.push_back(fmt::format("quota_reset: day {} is not in every month (February "
+                                             "has 28 or 29 days): give 1 to 28",
+                                             day));
+            } else {
+                p.quota_month_day = day;
+                if (t != std::string_view::npos) {
+                    if (auto tod = parse_time_of_day(r.substr(t + 1)))
+                        p.quota_anchor_ns = *tod;
+                    else
+                        errors.push_back(fmt::format("quota_reset: '{}' is not HH:MM or "
+                                                     "HH:MM:SS",
+                                                     r.substr(t + 1)));
+                }
+            }
+        }
+    } else if (p.quota_bytes && !p.quota_period_ns) {
+        p.quota_month_day = 1; // the first of the month, at midnight UTC
+    }
+    if (spec.over) {
+        std::string_view o = *spec.over;
+        if (!spec.quota)
+            errors.push_back("over without quota: the over meter applies once a quota is used");
+        else if (o != "drop") {
+            MeterParams::Over over;
+            over.algo = p.algo;
+            bool has_cir = false, has_cbs = false;
+            for (size_t at = 0; at <= o.size();) {
+                size_t end = o.find(',', at);
+                if (end == std::string_view::npos)
+                    end = o.size();
+                std::string_view kv = o.substr(at, end - at);
+                at = end + 1;
+                auto eq = kv.find('=');
+                std::string_view k = kv.substr(0, eq),
+                                 v = eq == std::string_view::npos ? "" : kv.substr(eq + 1);
+                std::string text(v);
+                auto rate = [&](std::string_view name) -> std::optional<uint64_t> {
+                    auto r = p.packet_mode ? parse_packet_rate(text) : parse_rate(text);
+                    if (!r)
+                        errors.push_back(fmt::format("over: {}: {}", name, r.error()));
+                    return r ? std::optional<uint64_t>(*r) : std::nullopt;
+                };
+                auto size = [&](std::string_view name) -> std::optional<uint64_t> {
+                    auto r = p.packet_mode ? parse_packet_count(text) : parse_size(text);
+                    if (!r)
+                        errors.push_back(fmt::format("over: {}: {}", name, r.error()));
+                    return r ? std::optional<uint64_t>(*r) : std::nullopt;
+                };
+                if (eq == std::string_view::npos) {
+                    errors.push_back(fmt::format("over: '{}' is not KEY=VALUE (cir=1mbit,cbs=16k; "
+                                                 "or drop)",
+                                                 kv));
+                } else if (k == "algo") {
+                    if (auto a = parse_algo(v))
+                        over.algo = *a;
+                    else
+                        errors.push_back(fmt::format("over: algo '{}' is not {}", v, algo_names()));
+                } else if (k == "cir") {
+                    over.cir = rate("CIR").value_or(0);
+                    has_cir = true;
+                } else if (k == "cbs") {
+                    over.cbs = size("CBS").value_or(0);
+                    has_cbs = true;
+                } else if (k == "ebs") {
+                    over.ebs = size("EBS");
+                } else if (k == "pbs") {
+                    over.pbs = size("PBS");
+                } else if (k == "pir") {
+                    over.pir = rate("PIR");
+                } else if (k == "eir") {
+                    over.eir = rate("EIR");
+                } else {
+                    errors.push_back(fmt::format("over: unknown key '{}' (algo, cir, cbs, ebs, "
+                                                 "pir, pbs, eir)",
+                                                 k));
+                }
+            }
+            if (!has_cir || !has_cbs)
+                errors.push_back("over: the over meter needs cir and cbs (or: drop)");
+            p.over = over;
+        }
+    }
     p.cir = value("CIR", spec.cir, true);
     p.cbs = value("CBS", spec.cbs, false);
     p.ebs = optional_value("EBS", spec.ebs, false);
@@ -305,6 +473,13 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
         Validation v = validate(p);
         errors = std::move(v.errors);
         out.warnings = std::move(v.warnings);
+        if (p.over) {
+            Validation ov = validate(over_params(p));
+            for (auto &e : ov.errors)
+                errors.push_back("over: " + e);
+            for (auto &w : ov.warnings)
+                out.warnings.push_back("over: " + w);
+        }
     }
     if (!errors.empty()) {
         return std::unexpected(join_lines(errors));
@@ -335,6 +510,34 @@ tcm_warm_config make_warm_config(const MeterParams &p) {
     tcm_warm_config w{};
     meter_warm_config_init(&w, p.warmup_ns, p.cold_factor);
     return w;
+}
+
+MeterParams over_params(const MeterParams &p) {
+    MeterParams o;
+    if (!p.over)
+        return o;
+    o.algo = p.over->algo;
+    o.cir = p.over->cir;
+    o.cbs = p.over->cbs;
+    o.ebs = p.over->ebs;
+    o.pir = p.over->pir;
+    o.pbs = p.over->pbs;
+    o.eir = p.over->eir;
+    o.color_aware = p.color_aware;
+    o.packet_mode = p.packet_mode;
+    return o;
+}
+
+tcm_quota_config make_quota_config(const MeterParams &p) {
+    tcm_quota_config q{};
+    if (!p.quota_bytes)
+        return q;
+    quota_config_init(&q, p.quota_bytes, p.quota_period_ns, p.quota_anchor_ns, p.quota_month_day);
+    if (p.over)
+        q.over = make_meter_config(over_params(p));
+    else
+        q.flags |= TCM_QUOTA_F_DROP;
+    return q;
 }
 
 } // namespace tricolor

@@ -585,6 +585,27 @@ const std::vector<PolicyFlag> &policy_flags() {
          .meter = true,
          .value = "K",
          .read = read_meter_text<&MeterSpec::cold_factor>},
+        {.key = "quota",
+         .kind = Text,
+         .help = "At most BYTES coloured green or yellow a PERIOD (50g/30d, 2g/1d, 100g/month), "
+                 "then --over (docs/spec.md §14)",
+         .meter = true,
+         .value = "BYTES/PERIOD",
+         .read = read_meter_text<&MeterSpec::quota>},
+        {.key = "quota_reset",
+         .kind = Text,
+         .help = "When a period starts, UTC: a time (2026-11-01T06:00:00Z; default the Unix "
+                 "epoch), or for month a day 1-28 and a time (15T06:00; default 1)",
+         .meter = true,
+         .value = "TIME",
+         .read = read_meter_text<&MeterSpec::quota_reset>},
+        {.key = "over",
+         .kind = Text,
+         .help = "What meters once the quota is used: cir=RATE,cbs=SIZE[,ebs=,pir=,pbs=,eir=,"
+                 "algo=] or drop (the default)",
+         .meter = true,
+         .value = "METER|drop",
+         .read = read_meter_text<&MeterSpec::over>},
         {.key = "managed_by",
          .kind = Text,
          .help = "What made the policy for a container (cni, docker, podman): a reload of the "

@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "meter.h"
+#include "quota.h"
 }
 
 namespace tricolor {
@@ -73,6 +74,21 @@ struct MeterParams {
     // at rate * j/K in the j-th of K = cold_factor steps of warmup_ns/K. 0: no warm-up.
     uint64_t warmup_ns = 0;
     uint32_t cold_factor = 0;
+    // docs/spec.md §14: a quota of quota_bytes green and yellow bytes a period, the over meter
+    // (none: every packet red) deciding once it is used. Periods of quota_period_ns from
+    // quota_anchor_ns (ns since the Unix epoch), or calendar months (quota_period_ns 0) from
+    // quota_month_day at quota_anchor_ns past midnight, UTC. quota_bytes 0: no quota.
+    uint64_t quota_bytes = 0;
+    uint64_t quota_period_ns = 0;
+    uint64_t quota_anchor_ns = 0;
+    uint32_t quota_month_day = 0;
+    struct Over {
+        Algo algo = Algo::srtcm;
+        uint64_t cir = 0, cbs = 0;
+        std::optional<uint64_t> ebs, pir, pbs, eir;
+        bool operator==(const Over &) const = default;
+    };
+    std::optional<Over> over;
 
     bool operator==(const MeterParams &) const = default;
 };
@@ -113,8 +129,9 @@ struct MeterSpec {
     bool color_aware = false;
     bool packet_mode = false;
     bool coupling = false;
-    std::optional<std::string> start;               // "full" or "empty"
-    std::optional<std::string> warmup, cold_factor; // "30s", "3"
+    std::optional<std::string> start;                    // "full" or "empty"
+    std::optional<std::string> warmup, cold_factor;      // "30s", "3"
+    std::optional<std::string> quota, quota_reset, over; // "50g/30d", "1T06:00", "cir=1mbit,..."
 };
 
 struct ParsedMeter {
@@ -128,8 +145,11 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec);
 
 // Precomputes the per-packet configuration. Precondition: validate(params).ok().
 tcm_meter_config make_meter_config(const MeterParams &params);
-// And the warm-up's (d_ns 0: none).
+// And the warm-up's (d_ns 0: none), and the quota's (bytes 0: none).
 tcm_warm_config make_warm_config(const MeterParams &params);
+tcm_quota_config make_quota_config(const MeterParams &params);
+// The over meter's parameters as a meter of their own (the colour mode and units of @params).
+MeterParams over_params(const MeterParams &params);
 // The cold factor a warm-up without --cold-factor has (Guava's SmoothWarmingUp's).
 inline constexpr uint32_t kDefaultColdFactor = 3;
 // The shortest warm-up: shorter ones are over before a second packet could see them.
@@ -142,10 +162,28 @@ uint64_t edt_recip(const tcm_meter_config &config);
 // One bucket pair driven by the shared C code.
 class Meter {
   public:
-    explicit Meter(const tcm_meter_config &config, const tcm_warm_config &warm = {})
-        : config_(config), warm_(warm) {}
+    explicit Meter(const tcm_meter_config &config, const tcm_warm_config &warm = {},
+                   const tcm_quota_config &quota = {})
+        : config_(config), warm_(warm), quota_(quota) {}
 
     Color mark(uint64_t now_ns, uint32_t len, Color in = Color::green) {
+        if (!quota_.bytes)
+            return mark_meter(now_ns, len, in);
+        if (quota_used(&quota_, &quota_state_, now_ns))
+            return static_cast<Color>(
+                quota_over(&quota_, &quota_state_, now_ns, len, static_cast<uint32_t>(in)));
+        Color c = mark_meter(now_ns, len, in);
+        quota_count(&quota_state_, len, static_cast<uint32_t>(c));
+        return c;
+    }
+    const tcm_meter_config &config() const { return config_; }
+    const tcm_meter_state &state() const { return state_; }
+    const tcm_warm_state &warm_state() const { return warm_state_; }
+    const tcm_quota_state &quota_state() const { return quota_state_; }
+    bool started() const { return started_; }
+
+  private:
+    Color mark_meter(uint64_t now_ns, uint32_t len, Color in) {
         if (!started_) {
             meter_start_warm(&config_, &state_, &warm_state_, now_ns);
             started_ = true;
@@ -158,16 +196,13 @@ class Meter {
                 meter_mark_warm_aware(&config_, &warm_, &state_, &warm_state_, now_ns, len, color));
         return static_cast<Color>(meter_mark_aware(&config_, &state_, now_ns, len, color));
     }
-    const tcm_meter_config &config() const { return config_; }
-    const tcm_meter_state &state() const { return state_; }
-    const tcm_warm_state &warm_state() const { return warm_state_; }
-    bool started() const { return started_; }
 
-  private:
     tcm_meter_config config_;
     tcm_warm_config warm_;
+    tcm_quota_config quota_;
     tcm_meter_state state_{};
     tcm_warm_state warm_state_{};
+    tcm_quota_state quota_state_{};
     bool started_ = false;
 };
 

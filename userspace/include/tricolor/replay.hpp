@@ -38,8 +38,9 @@ class ReplayEngine {
 
 class ModelEngine final : public ReplayEngine {
   public:
-    explicit ModelEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {})
-        : meter_(config, warm) {}
+    explicit ModelEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {},
+                         const tcm_quota_config &quota = {})
+        : meter_(config, warm, quota) {}
     Color mark(const TracePacket &p) override { return meter_.mark(p.time_ns, p.bytes, p.color); }
 
   private:
@@ -51,7 +52,8 @@ class ModelEngine final : public ReplayEngine {
 // loaded (no privileges, no BPF) or a test run fails.
 class BpfEngine final : public ReplayEngine {
   public:
-    explicit BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {});
+    explicit BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm = {},
+                       const tcm_quota_config &quota = {});
     ~BpfEngine() override;
     BpfEngine(const BpfEngine &) = delete;
     BpfEngine &operator=(const BpfEngine &) = delete;
@@ -59,6 +61,7 @@ class BpfEngine final : public ReplayEngine {
     // The kernel program's bucket state, to compare with the model's.
     tcm_meter_state state() const;
     tcm_warm_state warm_state() const;
+    tcm_quota_state quota_state() const;
 
   private:
     struct Impl;
