@@ -77,10 +77,13 @@ TCM_METER_INLINE void meter_refill_dt(const struct tcm_meter_config *cfg,
 /* Brings both buckets forward to @now_ns. */
 TCM_METER_INLINE void meter_refill(const struct tcm_meter_config *cfg, struct tcm_meter_state *st,
                                    __u64 now_ns) {
+    __u64 dt;
+
     if (now_ns <= st->last_ns)
         return;
-    meter_refill_dt(cfg, st, now_ns - st->last_ns);
+    dt = now_ns - st->last_ns;
     st->last_ns = now_ns;
+    meter_refill_dt(cfg, st, dt);
 }
 
 /* Tokens a packet of @len metered bytes costs. */
