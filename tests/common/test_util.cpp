@@ -4,6 +4,8 @@
 #include "tricolor/cgroups.hpp"
 #include "tricolor/policy_fields.hpp"
 
+#include <gtest/gtest.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -95,6 +97,18 @@ replay_vector(const Vector &v,
     std::ostringstream out;
     run_replay(*engine, *trace, out);
     return out.str();
+}
+
+void expect_each_refused(const nlohmann::json &base, const std::vector<Refusal> &cases) {
+    ASSERT_GE(cases.size(), 4u);
+    for (const Refusal &c : cases) {
+        nlohmann::json spec = base;
+        spec.update(c.patch);
+        auto p = to_policy(spec, 1);
+        ASSERT_FALSE(p.has_value()) << c.patch.dump();
+        EXPECT_NE(p.error().find(c.says), std::string::npos)
+            << c.patch.dump() << ": " << p.error() << "\nshould say: " << c.says;
+    }
 }
 
 ReferenceRun reference_run(const std::vector<std::string> &how) {

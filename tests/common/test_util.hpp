@@ -7,6 +7,8 @@
 #include "tricolor/policy.hpp"
 #include "tricolor/replay.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -36,6 +38,13 @@ MeterParams meter_from_args(const std::vector<std::string> &args);
 std::string
 replay_vector(const Vector &v,
               const std::function<std::unique_ptr<ReplayEngine>(const MeterParams &)> &make);
+
+// to_policy refuses @base with each patch applied, its message naming what the case says.
+struct Refusal {
+    nlohmann::json patch;
+    std::string says;
+};
+void expect_each_refused(const nlohmann::json &base, const std::vector<Refusal> &cases);
 
 // A run of tests/vectors/reference.py, the exact rational model (--states NAME, --case SEED):
 // the meter's flags, and each packet with the model's colour and buckets after it.

@@ -96,35 +96,29 @@ TEST(Quota, TheOverMeterDecidesOnceTheQuotaIsUsed) {
 
 TEST(Quota, BadInputIsRefusedNamingTheField) {
     json base = {{"name", "q"}, {"algo", "srtcm"}, {"cir", "1mbit"}, {"cbs", "15k"}};
-    struct Case {
-        json patch;
-        std::string says;
-    };
-    const Case cases[] = {
-        {{{"quota", "50g"}}, "quota: '50g' is not BYTES/PERIOD"},
-        {{{"quota", "0/1d"}}, "quota: 0 bytes is no quota"},
-        {{{"quota", "50g/0s"}}, "shorter than a second"},
-        {{{"quota", "50g/30"}}, "quota: the period: invalid duration '30': give a unit"},
-        {{{"quota", "50x/30d"}}, "quota: invalid size '50x'"},
-        {{{"quota", "50g/month"}, {"quota_reset", "31"}}, "day 31 is not in every month"},
-        {{{"quota", "50g/month"}, {"quota_reset", "0"}}, "is not a day of the month"},
-        {{{"quota", "50g/month"}, {"quota_reset", "1T25:00"}}, "'25:00' is not HH:MM"},
-        {{{"quota", "50g/1d"}, {"quota_reset", "yesterday"}}, "'yesterday' is not a UTC time"},
-        {{{"quota", "50g/1d"}, {"quota_reset", "2026-02-30"}}, "'2026-02-30' is not a UTC time"},
-        {{{"quota_reset", "2026-11-01"}}, "quota_reset without quota"},
-        {{{"over", "drop"}}, "over without quota"},
-        {{{"quota", "50g/1d"}, {"over", "cir=1mbit"}}, "over: the over meter needs cir and cbs"},
-        {{{"quota", "50g/1d"}, {"over", "cir=1mbit,cbs=16k,color=red"}}, "unknown key 'color'"},
-        {{{"quota", "50g/1d"}, {"over", "cir=1zbit,cbs=16k"}}, "over: CIR: invalid rate"},
-        {{{"quota", "50g/1d"}, {"over", "algo=trtcm,cir=1mbit,cbs=16k"}}, "over: trtcm needs PIR"},
-    };
-    for (const Case &c : cases) {
-        json spec = base;
-        spec.update(c.patch);
-        auto p = to_policy(spec, 1);
-        ASSERT_FALSE(p.has_value()) << c.patch.dump();
-        EXPECT_THAT(p.error(), HasSubstr(c.says)) << c.patch.dump();
-    }
+    test::expect_each_refused(
+        base,
+        {
+            {{{"quota", "50g"}}, "quota: '50g' is not BYTES/PERIOD"},
+            {{{"quota", "0/1d"}}, "quota: 0 bytes is no quota"},
+            {{{"quota", "50g/0s"}}, "shorter than a second"},
+            {{{"quota", "50g/30"}}, "quota: the period: invalid duration '30': give a unit"},
+            {{{"quota", "50x/30d"}}, "quota: invalid size '50x'"},
+            {{{"quota", "50g/month"}, {"quota_reset", "31"}}, "day 31 is not in every month"},
+            {{{"quota", "50g/month"}, {"quota_reset", "0"}}, "is not a day of the month"},
+            {{{"quota", "50g/month"}, {"quota_reset", "1T25:00"}}, "'25:00' is not HH:MM"},
+            {{{"quota", "50g/1d"}, {"quota_reset", "yesterday"}}, "'yesterday' is not a UTC time"},
+            {{{"quota", "50g/1d"}, {"quota_reset", "2026-02-30"}},
+             "'2026-02-30' is not a UTC time"},
+            {{{"quota_reset", "2026-11-01"}}, "quota_reset without quota"},
+            {{{"over", "drop"}}, "over without quota"},
+            {{{"quota", "50g/1d"}, {"over", "cir=1mbit"}},
+             "over: the over meter needs cir and cbs"},
+            {{{"quota", "50g/1d"}, {"over", "cir=1mbit,cbs=16k,color=red"}}, "unknown key 'color'"},
+            {{{"quota", "50g/1d"}, {"over", "cir=1zbit,cbs=16k"}}, "over: CIR: invalid rate"},
+            {{{"quota", "50g/1d"}, {"over", "algo=trtcm,cir=1mbit,cbs=16k"}},
+             "over: trtcm needs PIR"},
+        });
     json good = base;
     good["quota"] = "100g/month";
     auto p = to_policy(good, 1);

@@ -93,29 +93,20 @@ TEST(Warmup, EachStepEarnsItsShareOfTheRate) {
 
 TEST(Warmup, BadInputIsRefusedNamingTheField) {
     json base = {{"name", "w"}, {"algo", "srtcm"}, {"cir", "1mbit"}, {"cbs", "15k"}};
-    struct Case {
-        json patch;
-        std::string says;
-    };
-    const Case cases[] = {
-        {{{"warmup", "0s"}}, "warmup: 0 is no warm-up"},
-        {{{"warmup", "30"}}, "give a unit"},
-        {{{"warmup", "soon"}}, "invalid duration 'soon'"},
-        {{{"warmup", "25h"}}, "warmup 25h is out of range 1ms..1d"},
-        {{{"warmup", "500us"}}, "out of range"},
-        {{{"warmup", "30s"}, {"cold_factor", "1"}}, "cold_factor 1 is out of range 2..16"},
-        {{{"warmup", "30s"}, {"cold_factor", "17"}}, "cold_factor 17 is out of range 2..16"},
-        {{{"warmup", "30s"}, {"cold_factor", "three"}}, "cold_factor: 'three' is not a whole"},
-        {{{"cold_factor", "3"}}, "cold_factor without warmup"},
-        {{{"warmup", "30s"}, {"fleet", true}}, "warmup: a fleet policy's committed bucket"},
-    };
-    for (const Case &c : cases) {
-        json spec = base;
-        spec.update(c.patch);
-        auto p = to_policy(spec, 1);
-        ASSERT_FALSE(p.has_value()) << c.patch.dump();
-        EXPECT_THAT(p.error(), HasSubstr(c.says)) << c.patch.dump();
-    }
+    test::expect_each_refused(
+        base,
+        {
+            {{{"warmup", "0s"}}, "warmup: 0 is no warm-up"},
+            {{{"warmup", "30"}}, "give a unit"},
+            {{{"warmup", "soon"}}, "invalid duration 'soon'"},
+            {{{"warmup", "25h"}}, "warmup 25h is out of range 1ms..1d"},
+            {{{"warmup", "500us"}}, "out of range"},
+            {{{"warmup", "30s"}, {"cold_factor", "1"}}, "cold_factor 1 is out of range 2..16"},
+            {{{"warmup", "30s"}, {"cold_factor", "17"}}, "cold_factor 17 is out of range 2..16"},
+            {{{"warmup", "30s"}, {"cold_factor", "three"}}, "cold_factor: 'three' is not a whole"},
+            {{{"cold_factor", "3"}}, "cold_factor without warmup"},
+            {{{"warmup", "30s"}, {"fleet", true}}, "warmup: a fleet policy's committed bucket"},
+        });
     json good = base;
     good["warmup"] = "30s";
     auto p = to_policy(good, 1);
