@@ -58,8 +58,8 @@ mutant warm-cold-strict bpf/lib/meter.h \
     "warm-up: a gap of exactly D does not make the meter cold" \
     "$WARM_TESTS"
 mutant warm-step-edge bpf/lib/meter.h \
-    's/hi = j \* d;/hi = j * d + 1;/' \
-    "warm-up: each step ends 1/K ns late (a step edge off by one)" \
+    's/meter_warm_earned\(d, x1 \* w->k\)/meter_warm_earned(d, x1 * w->k + 1)/' \
+    "warm-up: a packet's place in the steps read 1/K ns late (a step edge off by one)" \
     "$WARM_TESTS"
 mutant warm-part-tokens-lost bpf/lib/meter.h \
     's/\*rem = \(__u32\)\(f - q \* w->k2\);/*rem = 0;/' \

@@ -191,12 +191,40 @@ TCM_METER_INLINE __u64 meter_div_k2(const struct tcm_warm_config *w, __u64 x) {
     return meter_wait_ns(x + 1, w->k2, w->k2_recip) - 1;
 }
 
+/* floor(@x / @d) for x <= TCM_WARM_MAX_K * d: the whole steps before x, found in halvings (no
+ * division, no loop: a loop here took Linux 6.12's verifier past its million instructions with
+ * some compilers). */
+TCM_METER_INLINE __u64 meter_warm_steps(__u64 d, __u64 x) {
+    __u64 q = 0;
+
+    if (x >= (q + 16) * d)
+        q += 16;
+    if (x >= (q + 8) * d)
+        q += 8;
+    if (x >= (q + 4) * d)
+        q += 4;
+    if (x >= (q + 2) * d)
+        q += 2;
+    if (x >= (q + 1) * d)
+        q += 1;
+    return q;
+}
+
+/* The time a warm-up has earned from its start to @x (in 1/K ns, x <= K * D), in 1/K^2 ns: in
+ * the j-th step, [(j-1)D, jD), each 1/K ns earns j/K^2 ns, so F(x) = D(1 + ... + (j-1)) +
+ * j(x - (j-1)D) = j*x - D*j(j-1)/2, continuous at every edge (j = K + 1 at x = KD gives
+ * D*K(K+1)/2, the whole warm-up's). */
+TCM_METER_INLINE __u64 meter_warm_earned(__u64 d, __u64 x) {
+    __u64 j = meter_warm_steps(d, x) + 1;
+
+    return j * x - d * (j * (j - 1) / 2);
+}
+
 /* The time the buckets earn over [@last, @now) of a warm-up that started at @start, as if at
- * their full rates: *whole ns and *frac / K^2 ns more. In the j-th step, [(j-1)D, jD) in 1/K ns
- * from the start, each 1/K ns earns j/K^2 ns; from KD on, each earns K/K^2. */
+ * their full rates: *whole ns and *frac / K^2 ns more. */
 TCM_METER_INLINE void meter_warm_time(const struct tcm_warm_config *w, __u64 start, __u64 last,
                                       __u64 now, __u64 *whole, __u64 *frac) {
-    __u64 d = w->d_ns, x0 = last - start, x1 = now - start, after = 0, a, b, g = 0, q;
+    __u64 d = w->d_ns, x0 = last - start, x1 = now - start, after = 0, g, q;
 
     if (x0 >= d) {
         *whole = now - last;
@@ -207,16 +235,7 @@ TCM_METER_INLINE void meter_warm_time(const struct tcm_warm_config *w, __u64 sta
         after = x1 - d;
         x1 = d;
     }
-    a = x0 * w->k;
-    b = x1 * w->k;
-    for (__u32 j = 1; j <= TCM_WARM_MAX_K; j++) {
-        __u64 lo = (j - 1) * d, hi = j * d;
-
-        if (j > w->k || lo >= b)
-            break;
-        if (hi > a)
-            g += j * ((hi < b ? hi : b) - (lo > a ? lo : a));
-    }
+    g = meter_warm_earned(d, x1 * w->k) - meter_warm_earned(d, x0 * w->k);
     q = meter_div_k2(w, g);
     *frac = g - q * w->k2;
     *whole = after > ~0ull - q ? ~0ull : q + after;
