@@ -36,7 +36,9 @@ TCM_METER_INLINE void quota_civil(__u64 z, __u64 *y, __u32 *m) {
 /* The end of the period that holds @now: the first reset after it. Once a period, not once a
  * packet: a fixed period divides by multiplying (meter_wait_ns); a month reads the calendar,
  * whose divisions are by constants. ~0 when the next reset is past 2^64 ns (never). */
-TCM_METER_INLINE __u64 quota_next_reset(const struct tcm_quota_config *q, __u64 now) {
+TCM_METER_GLOBAL __u64 quota_next_reset(const struct tcm_quota_config *q, __u64 now) {
+    if (!q)
+        return ~0ull;
     if (q->period_ns) {
         __u64 p = q->period_ns, a = q->anchor_ns, k;
 
