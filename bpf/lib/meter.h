@@ -431,14 +431,21 @@ TCM_METER_INLINE void meter_config_init(struct tcm_meter_config *cfg, __u32 algo
     }
 }
 
+/* floor(2^64 / @d), the reciprocal meter_wait_ns divides by (2^64 - 1 at 1, 0 at 0):
+ * floor((2^64 - 1) / d), one more where d divides 2^64. */
+TCM_METER_INLINE __u64 meter_recip(__u64 d) {
+    if (d <= 1)
+        return d ? ~0ull : 0;
+    return ~0ull / d + (~0ull % d == d - 1);
+}
+
 /* The warm-up of @d_ns in @k steps (validated: TCM_WARM_MIN_K..TCM_WARM_MAX_K, d_ns at most
- * TCM_WARM_MAX_NS); d_ns 0: none. k2_recip is floor(2^64 / K^2), as meter_wait_ns takes it:
- * floor((2^64 - 1) / K^2), one more where K^2 divides 2^64. */
+ * TCM_WARM_MAX_NS); d_ns 0: none. */
 TCM_METER_INLINE void meter_warm_config_init(struct tcm_warm_config *w, __u64 d_ns, __u32 k) {
     w->d_ns = d_ns;
     w->k = d_ns ? k : 0;
     w->k2 = w->k * w->k;
-    w->k2_recip = w->k2 ? ~0ull / w->k2 + (~0ull % w->k2 == w->k2 - 1) : 0;
+    w->k2_recip = meter_recip(w->k2);
 }
 #endif /* !__bpf__ */
 

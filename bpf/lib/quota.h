@@ -104,7 +104,7 @@ TCM_METER_INLINE void quota_config_init(struct tcm_quota_config *q, __u64 bytes,
                                         __u64 anchor_ns, __u32 month_day) {
     q->bytes = bytes;
     q->period_ns = period_ns;
-    q->period_recip = period_ns ? ~0ull / period_ns + (~0ull % period_ns == period_ns - 1) : 0;
+    q->period_recip = meter_recip(period_ns);
     q->anchor_ns = anchor_ns;
     q->month_day = month_day;
 }

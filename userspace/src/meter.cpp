@@ -490,9 +490,7 @@ Result<ParsedMeter> parse_meter_spec(const MeterSpec &spec) {
 uint64_t edt_recip(const tcm_meter_config &c) {
     uint64_t rate =
         info(static_cast<Algo>(c.algo)).second == SecondBucket::peak ? c.e_rate : c.c_rate;
-    if (rate <= 1)
-        return rate == 0 ? 0 : ~0ull;
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(1) << 64) / rate);
+    return meter_recip(rate);
 }
 
 tcm_meter_config make_meter_config(const MeterParams &p) {
