@@ -16,35 +16,14 @@
 
 struct tcm_replay_io replay = {};
 
-/* The meter's own decision, warm-up and all. */
-static __always_inline __u32 replay_meter(__u64 now_ns, __u32 len, __u32 in_color) {
-    __u32 in = replay.config.flags & TCM_METER_F_COLOR_AWARE ? in_color : TCM_GREEN;
-
-    if (!replay.started) {
-        meter_start_warm(&replay.config, &replay.state, &replay.warm_state, now_ns);
-        replay.started = 1;
-    }
-    if (replay.warm.d_ns)
-        return meter_mark_warm_aware(&replay.config, &replay.warm, &replay.state,
-                                     &replay.warm_state, now_ns, len, in);
-    return meter_mark_aware(&replay.config, &replay.state, now_ns, len, in);
-}
-
 SEC("xdp.frags")
 int tricolor_replay(struct xdp_md *ctx) {
     __u64 now_ns = clock_now_ns();
     __u64 frame_len = bpf_xdp_get_buff_len(ctx);
     __u32 len = frame_len > TCM_ETH_HLEN ? (__u32)(frame_len - TCM_ETH_HLEN) : 0;
 
-    if (!replay.quota.bytes) {
-        replay.out_color = replay_meter(now_ns, len, replay.in_color);
-    } else if (quota_used(&replay.quota, &replay.quota_state, now_ns)) {
-        replay.out_color =
-            quota_over(&replay.quota, &replay.quota_state, now_ns, len, replay.in_color);
-    } else {
-        replay.out_color = replay_meter(now_ns, len, replay.in_color);
-        quota_count(&replay.quota_state, len, replay.out_color);
-    }
+    replay.out_color = quota_mark(&replay.config, &replay.ext, &replay.state, &replay.ext_state,
+                                  now_ns, now_ns, len, replay.in_color, 0);
     return XDP_PASS;
 }
 

@@ -40,6 +40,11 @@ enum tcm_algo {
 /* Fleet policy (docs/spec.md §10): the committed bucket C earns at the rate leased from the fleet
  * (the policy's tcm_fleet entry), not at c_rate, which is 0; C starts empty. */
 #define TCM_METER_F_FLEET 0x10u
+/* --warmup, --quota (docs/spec.md §14): the policy's tcm_policy_ext entry holds the warm-up's and
+ * the quota's config, and its buckets' tcm_ext_state their state. Without either bit the data
+ * path reads neither: a policy without them pays one bit test. */
+#define TCM_METER_F_WARM 0x20u
+#define TCM_METER_F_QUOTA 0x40u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
  * A rate of R bit/s (or packet/s) then adds exactly R tokens every nanosecond, so the
@@ -120,19 +125,39 @@ struct tcm_quota_state {
     __u32 pad;
 };
 
+/* A meter's warm-up and quota (quota.h, quota_mark): by policy id in tcm_policy_ext. */
+struct tcm_policy_ext {
+    struct tcm_warm_config warm;   /* d_ns 0: none */
+    struct tcm_quota_config quota; /* bytes 0: none */
+};
+
+/* What a bucket pair keeps beside its tcm_meter_state for them: in tcm_meter_ext, by the
+ * bucket's tcm_flow_id (an aggregate's: the policy id, kind 0). Its own map, so no pinned layout
+ * changed, and its entry outlives the flow's: a flow reclaimed idle and made again keeps the
+ * quota it used this period (the daemon deletes an entry once its period is over). */
+struct tcm_ext_state {
+    struct tcm_warm_state warm;
+    struct tcm_quota_state quota;
+    __u32 started; /* 0 until a packet reached the meter (not the over meter): it starts then */
+    __u32 pad;
+};
+
+/* The one entry of tcm_wall: what bpf_ktime_get_ns() (CLOCK_MONOTONIC) lacks of UTC, for the
+ * quotas' periods: UTC = the data path's clock + offset_ns (mod 2^64). The daemon writes it at
+ * start and again when it moves (a step of the wall clock, a suspend). */
+struct tcm_wall {
+    __u64 offset_ns;
+};
+
 /* Globals of the replay program (bpf/replay.bpf.c), set through the skeleton's mmapped .bss
- * before each BPF_PROG_TEST_RUN. */
+ * before each BPF_PROG_TEST_RUN. The trace's clock is UTC: the quota's periods read it too. */
 struct tcm_replay_io {
     struct tcm_meter_config config;
     struct tcm_meter_state state;
     __u32 in_color;  /* incoming colour of the next packet */
     __u32 out_color; /* colour the program gave it */
-    __u32 started;   /* 0 until the first packet has filled the buckets */
-    __u32 pad;
-    struct tcm_warm_config warm; /* d_ns 0: none */
-    struct tcm_warm_state warm_state;
-    struct tcm_quota_config quota; /* bytes 0: none */
-    struct tcm_quota_state quota_state;
+    struct tcm_policy_ext ext;
+    struct tcm_ext_state ext_state;
 };
 
 /* ---- Data path (bpf/tricolor.bpf.c) ------------------------------------------------------- */
@@ -694,6 +719,8 @@ TCM_ABI_ASSERT(TCM_RULE_SLOTS >= TCM_MAX_RULES / TCM_NR_SETS * 2, "a set's table
 TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state, 48 of counters");
 TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");
+TCM_ABI_ASSERT(sizeof(struct tcm_ext_state) == 72, "tcm_ext_state: no hidden padding");
+TCM_ABI_ASSERT(sizeof(struct tcm_policy_ext) == 128, "tcm_policy_ext: no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_id) == 20, "tcm_flow_id: 20 bytes, no hidden padding");

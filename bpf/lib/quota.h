@@ -85,7 +85,7 @@ TCM_METER_INLINE void quota_count(struct tcm_quota_state *qs, __u32 len, __u32 c
         qs->used += len;
 }
 
-/* The colour of a packet over the quota. */
+/* The colour of a packet over the quota, @in_color as the over meter sees it. */
 TCM_METER_INLINE __u32 quota_over(const struct tcm_quota_config *q, struct tcm_quota_state *qs,
                                   __u64 now, __u32 len, __u32 in_color) {
     if (q->flags & TCM_QUOTA_F_DROP)
@@ -94,9 +94,39 @@ TCM_METER_INLINE __u32 quota_over(const struct tcm_quota_config *q, struct tcm_q
         meter_start(&q->over, &qs->over, now);
         qs->over_started = 1;
     }
-    if (!(q->over.flags & TCM_METER_F_COLOR_AWARE))
-        in_color = TCM_GREEN;
     return meter_mark_aware(&q->over, &qs->over, now, len, in_color);
+}
+
+/* A meter with its warm-up (@x->warm.d_ns != 0) and its quota (@x->quota.bytes != 0): the colour
+ * of a packet of @len bytes arriving at @now (the meter's clock) and @wall (UTC: the quota's
+ * periods), @in_color as it came. Colour-blind meters see green, unless @aware (a parent in a
+ * hierarchy, docs/spec.md §9). The meter starts at the first packet that reaches it, not at one
+ * the over meter took. One function for the C++ meter, the replay and the data path. */
+TCM_METER_INLINE __u32 quota_mark(const struct tcm_meter_config *cfg,
+                                  const struct tcm_policy_ext *x, struct tcm_meter_state *st,
+                                  struct tcm_ext_state *xs, __u64 now, __u64 wall, __u32 len,
+                                  __u32 in_color, int aware) {
+    __u32 color;
+
+    if (in_color > TCM_RED)
+        in_color = TCM_GREEN;
+    if (x->quota.bytes && quota_used(&x->quota, &xs->quota, wall))
+        return quota_over(
+            &x->quota, &xs->quota, now, len,
+            aware || (x->quota.over.flags & TCM_METER_F_COLOR_AWARE) ? in_color : (__u32)TCM_GREEN);
+    if (!xs->started) {
+        meter_start_warm(cfg, st, &xs->warm, now);
+        xs->started = 1;
+    }
+    if (!aware && !(cfg->flags & TCM_METER_F_COLOR_AWARE))
+        in_color = TCM_GREEN;
+    if (x->warm.d_ns)
+        color = meter_mark_warm_aware(cfg, &x->warm, st, &xs->warm, now, len, in_color);
+    else
+        color = meter_mark_aware(cfg, st, now, len, in_color);
+    if (x->quota.bytes)
+        quota_count(&xs->quota, len, color);
+    return color;
 }
 
 #ifndef __bpf__

@@ -51,8 +51,7 @@ BpfEngine::BpfEngine(const tcm_meter_config &config, const tcm_warm_config &warm
     auto &io = impl_->skel->bss->replay;
     io = {};
     io.config = config;
-    io.warm = warm;
-    io.quota = quota;
+    io.ext = {warm, quota};
     // A fixed frame: an Ethernet header (IPv4 ethertype) and zeroes, of the largest length.
     impl_->frame.assign(kEthHeader + kMaxTracePacket, 0);
     impl_->frame[12] = 0x08;
@@ -81,11 +80,11 @@ tcm_meter_state BpfEngine::state() const {
 }
 
 tcm_warm_state BpfEngine::warm_state() const {
-    return impl_->skel->bss->replay.warm_state;
+    return impl_->skel->bss->replay.ext_state.warm;
 }
 
 tcm_quota_state BpfEngine::quota_state() const {
-    return impl_->skel->bss->replay.quota_state;
+    return impl_->skel->bss->replay.ext_state.quota;
 }
 
 } // namespace tricolor

@@ -164,46 +164,24 @@ class Meter {
   public:
     explicit Meter(const tcm_meter_config &config, const tcm_warm_config &warm = {},
                    const tcm_quota_config &quota = {})
-        : config_(config), warm_(warm), quota_(quota) {}
+        : config_(config), ext_{warm, quota} {}
 
+    // The trace's clock is UTC too: the quota's periods read it.
     Color mark(uint64_t now_ns, uint32_t len, Color in = Color::green) {
-        if (!quota_.bytes)
-            return mark_meter(now_ns, len, in);
-        if (quota_used(&quota_, &quota_state_, now_ns))
-            return static_cast<Color>(
-                quota_over(&quota_, &quota_state_, now_ns, len, static_cast<uint32_t>(in)));
-        Color c = mark_meter(now_ns, len, in);
-        quota_count(&quota_state_, len, static_cast<uint32_t>(c));
-        return c;
+        return static_cast<Color>(quota_mark(&config_, &ext_, &state_, &ext_state_, now_ns, now_ns,
+                                             len, static_cast<uint32_t>(in), 0));
     }
     const tcm_meter_config &config() const { return config_; }
     const tcm_meter_state &state() const { return state_; }
-    const tcm_warm_state &warm_state() const { return warm_state_; }
-    const tcm_quota_state &quota_state() const { return quota_state_; }
-    bool started() const { return started_; }
+    const tcm_warm_state &warm_state() const { return ext_state_.warm; }
+    const tcm_quota_state &quota_state() const { return ext_state_.quota; }
+    bool started() const { return ext_state_.started; }
 
   private:
-    Color mark_meter(uint64_t now_ns, uint32_t len, Color in) {
-        if (!started_) {
-            meter_start_warm(&config_, &state_, &warm_state_, now_ns);
-            started_ = true;
-        }
-        auto color = static_cast<uint32_t>(in);
-        if (!(config_.flags & TCM_METER_F_COLOR_AWARE))
-            color = TCM_GREEN;
-        if (warm_.d_ns)
-            return static_cast<Color>(
-                meter_mark_warm_aware(&config_, &warm_, &state_, &warm_state_, now_ns, len, color));
-        return static_cast<Color>(meter_mark_aware(&config_, &state_, now_ns, len, color));
-    }
-
     tcm_meter_config config_;
-    tcm_warm_config warm_;
-    tcm_quota_config quota_;
+    tcm_policy_ext ext_;
     tcm_meter_state state_{};
-    tcm_warm_state warm_state_{};
-    tcm_quota_state quota_state_{};
-    bool started_ = false;
+    tcm_ext_state ext_state_{};
 };
 
 } // namespace tricolor
