@@ -49,8 +49,7 @@ int tricolor_cgroup_in(struct __sk_buff *skb) {
     };
     if (pol->meter.flags & TCM_METER_F_COLOR_AWARE)
         in.in_color = act_color_of_dscp(pol, p.key.dscp);
-    int metered =
-        chain_meter_packet(pol, &p.key, &in, bpf_map_lookup_elem(&tcm_global_stats, &zero));
+    int metered = chain_or_ext(pol, &p.key, &in, bpf_map_lookup_elem(&tcm_global_stats, &zero));
     if (metered == TCM_NR_COLORS)
         return 1;
     __u32 color = meter_color_index(metered & TCM_METER_COLOR);

@@ -114,6 +114,9 @@ struct tcm_quota_config {
     __u64 anchor_ns;    /* fixed: a period starts here; months: the time of day it starts at */
     __u32 month_day;    /* months: the day a period starts, 1 to 28 */
     __u32 flags;        /* TCM_QUOTA_F_* */
+    __u32 gen;          /* changed with the periods (period_ns, anchor_ns, month_day): a state of
+                           another gen keeps its used bytes, and its period ends anew */
+    __u32 pad;
     struct tcm_meter_config over; /* the over meter, unless TCM_QUOTA_F_DROP */
 };
 
@@ -122,7 +125,7 @@ struct tcm_quota_state {
     __u64 period_end; /* the next reset; 0: no packet yet */
     struct tcm_meter_state over;
     __u32 over_started;
-    __u32 pad;
+    __u32 gen; /* tcm_quota_config.gen of period_end */
 };
 
 /* A meter's warm-up and quota (quota.h, quota_mark): by policy id in tcm_policy_ext. */
@@ -720,7 +723,7 @@ TCM_ABI_ASSERT(sizeof(struct tcm_counters) == 48, "tcm_counters: 48 bytes");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow) == 32 + 48, "tcm_flow: 32 bytes of state, 48 of counters");
 TCM_ABI_ASSERT(sizeof(struct tcm_policy) == 184, "tcm_policy: the pinned layout");
 TCM_ABI_ASSERT(sizeof(struct tcm_ext_state) == 72, "tcm_ext_state: no hidden padding");
-TCM_ABI_ASSERT(sizeof(struct tcm_policy_ext) == 128, "tcm_policy_ext: no hidden padding");
+TCM_ABI_ASSERT(sizeof(struct tcm_policy_ext) == 136, "tcm_policy_ext: no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_edt_cfg) == 8, "tcm_edt_cfg: one reciprocal");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_key) == 44, "tcm_flow_key: 44 bytes, no hidden padding");
 TCM_ABI_ASSERT(sizeof(struct tcm_flow_id) == 20, "tcm_flow_id: 20 bytes, no hidden padding");

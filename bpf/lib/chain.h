@@ -12,6 +12,7 @@
 #include "hot.h"
 #include "aqm.h"
 #include "fleet.h"
+#include "quota.h"
 
 /* What the pipeline knows of the packet; each level derives its own metered length from it,
  * as its own `length` and `overhead` say (chain_level_len, docs/spec.md §3). */
@@ -37,6 +38,8 @@ _Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shi
 
 #define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
 #define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
+#define TCM_LEVEL_AGG 0x800u   /* chain_level_ext: the bucket is the policy's aggregate */
+#define TCM_LEVEL_EXT(pol) ((pol)->meter.flags & (TCM_METER_F_WARM | TCM_METER_F_QUOTA))
 
 /* Colours one packet at one level on @st, a copy of the level's state, and returns the colour.
  * @mode: the incoming colour, ORed with TCM_LEVEL_*. */
@@ -50,6 +53,54 @@ __attribute__((noinline)) int chain_level_mark(const struct tcm_policy *pol,
     if (mode & TCM_LEVEL_AWARE)
         return meter_mark_aware(&pol->meter, st, now, len, mode & 0xff);
     return meter_mark(&pol->meter, st, now, len, mode & 0xff);
+}
+
+/* A new bucket's tcm_ext_state, all zero, in .rodata (as tcm_flow_fresh). */
+const volatile struct tcm_ext_state tcm_ext_fresh = {};
+
+/* chain_level_mark for a policy with a warm-up or a quota (TCM_LEVEL_EXT) on @st, its bucket's
+ * meter state, and its tcm_ext_state (by the bucket's flow id, made at its first packet).
+ * @len_mode: the metered length, and above it chain_level_mark's mode with TCM_LEVEL_AGG. */
+static __always_inline int chain_level_ext(const struct tcm_policy *pol,
+                                           const struct tcm_class_key *key,
+                                           struct tcm_meter_state *st, __u64 now, __u64 len_mode) {
+    __u32 len = (__u32)len_mode, mode = (__u32)(len_mode >> 32), zero = 0, pid;
+    struct tcm_ext_scratch *sc = bpf_map_lookup_elem(&tcm_ext_scratch, &zero);
+
+    if (!pol || !key || !st || !sc)
+        return TCM_RED;
+    __builtin_memset(&sc->id, 0, sizeof(sc->id));
+    if (pol->per == TCM_PER_AGGREGATE || (mode & TCM_LEVEL_AGG))
+        sc->id.head = TCM_FLOW_HEAD(pol->policy_id, 0);
+    else if (flow_id_fill(pol, key, &sc->id) < 0)
+        return TCM_RED;
+    pid = pol->policy_id;
+    const struct tcm_policy_ext *x = bpf_map_lookup_elem(&tcm_policy_ext, &pid);
+    struct tcm_ext_state *xs = bpf_map_lookup_elem(&tcm_meter_ext, &sc->id);
+    if (!xs && x) {
+        bpf_map_update_elem(&tcm_meter_ext, &sc->id, (const void *)&tcm_ext_fresh, BPF_NOEXIST);
+        xs = bpf_map_lookup_elem(&tcm_meter_ext, &sc->id);
+        /* A bucket that has started has lost its state (the daemon reclaimed it as its flow was
+         * reclaimed and made again): its tokens stay, and a warm-up starts at its last packet,
+         * which earns no more than the one it had. */
+        if (xs && !(mode & TCM_LEVEL_FRESH)) {
+            xs->started = 1;
+            xs->warm.start_ns = st->last_ns;
+        }
+    }
+    if (!x || !xs) {
+        /* No config (a policy of before) or no room for the state (more buckets than the map
+         * holds, which the flow table cannot have): the meter alone. */
+        if (mode & TCM_LEVEL_FRESH)
+            meter_start(&pol->meter, st, now);
+        return meter_mark(&pol->meter, st, now, len, mode & 0xff);
+    }
+    /* A flow made again keeps its quota's state, not its meter's. */
+    if (mode & TCM_LEVEL_FRESH)
+        xs->started = 0;
+    struct tcm_wall *wall = bpf_map_lookup_elem(&tcm_wall, &zero);
+    return quota_mark(&pol->meter, x, st, xs, now, now + (wall ? wall->offset_ns : 0), len,
+                      mode & 0xff, 0);
 }
 
 static __always_inline __u32 chain_level_len(const struct tcm_policy *pol,
@@ -81,7 +132,8 @@ static __always_inline int chain_parent(const struct tcm_policy **lp, struct tcm
     const struct tcm_policy *lvl = bpf_map_lookup_elem(&tcm_policy_cfg, &idx);
     if (!lvl)
         return 0;
-    struct tcm_flow *f = flow_find(lvl, key, g);
+    __u32 agg;
+    struct tcm_flow *f = flow_find(lvl, key, g, &agg);
     if (!f)
         return 0;
     lp[i] = lvl;
@@ -207,7 +259,8 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
      * fleet fold earns only past its accrued_ns): metered at that later instant, exact in
      * tokens. */
     __u64 now = clock_now_ns();
-    struct tcm_flow *f0 = flow_find(pol, key, g);
+    __u32 agg;
+    struct tcm_flow *f0 = flow_find(pol, key, g, &agg);
     if (!f0)
         return TCM_NR_COLORS;
     lp[0] = pol;
@@ -298,6 +351,47 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
     if (n > 3)
         chain_done(lp[3], lf[3], key, in, color);
     return color | signal;
+}
+
+/* chain_meter_packet for a policy with a warm-up or a quota (docs/spec.md §14), a chain of one
+ * (apply refuses either in a hierarchy): a global function of its own, beside
+ * chain_meter_packet rather than under it, as edt_meter_packet is. Under it, the warm-up's,
+ * the quota's and the over meter's frame would take a chain's past the verifier's 512 bytes. */
+__attribute__((noinline)) int ext_meter_packet(const struct tcm_policy *pol,
+                                               const struct tcm_class_key *key,
+                                               const struct tcm_chain_in *in,
+                                               struct tcm_global_counters *g) {
+    __u32 agg, color;
+
+    if (!pol || !key || !in || !g)
+        return TCM_NR_COLORS;
+    __u64 now = clock_now_ns(); /* before the lock, as chain_meter_packet's */
+    struct tcm_flow *f = flow_find(pol, key, g, &agg);
+    if (!f)
+        return TCM_NR_COLORS;
+    __u32 len = chain_level_len(pol, in);
+    if (!flow_lock(f)) {
+        g->lock_timeouts++;
+        chain_count(pol, TCM_RED, in->segs, len);
+        return TCM_RED; /* never admit what the meter could not check */
+    }
+    aqm_idle(pol, f, now);
+    __u32 mode = (in->in_color > TCM_RED ? TCM_GREEN : in->in_color) |
+                 (f->flags & TCM_FLOW_F_STARTED ? 0 : TCM_LEVEL_FRESH) | (agg ? TCM_LEVEL_AGG : 0);
+    color = meter_color_index(chain_level_ext(pol, key, &f->meter, now, (__u64)mode << 32 | len));
+    __u32 signal = pol->aqm && aqm_step(pol, f, color) ? TCM_METER_SIGNAL : 0;
+    chain_done(pol, f, key, in, color);
+    return color | signal;
+}
+
+/* The packet's meter: through its policy's chain, or ext_meter_packet's. */
+static __always_inline int chain_or_ext(const struct tcm_policy *pol,
+                                        const struct tcm_class_key *key,
+                                        const struct tcm_chain_in *in,
+                                        struct tcm_global_counters *g) {
+    if (TCM_LEVEL_EXT(pol) && !pol->parent)
+        return ext_meter_packet(pol, key, in, g);
+    return chain_meter_packet(pol, key, in, g);
 }
 
 #endif /* TRICOLOR_CHAIN_H */

@@ -67,12 +67,12 @@ __attribute__((noinline)) int edt_meter_packet(const struct tcm_policy *pol,
                                                const struct tcm_class_key *key,
                                                const struct tcm_chain_in *in,
                                                struct __sk_buff *skb) {
-    __u32 zero = 0;
+    __u32 zero = 0, agg;
 
     if (!pol || !key || !in)
         return TCM_NR_COLORS;
     struct tcm_global_counters *g = bpf_map_lookup_elem(&tcm_global_stats, &zero);
-    struct tcm_flow *f = flow_find(pol, key, g);
+    struct tcm_flow *f = flow_find(pol, key, g, &agg);
     if (!f)
         return TCM_NR_COLORS;
     __u32 len = chain_level_len(pol, in), segs = in->segs;

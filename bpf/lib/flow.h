@@ -459,9 +459,10 @@ __attribute__((noinline)) int flow_slot_get(const struct tcm_policy *pol,
  * policed, never given a new burst, never passed unmetered. */
 static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
                                                   const struct tcm_class_key *key,
-                                                  struct tcm_global_counters *g) {
+                                                  struct tcm_global_counters *g, __u32 *agg) {
     __u32 id = pol->policy_id;
 
+    *agg = 1; /* the policy's aggregate bucket, unless a flow's is found */
     if (pol->per == TCM_PER_AGGREGATE)
         return bpf_map_lookup_elem(&tcm_policy_state, &id);
     int got = flow_slot_get(pol, key);
@@ -470,6 +471,7 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
     if (got >= 0) {
         __u32 idx = (__u32)got;
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
+        *agg = 0;
         return s ? &s->flow : NULL;
     }
     if (got == TCM_SLOT_ERROR)

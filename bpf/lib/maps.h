@@ -257,6 +257,49 @@ struct {
     __type(value, struct tcm_runtime);
 } tcm_runtime SEC(".maps");
 
+/* --warmup and --quota (quota.h): by policy id, the config of each policy with either, written
+ * by the daemon before the set that holds the policy becomes active; and by bucket (tcm_flow_id,
+ * an aggregate's kind 0), their state, made at the bucket's first packet. Hash maps without
+ * preallocation: a host whose policies have neither pays nothing for them. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __uint(max_entries, TCM_MAX_POLICIES);
+    __type(key, __u32);
+    __type(value, struct tcm_policy_ext);
+} tcm_policy_ext SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __uint(max_entries, TCM_DEFAULT_FLOWS + TCM_MAX_POLICIES);
+    __type(key, struct tcm_flow_id);
+    __type(value, struct tcm_ext_state);
+} tcm_meter_ext SEC(".maps");
+
+/* UTC against the data path's clock, for the quotas' periods (tricolor_abi.h). */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_wall);
+} tcm_wall SEC(".maps");
+
+/* chain_level_ext's (chain.h): a level's tcm_ext_state copied for the first pass of a chain, as
+ * its meter state is on the stack, and its bucket's key, off a stack a chain fills. Per CPU,
+ * scratch, not pinned. */
+struct tcm_ext_scratch {
+    struct tcm_ext_state copy;
+    struct tcm_flow_id id;
+    __u32 pad;
+};
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct tcm_ext_scratch);
+} tcm_ext_scratch SEC(".maps");
+
 /* By policy id: the leases of fleet policies (struct tcm_fleet_lease), mmapped by the daemon. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);

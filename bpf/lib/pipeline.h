@@ -75,7 +75,7 @@ pipeline_run(void *data, void *data_end, const struct tcm_frame fr, struct tcm_p
      * hierarchy). */
     int metered = fr.skb && pol->shape == TCM_SHAPE_EDT && !pol->parent
                       ? edt_meter_packet(pol, &p->key, &in, fr.skb)
-                      : chain_meter_packet(pol, &p->key, &in, g);
+                      : chain_or_ext(pol, &p->key, &in, g);
     if (metered == TCM_NR_COLORS)
         return v;
     __u32 color = meter_color_index(metered & TCM_METER_COLOR);

@@ -75,7 +75,10 @@ TCM_METER_INLINE int quota_used(const struct tcm_quota_config *q, struct tcm_quo
     if (!qs->period_end || now >= qs->period_end) {
         qs->used = 0;
         qs->period_end = quota_next_reset(q, now);
+    } else if (qs->gen != q->gen) {
+        qs->period_end = quota_next_reset(q, now); /* the periods changed: what was used stays */
     }
+    qs->gen = q->gen;
     return qs->used >= q->bytes;
 }
 

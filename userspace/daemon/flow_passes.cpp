@@ -65,6 +65,11 @@ size_t Daemon::flow_pass(bool reclaim) {
     std::lock_guard lock(mu_);
     dp_->end_flow_pass(pass);
     reclaimed_total_ += pass.reclaimed;
+    // The quotas' UTC follows a step of the wall clock within a pass; the warm-ups' and quotas'
+    // state of flows gone goes with them, unless it holds a use of this period.
+    dp_->sync_wall_clock();
+    if (reclaim)
+        dp_->reclaim_ext_states();
     return pass.reclaimed;
 }
 

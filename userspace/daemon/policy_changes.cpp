@@ -136,15 +136,6 @@ Result<Policy> Daemon::prepare_one(const json &spec, uint32_t id,
         errors.push_back(fmt::format("policy '{}': fleet needs tricolord --fleet "
                                      "redis://HOST:PORT (this daemon is in no fleet)",
                                      name));
-    // The data path keeps no warm-up state per bucket yet: replay and whatif run it.
-    if (p->meter.quota_bytes)
-        errors.push_back(fmt::format("policy '{}': quota: the data path keeps no quota yet "
-                                     "(tricolorctl replay of one meter does)",
-                                     name));
-    if (p->meter.warmup_ns)
-        errors.push_back(fmt::format("policy '{}': warmup: the data path does not warm up yet "
-                                     "(tricolorctl replay of one meter does)",
-                                     name));
     if (auto why = shape_problem(*p, attachments_); !why.empty())
         errors.push_back(why);
     if (p->match.cgroup) {

@@ -125,8 +125,9 @@ class Datapath::Impl::SetWriter {
     };
     // 4. The map of active policies (Impl::active).
     ActiveChange update_active_policies();
-    // 5. The flows of policies that are gone.
+    // 5. The flows of policies that are gone, and the warm-ups' and quotas' state.
     void delete_flows_of_removed(const ActiveChange &change);
+    void delete_ext_of_removed(const ActiveChange &change);
     void delete_flows_if(const std::function<bool(uint32_t)> &drop);
     // 6. --shape sockets: each policy's pacing rate.
     void write_socket_shaping(const ActiveChange &change);
@@ -163,6 +164,7 @@ Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all
     w.switch_active_set();
     const auto change = w.update_active_policies();
     w.delete_flows_of_removed(change);
+    w.delete_ext_of_removed(change);
     w.write_socket_shaping(change);
     w.catch_up_old_set();
     return {};
@@ -220,6 +222,24 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
             tcm_edt_cfg e{edt_recip(make_meter_config(p.meter))};
             uint32_t id = p.id;
             bpf_map_update_elem(fd(skel_->maps.tcm_edt_cfg), &id, &e, 0);
+        }
+    // --warmup, --quota (bpf/lib/quota.h): the config, in place before the set that uses it. The
+    // buckets' state stays through a change (a quota's used bytes too); a change of the periods
+    // moves gen, so that each bucket's period ends where the new ones do. A fresh id starts
+    // with no state (a policy of before may have left some on a reused id).
+    if (!fresh.empty())
+        impl_.delete_ext_if([&](uint32_t id) { return fresh.contains(id); });
+    int ext_fd = fd(skel_->maps.tcm_policy_ext);
+    for (const auto &p : c_.upserts)
+        if (p.meter.warmup_ns || p.meter.quota_bytes) {
+            tcm_policy_ext x = make_policy_ext(p.meter), old{};
+            uint32_t id = p.id;
+            if (!fresh.contains(id) && bpf_map_lookup_elem(ext_fd, &id, &old) == 0) {
+                const tcm_quota_config &a = old.quota, &b = x.quota;
+                x.quota.gen = a.gen + (a.period_ns != b.period_ns || a.anchor_ns != b.anchor_ns ||
+                                       a.month_day != b.month_day);
+            }
+            bpf_map_update_elem(ext_fd, &id, &x, 0);
         }
     // The flows of an id are deleted when it leaves the set (step 5), so a fresh id has none;
     // maps adopted from pins may hold flows of ids no set holds: the first change deletes them.
@@ -344,6 +364,24 @@ void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &chan
     else if (!change.removed.empty())
         delete_flows_if([&](uint32_t id) { return change.removed.contains(id); });
     impl_.flows_unclean = false;
+}
+
+// The config and the state of policies that are gone or have neither a warm-up nor a quota now
+// (a new quota starts from nothing). After adopting pins, of every id no set holds.
+void Datapath::Impl::SetWriter::delete_ext_of_removed(const ActiveChange &change) {
+    auto without = [&](uint32_t id) {
+        auto it = impl_.active.find(id);
+        return it == impl_.active.end() ||
+               (!it->second.meter.warmup_ns && !it->second.meter.quota_bytes);
+    };
+    if (impl_.ext_unclean)
+        impl_.delete_ext_if(without);
+    else if (!change.removed.empty() ||
+             std::ranges::any_of(change.changed, [&](auto &c) { return without(c.first); }))
+        impl_.delete_ext_if([&](uint32_t id) {
+            return change.removed.contains(id) || (change.changed.contains(id) && without(id));
+        });
+    impl_.ext_unclean = false;
 }
 
 // A change bumps the policy's generation so that its sockets re-read their share, and so does a

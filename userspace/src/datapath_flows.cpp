@@ -321,8 +321,11 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
     pass.min_idle_ns = min_idle_ns;
     pass.pressure_at = pressure_at;
     if (reclaim)
-        for (const auto &[id, p] : impl_->active)
+        for (const auto &[id, p] : impl_->active) {
             pass.configs[id] = make_meter_config(p.meter);
+            if (p.meter.warmup_ns)
+                pass.warmups[id] = p.meter.warmup_ns;
+        }
     pass.version = impl_->runtime->active_set;
     pass.top_keep = impl_->top_keep;
     // As many as the data path can record, and never fewer than 16 top_keeps: a threshold picked
@@ -375,10 +378,19 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
             if (cfg != pass.configs.end() && !v->lock) {
                 // Exactly what the next packet would see: the shared refill code on a copy.
                 tcm_meter_state s = v->meter;
+                // Under a warm-up, full at the full rates from D after the last packet: by then
+                // the meter is cold, as a flow made again is, and its warm-up over (it earns no
+                // more than the full rates before).
+                auto warm = pass.warmups.find(cfg->first);
+                bool cold = true;
+                if (warm != pass.warmups.end()) {
+                    cold = pass.now > s.last_ns && pass.now - s.last_ns >= warm->second;
+                    s.last_ns += cold ? warm->second : 0;
+                }
                 meter_refill(&cfg->second, &s, pass.now);
                 const bool started = v->flags & TCM_FLOW_F_STARTED;
-                if (!started ||
-                    (s.c_tokens >= cfg->second.c_size && s.e_tokens >= cfg->second.e_size)) {
+                if (!started || (cold && s.c_tokens >= cfg->second.c_size &&
+                                 s.e_tokens >= cfg->second.e_size)) {
                     // Seen recently: left for an operator to look at, unless under pressure.
                     if (pass.min_idle_ns && started &&
                         pass.now - std::min<uint64_t>(pass.now, v->meter.last_ns) <

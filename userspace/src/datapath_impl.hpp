@@ -58,6 +58,10 @@ struct Datapath::Impl {
     bool in_sync = true;
     // Adopted pins: the flow table may hold flows of ids no set holds.
     bool flows_unclean = false;
+    // And tcm_policy_ext, tcm_meter_ext the config and state of such ids (datapath_ext.cpp).
+    bool ext_unclean = false;
+    // Deletes the warm-up and quota config and state of the policy ids @drop says to.
+    void delete_ext_if(const std::function<bool(uint32_t)> &drop);
     // The flow table (tcm_flow_slots and tcm_flow_meta), mapped: listed in place, its idle flows
     // deleted under their locks (datapath_flows.cpp).
     tcm_flow_slot *slots = nullptr;

@@ -569,6 +569,7 @@ void Datapath::load(const DatapathOptions &o) {
         throw std::runtime_error(loaded.error() + hint);
     }
     draw_flow_seed(impl_->fd(impl_->skel->maps.tcm_flow_seed));
+    sync_wall_clock();
     impl_->map_flow_table(layout);
     if (impl_->prev_layout)
         impl_->hand_over_table_of_before();
@@ -672,6 +673,7 @@ size_t Datapath::release_previous_programs(const ProgramIds &still_attached) {
 void Datapath::adopt() {
     impl_->in_sync = false;
     impl_->flows_unclean = true;
+    impl_->ext_unclean = true;
     // The active set's ids and names: apply() keeps their buckets and counters.
     uint32_t set = impl_->runtime->active_set & 1;
     tcm_set_info info{};

@@ -182,17 +182,14 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
             errors.push_back(fmt::format("policy '{}': match.cgroup cannot be replayed (replayed "
                                          "packets were sent by no process)",
                                          p->name));
-        // The BPF engine and whatif run the data path's programs, which keep no warm-up yet.
-        if (p->meter.quota_bytes)
-            errors.push_back(fmt::format("policy '{}': quota: a policy file is replayed as the "
-                                         "data path meters, which keeps no quota yet (replay "
-                                         "one meter with --quota instead)",
-                                         p->name));
-        if (p->meter.warmup_ns)
-            errors.push_back(fmt::format("policy '{}': warmup: a policy file is replayed as the "
-                                         "data path meters, which does not warm up yet (replay "
-                                         "one meter with --warmup instead)",
-                                         p->name));
+        // The model engine of a policy file (and so whatif's comparison) has no warm-up or
+        // quota yet; one meter's replay has both.
+        if (p->meter.quota_bytes || p->meter.warmup_ns)
+            errors.push_back(fmt::format("policy '{}': {}: a policy file's replay models no "
+                                         "warm-up or quota yet (replay one meter with --{} "
+                                         "instead)",
+                                         p->name, p->meter.quota_bytes ? "quota" : "warmup",
+                                         p->meter.quota_bytes ? "quota" : "warmup"));
         out.push_back(std::move(*p));
     }
     if (errors.empty()) {

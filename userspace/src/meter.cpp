@@ -497,7 +497,8 @@ tcm_meter_config make_meter_config(const MeterParams &p) {
     uint32_t flags = (p.color_aware ? TCM_METER_F_COLOR_AWARE : 0) |
                      (p.packet_mode ? TCM_METER_F_PACKET_MODE : 0) |
                      (p.coupling ? TCM_METER_F_COUPLED : 0) |
-                     (p.start_empty ? TCM_METER_F_START_EMPTY : 0);
+                     (p.start_empty ? TCM_METER_F_START_EMPTY : 0) |
+                     (p.warmup_ns ? TCM_METER_F_WARM : 0) | (p.quota_bytes ? TCM_METER_F_QUOTA : 0);
     tcm_meter_config cfg{};
     meter_config_init(&cfg, static_cast<uint32_t>(p.algo), flags, p.cir, p.cbs, second_rate(p),
                       second_size(p));
@@ -536,6 +537,10 @@ tcm_quota_config make_quota_config(const MeterParams &p) {
     else
         q.flags |= TCM_QUOTA_F_DROP;
     return q;
+}
+
+tcm_policy_ext make_policy_ext(const MeterParams &p) {
+    return {make_warm_config(p), make_quota_config(p)};
 }
 
 } // namespace tricolor

@@ -795,6 +795,13 @@ void check_across(Reader &r, const json &spec, const Policy &p) {
     if (p.meter.warmup_ns && p.fleet)
         r.error("warmup", "a fleet policy's committed bucket earns what the fleet leases it, not "
                           "a rate of its own to warm up");
+    if (p.meter.quota_bytes && p.fleet)
+        r.error("quota", "a fleet policy's bound is the fleet's: its quota would be one host's "
+                         "(give the quota to a policy of its own)");
+    if (p.shape == TCM_SHAPE_EDT && (p.meter.warmup_ns || p.meter.quota_bytes))
+        r.error(p.meter.warmup_ns ? "warmup" : "quota",
+                "edt gives a red packet the time its bucket earns the tokens back at the full "
+                "rate: not yet with a warm-up or a quota (use --shape sockets or --aqm)");
     if (spec.contains("direction") && !spec["direction"].is_null() && !p.match.cgroup)
         r.error("direction", "only a cgroup policy states a direction (an address policy meters "
                              "where it is attached: attach --direction)");

@@ -106,6 +106,7 @@ struct FlowPass {
     size_t top_keep = 0;        // how many of the largest byte counts to keep
     size_t heavy_cap = 0;       // most flows at or above the threshold it keeps
     std::map<uint32_t, tcm_meter_config> configs; // of the active policies, by id
+    std::map<uint32_t, uint64_t> warmups;         // their --warmup, where they have one
     size_t flows = 0;                             // read by the walk
     size_t old_flows = 0;                         // of them in tcm_flows_old, not reclaimed
     size_t prev_flows = 0;                        // and in tcm_flows_prev
@@ -159,6 +160,22 @@ class Datapath {
     tcm_flow policy_state(uint32_t policy_id) const;
     // One policy's counters summed over CPUs (safe from any thread: reads only the map).
     tcm_counters policy_counter(uint32_t policy_id) const;
+
+    // --quota (docs/spec.md §14): what a policy's aggregate bucket used of its quota this period
+    // and when the period ends (UTC); nullopt for a policy without a quota or a bucket that has
+    // seen no packet. @flow: a flow's bucket instead (Flow::id).
+    struct QuotaUse {
+        uint64_t quota = 0, used = 0, left = 0;
+        uint64_t reset_ns = 0; // ns since the Unix epoch, UTC
+    };
+    std::optional<QuotaUse> quota_use(uint32_t policy_id, const tcm_flow_id *flow = nullptr) const;
+    // Writes what the data path's clock lacks of UTC (tcm_wall) if it moved by more than 1 ms
+    // since it was last written (a step of the wall clock, a suspend): at load, and by the
+    // daemon every second. Not under testing (the tests' clock is theirs).
+    void sync_wall_clock();
+    // Deletes the warm-up and quota state of flows that are gone, unless it still holds a
+    // quota's use of a period not over (a flow made again keeps it). Returns how many.
+    size_t reclaim_ext_states();
 
     // Deletes the flows whose buckets are full now (idle at least their fill time): such a
     // flow is indistinguishable from a new one, so no colour changes. Returns how many.

@@ -148,6 +148,8 @@ tcm_meter_config make_meter_config(const MeterParams &params);
 // And the warm-up's (d_ns 0: none), and the quota's (bytes 0: none).
 tcm_warm_config make_warm_config(const MeterParams &params);
 tcm_quota_config make_quota_config(const MeterParams &params);
+// Both, as the data path reads them (tcm_policy_ext; the periods' gen 0).
+tcm_policy_ext make_policy_ext(const MeterParams &params);
 // The over meter's parameters as a meter of their own (the colour mode and units of @params).
 MeterParams over_params(const MeterParams &params);
 // The cold factor a warm-up without --cold-factor has (Guava's SmoothWarmingUp's).

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
+// datapath_ext.cpp: the warm-ups' and quotas' maps (bpf/lib/chain.h, ext_meter_packet): their
+// config by policy id (tcm_policy_ext, written by commit), their state by bucket
+// (tcm_meter_ext, made by the data path), and the data path's UTC (tcm_wall).
+#include <time.h>
+
+#include "datapath_impl.hpp"
+
+namespace tricolor {
+
+namespace {
+
+uint64_t clock_ns(clockid_t id) {
+    timespec ts{};
+    clock_gettime(id, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Every key of the hash map @fd.
+template <typename K>
+std::vector<K> all_keys(int fd) {
+    std::vector<K> keys;
+    K key{}, next{};
+    const K *at = nullptr;
+    while (bpf_map_get_next_key(fd, at, &next) == 0) {
+        keys.push_back(next);
+        key = next;
+        at = &key;
+    }
+    return keys;
+}
+
+} // namespace
+
+void Datapath::Impl::delete_ext_if(const std::function<bool(uint32_t)> &drop) {
+    int states = fd(skel->maps.tcm_meter_ext), configs = fd(skel->maps.tcm_policy_ext);
+    for (const auto &k : all_keys<tcm_flow_id>(states))
+        if (drop(TCM_FLOW_POLICY(k.head)))
+            bpf_map_delete_elem(states, &k);
+    for (uint32_t id : all_keys<uint32_t>(configs))
+        if (drop(id))
+            bpf_map_delete_elem(configs, &id);
+}
+
+void Datapath::sync_wall_clock() {
+    if (impl_->testing)
+        return;
+    // UTC minus CLOCK_MONOTONIC, read between two reads of the other: the pair closest in time.
+    uint64_t best = UINT64_MAX, offset = 0;
+    for (int i = 0; i < 3; ++i) {
+        uint64_t m0 = clock_ns(CLOCK_MONOTONIC), r = clock_ns(CLOCK_REALTIME),
+                 m1 = clock_ns(CLOCK_MONOTONIC);
+        if (m1 - m0 < best) {
+            best = m1 - m0;
+            offset = r - (m0 + (m1 - m0) / 2);
+        }
+    }
+    int fd = impl_->fd(impl_->skel->maps.tcm_wall);
+    uint32_t zero = 0;
+    tcm_wall w{};
+    bpf_map_lookup_elem(fd, &zero, &w);
+    const uint64_t moved = offset > w.offset_ns ? offset - w.offset_ns : w.offset_ns - offset;
+    if (moved > 1000000) {
+        w.offset_ns = offset;
+        bpf_map_update_elem(fd, &zero, &w, 0);
+    }
+}
+
+std::optional<Datapath::QuotaUse> Datapath::quota_use(uint32_t policy_id,
+                                                      const tcm_flow_id *flow) const {
+    tcm_policy_ext x{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_ext), &policy_id, &x) != 0 ||
+        !x.quota.bytes)
+        return std::nullopt;
+    tcm_flow_id key{};
+    key.head = TCM_FLOW_HEAD(policy_id, 0);
+    if (flow)
+        key = *flow;
+    tcm_ext_state st{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_meter_ext), &key, &st) != 0 ||
+        !st.quota.period_end)
+        return std::nullopt;
+    // What the next packet would see: a period over has used nothing (quota.h, quota_used).
+    uint32_t zero = 0;
+    tcm_wall w{};
+    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_wall), &zero, &w);
+    quota_used(&x.quota, &st.quota, now_ns() + w.offset_ns);
+    QuotaUse u;
+    u.quota = x.quota.bytes;
+    u.used = st.quota.used;
+    u.left = u.used < u.quota ? u.quota - u.used : 0;
+    u.reset_ns = st.quota.period_end;
+    return u;
+}
+
+size_t Datapath::reclaim_ext_states() {
+    auto &im = *impl_;
+    int states = im.fd(im.skel->maps.tcm_meter_ext), configs = im.fd(im.skel->maps.tcm_policy_ext);
+    uint32_t zero = 0;
+    tcm_wall w{};
+    bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
+    const uint64_t wall = now_ns() + w.offset_ns;
+    size_t n = 0;
+    for (const auto &k : all_keys<tcm_flow_id>(states)) {
+        if (TCM_FLOW_KIND(k.head) == 0)
+            continue; // an aggregate's: it goes with its policy
+        if (im.find_slot(k) >= 0 || im.find_slot_of_before(k) >= 0)
+            continue; // the flow is there
+        tcm_ext_state st{};
+        tcm_policy_ext x{};
+        uint32_t id = TCM_FLOW_POLICY(k.head);
+        if (bpf_map_lookup_elem(states, &k, &st) != 0)
+            continue;
+        const bool quota = bpf_map_lookup_elem(configs, &id, &x) == 0 && x.quota.bytes;
+        if (quota && st.quota.used && st.quota.period_end > wall)
+            continue; // a use of this period: the flow made again keeps it
+        // A packet may have made the flow again since find_slot: its state goes with this,
+        // and it meters on as a flow made afresh (a new state, cold, its quota's use 0).
+        n += bpf_map_delete_elem(states, &k) == 0;
+    }
+    return n;
+}
+
+} // namespace tricolor
