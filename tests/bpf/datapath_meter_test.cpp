@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -155,6 +157,56 @@ TEST_F(DatapathTest, MultiBufferFramesAreChargedTheirFullLength) {
     EXPECT_EQ(dp->run_xdp(frame).retval, XDP_PASS);
     EXPECT_EQ(dp->policy_counters()[1].bytes[TCM_GREEN], 9000u);
     EXPECT_EQ(dp->global_counters().malformed_packets, 0u);
+}
+
+} // namespace
+
+namespace {
+
+// docs/spec.md §14: a quota per source keeps each source's use apart; a flow reclaimed idle and
+// made again keeps its use of the period, and a period that ends gives every flow its quota back.
+TEST_F(DatapathTest, APerSourceQuotaIsEachSourcesAndOutlivesItsFlow) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000000000ull, 1 << 20, 0); // never red here
+    p.per = TCM_PER_SRC;
+    p.meter.quota_bytes = 3000;
+    p.meter.quota_period_ns = 3600ull * 1000000000; // hours from the epoch
+    p.actions[TCM_RED] = parse_action("drop").value();
+    apply({p});
+    const uint64_t hour = 3600ull * 1000000000, t0 = 10 * hour + 1000000000;
+    auto send = [&](const char *src) {
+        return dp->run_xdp(Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build()).retval;
+    };
+    dp->set_clock(t0);
+    for (int i = 0; i < 3; ++i) // 1000, 2000, 3000: the third takes it to the quota, counted whole
+        EXPECT_EQ(send("198.18.0.1"), XDP_PASS) << i;
+    EXPECT_EQ(send("198.18.0.1"), XDP_DROP);
+    EXPECT_EQ(send("198.18.0.2"), XDP_PASS); // another source's quota
+    for (const auto &f : dp->flows()) {
+        auto q = dp->quota_use(1, &f.id);
+        ASSERT_TRUE(q.has_value());
+        EXPECT_EQ(q->used, f.key.src[3] == htonl(0xc6120001) ? 3000u : 1000u);
+        EXPECT_EQ(q->reset_ns, 11 * hour);
+    }
+    EXPECT_FALSE(dp->quota_use(1).has_value()); // no aggregate bucket has seen a packet
+    // Idle and full: both flows go, and the state of each stays: it holds a use of the period.
+    dp->set_clock(t0 + 1000000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 2u);
+    EXPECT_EQ(dp->reclaim_ext_states(), 0u);
+    EXPECT_EQ(send("198.18.0.1"), XDP_DROP);
+    EXPECT_EQ(send("198.18.0.2"), XDP_PASS); // 2000 of 3000
+    dp->set_clock(11 * hour);                // the period ends at the hour
+    EXPECT_EQ(send("198.18.0.1"), XDP_PASS);
+    // Now the second source's state holds a period that is over: it goes with its flow.
+    dp->set_clock(11 * hour + 1000000000);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 2u);
+    EXPECT_EQ(dp->reclaim_ext_states(), 1u);
+    // The policy gone, its state goes with it.
+    apply({});
+    EXPECT_EQ(dp->reclaim_ext_states(), 0u);
+    apply({p});
+    dp->set_clock(11 * hour + 1);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(send("198.18.0.1"), XDP_PASS) << i;
 }
 
 } // namespace

@@ -150,6 +150,57 @@ TEST_F(E2E, Kill9LeavesThePolicyEnforcedAndARestartAdoptsEveryCounter) {
     EXPECT_EQ(total_packets(stats(), "agg"), 110u);
 }
 
+// docs/spec.md §14: a quota's use is the data path's, pinned: a daemon killed mid-period and
+// started again finds it to the byte, and a policy set that changes the quota keeps it.
+TEST_F(E2E, AQuotaKeepsItsUseThroughARestartAndAChange) {
+    ok({"attach", lab->host_if});
+    // A meter that never turns a packet red here: the quota alone decides.
+    ok({"policy", "add", "cap", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs", "1m",
+        "--match", "proto", "udp", "--quota", "20000/1d"});
+    auto quota = [&] {
+        const json s = stats();
+        for (const auto &p : s["policies"])
+            if (p["name"] == "cap")
+                return p.value("quota", json());
+        return json();
+    };
+    EXPECT_TRUE(quota().is_null()); // no packet yet: no period
+    send(10, 1000);                 // 1028 bytes each at IP
+    auto q = quota();
+    ASSERT_TRUE(q.is_object()) << stats().dump();
+    EXPECT_EQ(q["used"], 10 * 1028);
+    EXPECT_EQ(q["left"], 20000 - 10 * 1028);
+    // Periods of a day from the epoch: the next starts at a UTC midnight within a day.
+    const uint64_t reset = q["reset_ns"].get<uint64_t>(), day = 86400ull * 1000000000;
+    EXPECT_EQ(reset % day, 0u);
+    const uint64_t now =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    EXPECT_GT(reset, now);
+    EXPECT_LE(reset, now + day);
+    EXPECT_THAT(ok({"stats", "cap"}).out, HasSubstr("quota: used"));
+    daemon->kill9();
+    send(5, 1000); // no daemon: the data path counts on
+    daemon->start();
+    EXPECT_EQ(quota()["used"], 15 * 1028);
+    // The 20th packet takes the use past 20000 and counts whole; the 5 after it are red.
+    send(10, 1000);
+    auto s = stats();
+    EXPECT_EQ(quota()["used"], 20 * 1028);
+    EXPECT_EQ(quota()["left"], 0);
+    EXPECT_EQ(s["policies"][0]["green"]["packets"], 20);
+    EXPECT_EQ(s["policies"][0]["red"]["packets"], 5);
+    // A bigger quota keeps what was used: 9 more fit under 30000, the 10th crosses it.
+    ok({"policy", "set", "cap", "--quota", "30000/1d"});
+    EXPECT_EQ(quota()["used"], 20 * 1028);
+    send(12, 1000);
+    s = stats();
+    EXPECT_EQ(quota()["used"], 30 * 1028);
+    EXPECT_EQ(s["policies"][0]["green"]["packets"], 30);
+    EXPECT_EQ(s["policies"][0]["red"]["packets"], 7);
+}
+
 } // namespace
 
 namespace {

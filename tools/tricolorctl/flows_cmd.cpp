@@ -71,6 +71,8 @@ int run_flows(Context &ctx) {
             "{:<{}} {:<44} {:>10} {:>10} {:>10} {:>5} {:>5}\n", chain(f), width,
             f["key"].get<std::string>(), human_bytes(f["green"]["bytes"]),
             human_bytes(f["yellow"]["bytes"]), human_bytes(f["red"]["bytes"]), c, e);
+        if (f.contains("quota"))
+            std::cout << quota_line(f["quota"]) << "\n";
     }
     return rc;
 }

@@ -30,6 +30,13 @@ std::string human_rate(double bits) {
                   : fmt::format("{:.1f} {}", bits, units[u]);
 }
 
+std::string quota_line(const json &q) {
+    return fmt::format("  quota: used {} of {}, {} left; resets {}",
+                       human_bytes(q.value("used", uint64_t{0})),
+                       human_bytes(q.value("quota", uint64_t{0})),
+                       human_bytes(q.value("left", uint64_t{0})), q.value("reset", "?"));
+}
+
 std::string fleet_line(const json &f) {
     return fmt::format(
         "  fleet: {}{}, {} hosts, demand here {}, lease {} ({:.0f}% of the fleet's CIR "

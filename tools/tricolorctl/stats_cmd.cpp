@@ -90,6 +90,8 @@ void print_stats_table(const json &s, const json *prev, double seconds) {
         }
         if (p.contains("fleet"))
             std::cout << fleet_line(p["fleet"]) << "\n";
+        if (p.contains("quota"))
+            std::cout << quota_line(p["quota"]) << "\n";
         if (prev && seconds > 0)
             for (const auto &q : (*prev)["policies"])
                 if (q["name"] == p["name"]) {

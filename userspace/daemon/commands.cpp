@@ -319,6 +319,9 @@ json Daemon::cmd_stats(const json &r) {
         if (fleet_)
             if (auto f = fleet_->policy_status(name); !f.is_null())
                 p["fleet"] = f;
+        // docs/spec.md §14: an aggregate quota's use of this period (a per-key one: flows).
+        if (auto q = dp_->quota_use(e.id))
+            p["quota"] = quota_json(*q);
         // docs/spec.md §9: each policy names its parent (null at the top); counters are per level.
         auto parent = e.spec.find("parent");
         p["parent"] = parent != e.spec.end() && parent->is_string() ? *parent : json(nullptr);
@@ -380,6 +383,8 @@ json Daemon::cmd_flows(const json &r) {
         j["parent"] = p.parent.empty() ? json(nullptr) : json(p.parent);
         j["key"] = flow_key_text(f.key, p, [&](uint64_t id) { return dp_->cgroup_path(id); });
         j["buckets"] = buckets_json(p, f.state, now);
+        if (auto q = f.id.head ? dp_->quota_use(p.id, &f.id) : std::nullopt)
+            j["quota"] = quota_json(*q);
         list.push_back(j);
     }
     return ok({{"flows", list}, {"via", via}});

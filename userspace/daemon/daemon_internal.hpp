@@ -46,6 +46,7 @@ std::string check_ifname_pattern(const std::string &glob);
 
 json counters_json(const tcm_counters &c);
 json tcp_counters_json(const ShapeCounters &c);
+json quota_json(const Datapath::QuotaUse &q);
 // A cgroup policy of the ingress direction (bpf/cgroup_in.bpf.c meters it).
 bool is_cgroup_ingress(const Policy &p);
 

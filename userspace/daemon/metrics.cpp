@@ -121,9 +121,37 @@ std::vector<MetricFamily> Daemon::metrics() const {
             bytes.metric.push_back(m);
         }
     }
+    // --quota (docs/spec.md §14): an aggregate quota's use of this period; a per-key quota's
+    // flows are too many for series (flows shows them).
+    MetricFamily q_used{"tricolor_quota_used_bytes",
+                        "Green and yellow bytes of the period, of an aggregate --quota",
+                        MetricType::Gauge,
+                        {}};
+    MetricFamily q_limit{"tricolor_quota_bytes",
+                         "The --quota of a period, of an aggregate quota",
+                         MetricType::Gauge,
+                         {}};
+    MetricFamily q_reset{"tricolor_quota_reset_timestamp_seconds",
+                         "When the period of an aggregate --quota ends (Unix time)",
+                         MetricType::Gauge,
+                         {}};
+    for (const auto &e : policies_)
+        if (auto q = dp_->quota_use(e.id)) {
+            ClientMetric m;
+            m.label = {{"policy", e.spec.value("name", "")}};
+            m.gauge.value = static_cast<double>(q->used);
+            q_used.metric.push_back(m);
+            m.gauge.value = static_cast<double>(q->quota);
+            q_limit.metric.push_back(m);
+            m.gauge.value = static_cast<double>(q->reset_ns / 1000000000);
+            q_reset.metric.push_back(m);
+        }
     return {packets,
             bytes,
             info,
+            q_used,
+            q_limit,
+            q_reset,
             cg_packets,
             cg_bytes,
             sockets,

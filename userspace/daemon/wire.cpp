@@ -3,6 +3,8 @@
 // and fields, and the JSON of attachments, counters, flows and buckets.
 #include "daemon_internal.hpp"
 
+#include <ctime>
+
 #include "tricolor/control.hpp"
 
 #include <fmt/format.h>
@@ -207,6 +209,26 @@ json counters_json(const tcm_counters &c) {
     for (int i = 0; i < TCM_NR_COLORS; ++i)
         out[names[i]] = {{"packets", c.packets[i]}, {"bytes", c.bytes[i]}};
     return out;
+}
+
+// @ns since the Unix epoch as ISO 8601 UTC, to the second ("never": past 2^64 ns).
+static std::string format_utc(uint64_t ns) {
+    if (ns == UINT64_MAX)
+        return "never";
+    time_t t = static_cast<time_t>(ns / 1000000000);
+    tm u{};
+    gmtime_r(&t, &u);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &u);
+    return buf;
+}
+
+json quota_json(const Datapath::QuotaUse &q) {
+    return {{"quota", q.quota},
+            {"used", q.used},
+            {"left", q.left},
+            {"reset", format_utc(q.reset_ns)},
+            {"reset_ns", q.reset_ns}};
 }
 
 json tcp_counters_json(const ShapeCounters &c) {
