@@ -82,6 +82,14 @@ mutant quota-red-counted bpf/lib/quota.h \
     's/if \(color != TCM_RED\)\n        qs->used \+= len;/qs->used += len;/' \
     "quota: red packets count against the quota" \
     "$QUOTA_TESTS"
+mutant quota-wall-ignored bpf/lib/chain.h \
+    's/now \+ \(wall \? wall->offset_ns : 0\)/now/' \
+    "quota: the data path reads its periods on its own clock, not UTC (tcm_wall ignored)" \
+    "e2e:E2E.AQuotaKeepsItsUseThroughARestartAndAChange"
+mutant quota-use-lost-on-reclaim userspace/src/datapath_ext.cpp \
+    's/if \(quota && st.quota.used && st.quota.period_end > wall\)/if (false)/' \
+    "quota: a flow reclaimed idle loses its use of the period (made again, its quota is whole)" \
+    "bpf:DatapathTest.APerSourceQuotaIsEachSourcesAndOutlivesItsFlow"
 mutant meter-slow-4pct bpf/lib/meter.h \
     's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \

@@ -83,10 +83,13 @@ ABLATIONS = {
          (CHAIN, CLOCK_LINE, ""),
          (PIPELINE, "    testing_spread(p);\n",
           "    testing_spread(p);\n    __u64 now = clock_now_ns();\n"),
-         (PIPELINE, "chain_meter_packet(pol, &p->key, &in, g);",
+         (CHAIN, "    return chain_meter_packet(pol, key, in, g);",
+          "    return chain_meter_packet(pol, key, in, g, clock_now_ns());"),
+         (PIPELINE, "chain_or_ext(pol, &p->key, &in, g);",
           "chain_meter_packet(pol, &p->key, &in, g, now);"),
-         ("bpf/cgroup_in.bpf.c", "bpf_map_lookup_elem(&tcm_global_stats, &zero));",
-          "bpf_map_lookup_elem(&tcm_global_stats, &zero),\n"
+         ("bpf/cgroup_in.bpf.c",
+          "chain_or_ext(pol, &p.key, &in, bpf_map_lookup_elem(&tcm_global_stats, &zero));",
+          "chain_meter_packet(pol, &p.key, &in, bpf_map_lookup_elem(&tcm_global_stats, &zero),\n"
           "                           clock_now_ns());")]),
     "clock_before_lock": (
         "the clock read after the buckets are found, just before the locks",

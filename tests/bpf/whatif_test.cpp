@@ -410,6 +410,56 @@ TEST_F(WhatIfTest, ThePlotDrawsTheRunsNumbers) {
     EXPECT_LT(low, 1500u) << "near empty where red was";
 }
 
+// docs/spec.md §14 in a capture: a warm-up and a quota metered by the data path (whatif) as
+// replay -f's model engine meters them, packet by packet, and the plot's steps and use are the
+// run's: the rate from step 1 up to warm, the use rising to the green and yellow bytes.
+TEST_F(WhatIfTest, AWarmUpAndAQuotaAreTheModelsAndThePlotShowsThem) {
+    auto trace = bursty(11, 3000);
+    std::string pcap = path("warm.pcap");
+    test::write_pcap(pcap, test::kDltEthernet, true,
+                     test::trace_packets(trace, test::kDltEthernet));
+    auto pol = one_policy(4000000, 6000);
+    pol[0].meter.warmup_ns = 2000000000; // 2 s in 4 steps: the trace runs about 5 s
+    pol[0].meter.cold_factor = 4;
+    pol[0].meter.quota_bytes = 1000000;           // used up within the trace: then red
+    pol[0].meter.quota_period_ns = 3600000000000; // hours from the epoch: one period here
+    HierModelEngine model(pol);
+    std::ostringstream want;
+    auto relative = trace;
+    for (auto &p : relative)
+        p.time_ns -= trace.front().time_ns;
+    run_hier_replay(model, pol, relative, want);
+    EXPECT_EQ(test::first_difference(whatif_lines(pol, pcap), want.str()), "");
+    WhatIfOptions o;
+    o.plot = true;
+    auto r = run_whatif(*engine_, pol, pcap, o);
+    ASSERT_TRUE(r);
+    const auto &w = r->policies[0];
+    EXPECT_EQ(w.cold_factor, 4u);
+    EXPECT_EQ(w.quota, 1000000u);
+    ASSERT_GT(w.counts.bytes[TCM_RED], 0u);
+    std::string svg = whatif_svg(*r, pol);
+    std::smatch m;
+    auto values = [&](const std::string &cls) {
+        std::vector<uint64_t> v;
+        if (std::regex_search(svg, m,
+                              std::regex("class=\"" + cls + "\" data-values=\"([\\d ]+)\""))) {
+            std::istringstream in(m[1].str());
+            for (uint64_t x; in >> x;)
+                v.push_back(x);
+        }
+        return v;
+    };
+    auto steps = values("warm-rate"), used = values("quota-used");
+    ASSERT_GE(steps.size(), 100u);
+    ASSERT_EQ(used.size(), steps.size());
+    EXPECT_EQ(steps.front(), 1u);
+    EXPECT_EQ(std::ranges::max(steps), 5u); // K + 1: warm
+    EXPECT_TRUE(std::ranges::is_sorted(used)) << "one period: the use only grows";
+    EXPECT_EQ(used.back(), w.counts.bytes[TCM_GREEN] + w.counts.bytes[TCM_YELLOW]);
+    EXPECT_GE(used.back(), 1000000u);
+}
+
 // frame_flow reads what synthesize_frame wrote, for every family and protocol replay knows.
 TEST(WhatIfFrame, FlowOfASynthesizedFrameIsItsTraceLine) {
     for (const char *line :

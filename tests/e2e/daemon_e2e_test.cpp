@@ -199,6 +199,15 @@ TEST_F(E2E, AQuotaKeepsItsUseThroughARestartAndAChange) {
     EXPECT_EQ(quota()["used"], 30 * 1028);
     EXPECT_EQ(s["policies"][0]["green"]["packets"], 30);
     EXPECT_EQ(s["policies"][0]["red"]["packets"], 7);
+    // A reboot: the pinned maps are gone (bpffs is not kept). The daemon saved the use at its
+    // exit; a daemon that makes the data path afresh restores it (counters start from 0).
+    daemon->terminate();
+    std::filesystem::remove_all(daemon->pin_dir());
+    daemon->start();
+    EXPECT_THAT(daemon->log(), HasSubstr("the use of 1 quota bucket(s) restored"));
+    EXPECT_EQ(quota()["used"], 30 * 1028);
+    send(1, 1000);
+    EXPECT_EQ(stats()["policies"][0]["red"]["packets"], 1);
 }
 
 } // namespace

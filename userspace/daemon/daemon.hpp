@@ -122,6 +122,13 @@ class Daemon {
     // not hold the lock requests are served under.
     size_t reclaim_idle_flows();
     void count_flows();
+    // --quota's use of the current periods, saved beside the state file (<state>.quota, written
+    // whole and fsynced) at every pass over the flow table and at exit; restored into a data
+    // path made afresh (after a reboot: bpffs is gone) for the policies of the same name and
+    // periods. What a reboot loses: the use since the last pass (--reclaim-interval, 10 s).
+    void save_quota_uses() const;
+    size_t restore_quota_uses();
+    std::string quota_path() const { return options_.state + ".quota"; }
     // Grows the flow table 4x (at most to --max-flows) if it is half full; true if it did. Its
     // programs are loaded again and put on every hook over the old ones (no gap), the policies
     // applied to them as they are, the flows moved with their tokens and counters. Called

@@ -70,6 +70,7 @@ size_t Daemon::flow_pass(bool reclaim) {
     dp_->sync_wall_clock();
     if (reclaim)
         dp_->reclaim_ext_states();
+    save_quota_uses();
     return pass.reclaimed;
 }
 

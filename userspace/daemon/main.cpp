@@ -499,6 +499,7 @@ void main_loop(const DaemonOptions &o, int listen_fd, int sig_fd, Daemon &daemon
 }
 
 void shut_down(const DaemonOptions &o, Running &run) {
+    run.daemon->save_quota_uses(); // what the last pass did not see
     run.page.reset();
     run.exposer.reset();
     close(run.listen_fd);

@@ -149,6 +149,11 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         adopted_ids_[p.name] = p.id;
     if (auto r = load_at_start(cfg); !r)
         throw std::runtime_error(r.error());
+    // A data path made afresh (a reboot, or pins removed): the quotas' use as last saved.
+    if (!dp_->adopted())
+        if (size_t n = restore_quota_uses())
+            startup_notes.push_back(
+                fmt::format("the use of {} quota bucket(s) restored from {}", n, quota_path()));
     // Once the config is applied, so that the sock_ops program knows which policies shape
     // from its first socket.
     swap_root_cgroup_programs(startup_warnings);

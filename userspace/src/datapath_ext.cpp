@@ -66,6 +66,12 @@ void Datapath::sync_wall_clock() {
     }
 }
 
+void Datapath::set_wall_offset(uint64_t offset_ns) {
+    uint32_t zero = 0;
+    tcm_wall w{offset_ns};
+    bpf_map_update_elem(impl_->fd(impl_->skel->maps.tcm_wall), &zero, &w, 0);
+}
+
 std::optional<Datapath::QuotaUse> Datapath::quota_use(uint32_t policy_id,
                                                       const tcm_flow_id *flow) const {
     tcm_policy_ext x{};
@@ -91,6 +97,44 @@ std::optional<Datapath::QuotaUse> Datapath::quota_use(uint32_t policy_id,
     u.left = u.used < u.quota ? u.quota - u.used : 0;
     u.reset_ns = st.quota.period_end;
     return u;
+}
+
+std::vector<Datapath::QuotaSaved> Datapath::quota_uses() const {
+    auto &im = *impl_;
+    int states = im.fd(im.skel->maps.tcm_meter_ext);
+    uint32_t zero = 0;
+    tcm_wall w{};
+    bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
+    const uint64_t wall = now_ns() + w.offset_ns;
+    std::vector<QuotaSaved> out;
+    for (const auto &k : all_keys<tcm_flow_id>(states)) {
+        tcm_ext_state st{};
+        if (bpf_map_lookup_elem(states, &k, &st) == 0 && st.quota.used &&
+            st.quota.period_end > wall)
+            out.push_back({k, st.quota.used, st.quota.period_end});
+    }
+    return out;
+}
+
+std::optional<tcm_ext_state> Datapath::ext_state(const tcm_flow_id &key) const {
+    tcm_ext_state st{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_meter_ext), &key, &st) != 0)
+        return std::nullopt;
+    return st;
+}
+
+bool Datapath::restore_quota_use(const QuotaSaved &saved) {
+    tcm_ext_state st{};
+    st.quota.used = saved.used;
+    st.quota.period_end = saved.period_end;
+    uint32_t id = TCM_FLOW_POLICY(saved.key.head);
+    tcm_policy_ext x{};
+    if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_ext), &id, &x) != 0 ||
+        !x.quota.bytes)
+        return false;
+    st.quota.gen = x.quota.gen;
+    return bpf_map_update_elem(impl_->fd(impl_->skel->maps.tcm_meter_ext), &saved.key, &st,
+                               BPF_NOEXIST) == 0;
 }
 
 size_t Datapath::reclaim_ext_states() {

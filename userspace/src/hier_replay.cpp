@@ -182,14 +182,6 @@ Result<std::vector<Policy>> load_policy_file(const std::string &path) {
             errors.push_back(fmt::format("policy '{}': match.cgroup cannot be replayed (replayed "
                                          "packets were sent by no process)",
                                          p->name));
-        // The model engine of a policy file (and so whatif's comparison) has no warm-up or
-        // quota yet; one meter's replay has both.
-        if (p->meter.quota_bytes || p->meter.warmup_ns)
-            errors.push_back(fmt::format("policy '{}': {}: a policy file's replay models no "
-                                         "warm-up or quota yet (replay one meter with --{} "
-                                         "instead)",
-                                         p->name, p->meter.quota_bytes ? "quota" : "warmup",
-                                         p->meter.quota_bytes ? "quota" : "warmup"));
         out.push_back(std::move(*p));
     }
     if (errors.empty()) {
@@ -272,6 +264,8 @@ uint8_t dscp_of_color(Color color) {
 HierModelEngine::HierModelEngine(std::vector<Policy> policies) : policies_(std::move(policies)) {
     for (const auto &p : policies_)
         configs_.push_back(make_meter_config(p.meter));
+    for (const auto &p : policies_)
+        exts_.push_back(make_policy_ext(p.meter));
     for (const auto &p : policies_) {
         ranked_.push_back(&p);
         // Matched by the rules the data path would hold (a cgroup policy has none here: a
@@ -350,6 +344,16 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
     for (const Policy *p : chain_of(policies_, matched->name))
         levels.push_back({p, &buckets_[{p->id, key_of(*p, pkt)}], {}});
     uint32_t color = static_cast<uint32_t>(pkt.color);
+    if (levels.size() == 1 && (matched->meter.warmup_ns || matched->meter.quota_bytes)) {
+        // As the data path's ext_meter_packet: the trace's clock is UTC for the quota's periods.
+        auto &b = *levels[0].bucket;
+        const size_t i = matched - policies_.data();
+        v.color =
+            static_cast<Color>(quota_mark(&configs_[i], &exts_[i], &b.state, &b.ext, pkt.time_ns,
+                                          pkt.time_ns, level_len(*matched, pkt), color, 0));
+        b.started = true;
+        return v;
+    }
     for (size_t i = 0; i < levels.size(); ++i) {
         auto &l = levels[i];
         const tcm_meter_config &cfg = configs_[l.policy - policies_.data()];

@@ -114,6 +114,8 @@ struct Track {
     tcm_meter_config cfg{};
     tcm_meter_state state{}; // after this policy's last packet
     bool started = false;
+    tcm_policy_ext ext{}; // --warmup, --quota
+    tcm_ext_state ext_state{};
     uint64_t red_second = 0, red_in_second = 0;
 };
 
@@ -131,6 +133,9 @@ class Runner {
             t.keyed = !w.levels;
             t.empty = p.meter.start_empty;
             t.cfg = make_meter_config(p.meter);
+            t.ext = make_policy_ext(p.meter);
+            w.cold_factor = t.ext.warm.k;
+            w.quota = t.ext.quota.bytes;
             track_[p.id] = t;
             names_[p.id] = p.name;
             for (const Policy &q : policies)
@@ -180,8 +185,12 @@ class Runner {
     }
 
     void packet(const CapturedPacket &cp, std::string &out) {
-        if (result_.packets++ == 0)
+        if (result_.packets++ == 0) {
             first_ns_ = cp.time_ns;
+            // The data path meters at times from the first packet; a quota's periods are the
+            // capture's own UTC.
+            engine_.datapath().set_wall_offset(first_ns_);
+        }
         // A stamp that goes back is passed as it is (the data path meters it as no time passing,
         // docs/spec.md §2), and printed as it is, as replay -f prints its line; only a stamp
         // before the first packet's is taken as the first's.
@@ -255,9 +264,35 @@ class Runner {
                 tcm_flow s = engine_.datapath().policy_state(w.id);
                 tr.state = s.meter;
                 tr.started = s.flags & TCM_FLOW_F_STARTED;
+                if (tr.ext.warm.d_ns || tr.ext.quota.bytes) {
+                    tcm_flow_id key{};
+                    key.head = TCM_FLOW_HEAD(w.id, 0);
+                    tr.ext_state = engine_.datapath().ext_state(key).value_or(tcm_ext_state{});
+                    note_ext(tr, b, t); // the open bin's, until it ends
+                }
                 note_level(tr, b, tr.state);
             }
         }
+    }
+
+    // The warm-up's step and the quota's use at @t (the capture's, from its first packet).
+    void note_ext(const Track &tr, WhatIfBin &b, uint64_t t) const {
+        const tcm_ext_state &x = tr.ext_state;
+        if (tr.ext.warm.d_ns)
+            b.warm_step = !x.started ? 1 : warm_step(tr.ext.warm, x.warm, t);
+        if (tr.ext.quota.bytes)
+            b.quota_used =
+                x.quota.period_end && first_ns_ + t < x.quota.period_end ? x.quota.used : 0;
+    }
+
+    // The step a warm-up started at @ws.start_ns fills at, at @t: 1..K, K + 1 once warm.
+    static uint32_t warm_step(const tcm_warm_config &w, const tcm_warm_state &ws, uint64_t t) {
+        if (t <= ws.start_ns)
+            return 1;
+        const unsigned __int128 x = static_cast<unsigned __int128>(t - ws.start_ns) * w.k;
+        return x >= static_cast<unsigned __int128>(w.d_ns) * w.k
+                   ? w.k + 1
+                   : static_cast<uint32_t>(x / w.d_ns) + 1;
     }
 
     static uint64_t units(const tcm_meter_config &cfg, uint64_t tokens) {
@@ -294,9 +329,18 @@ class Runner {
                     // Not started: full, as the first packet will find it.
                     tcm_meter_state s =
                         tr.started ? tr.state : tcm_meter_state{0, tr.cfg.c_size, tr.cfg.e_size};
-                    if (tr.started)
+                    tcm_ext_state x = tr.ext_state;
+                    // The warm-up's refill when it has one (the meter's own code, on copies):
+                    // the gap is earned at the rates of the step it is in.
+                    if (tr.started && tr.ext.warm.d_ns && x.started)
+                        meter_refill_warm(&tr.cfg, &tr.ext.warm, &s, &x.warm, end);
+                    else if (tr.started)
                         meter_refill(&tr.cfg, &s, end);
                     note_level(tr, b, s);
+                    tcm_ext_state last = tr.ext_state;
+                    tr.ext_state = x;
+                    note_ext(tr, b, end);
+                    tr.ext_state = last;
                 }
                 w.bins.push_back(fresh_bin());
             }
@@ -316,6 +360,8 @@ class Runner {
                         m.bytes[c] += n.bytes[c];
                     m.c_low = std::min(m.c_low, n.c_low);
                     m.e_low = std::min(m.e_low, n.e_low);
+                    m.warm_step = n.warm_step; // as the later bin ends
+                    m.quota_used = n.quota_used;
                 }
                 merged.push_back(m);
             }

@@ -224,6 +224,41 @@ std::string whatif_svg(const WhatIfResult &r, const std::vector<Policy> &policie
                                "fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n",
                                which ? "e" : "c", vals, pts, which ? "#8a3ab9" : "#2a6fdb");
             }
+            // --warmup's rate (step j of K: j/K of the full rate, K + 1 warm) and --quota's use,
+            // each on the panel's height as 0..100%: what the meter fills at, and how much of
+            // the period's quota is gone, as each bin ends.
+            for (int which = 0; which < 2; ++which) {
+                const double whole =
+                    which ? static_cast<double>(w.quota) : static_cast<double>(w.cold_factor);
+                if (whole == 0)
+                    continue;
+                std::string pts, vals;
+                for (size_t i = 0; i < w.bins.size(); ++i) {
+                    if (w.bins[i].c_low == UINT64_MAX)
+                        continue;
+                    uint64_t v = which ? w.bins[i].quota_used : w.bins[i].warm_step;
+                    double f = std::min(1.0, static_cast<double>(v) / whole);
+                    double x1 = kLeft + static_cast<double>(i) * bin_s * px_per_s;
+                    double y = ly0 - f * kLevelH;
+                    fmt::format_to(std::back_inserter(pts), "{:.2f},{:.2f} {:.2f},{:.2f} ", x1, y,
+                                   x1 + bin_s * px_per_s, y);
+                    fmt::format_to(std::back_inserter(vals), "{}{}", vals.empty() ? "" : " ", v);
+                }
+                fmt::format_to(
+                    std::back_inserter(o),
+                    "<polyline class=\"{}\" data-values=\"{}\" data-whole=\"{}\" points=\"{}\" "
+                    "fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
+                    "stroke-dasharray=\"5 3\"/>\n",
+                    which ? "quota-used" : "warm-rate", vals, whole, pts,
+                    which ? "#666" : "#e07b00");
+                fmt::format_to(
+                    std::back_inserter(o), "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n",
+                    kLeft + kPlotW - 330, ly0 - kLevelH - 8 + (which ? 0 : -12),
+                    which ? "#666" : "#e07b00",
+                    which
+                        ? fmt::format("dashed grey: quota used, of {}", size(whole, false))
+                        : fmt::format("dashed orange: warm-up rate, step j of {}", w.cold_factor));
+            }
             fmt::format_to(std::back_inserter(o),
                            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>"
                            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>"

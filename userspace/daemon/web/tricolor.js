@@ -164,6 +164,8 @@
     if (spec.per) parts.push(`per ${spec.per}`);
     if (spec.parent) parts.push(`parent ${spec.parent}`);
     if (spec.fleet) parts.push("fleet");
+    if (spec.warmup) parts.push(`warmup ${spec.warmup}`);
+    if (spec.quota) parts.push(`quota ${spec.quota}`);
     return parts.join(" ");
   }
   function matchText(spec) {
@@ -178,6 +180,12 @@
       return `<span class="bucket" title="${k.toUpperCase()}: ${b[k][b.unit]} of ${b[k].size} ${b.unit}">` +
         `${k.toUpperCase()} <span class="bar"><span style="width:${pct.toFixed(1)}%"></span></span> ${pct.toFixed(0)}%</span>`;
     }).join(" ");
+  }
+  // --quota: what a bucket used of its period, and when the period ends (stats, flows).
+  function quotaText(q) {
+    if (!q) return "";
+    return `<span class="quota" title="resets ${esc(q.reset)}">quota ${fmtBytes(q.used)} of ` +
+      `${fmtBytes(q.quota)} used, ${fmtBytes(q.left)} left, resets ${esc(q.reset)}</span>`;
   }
   function drawPolicies() {
     const filter = document.getElementById("filter").value.trim().toLowerCase();
@@ -196,7 +204,7 @@
         `<td class="name">${esc(p.name)}</td><td>${esc(p.owner ?? "")}</td><td>${esc(meterText(s))}</td>` +
         `<td>${esc(matchText(s))}</td>${cells}` +
         `<td class="num">${r && sum > 0 ? (100 * r.red / sum).toFixed(1) + "%" : "–"}</td>` +
-        `<td>${b ? bucketBars(b) : s.per ? "per flow: see the flows" : ""}</td>` +
+        `<td>${b ? bucketBars(b) : s.per ? "per flow: see the flows" : ""} ${quotaText(p.quota)}</td>` +
         `<td>${f ? esc(f.mode) : ""}</td></tr>`);
     }
     rows(document.querySelector("#policies tbody"), html, filter ? "no policy matches the filter" : "no policies", 10);
@@ -211,7 +219,7 @@
     const html = f.flows.map((x) =>
       `<tr><td>${esc(x.policy)}</td><td>${esc(x.key)}</td>` +
       COLORS.map((c) => `<td class="num">${fmtBytes(x[c].bytes)}</td>`).join("") +
-      `<td>${bucketBars(x.buckets)}</td></tr>`);
+      `<td>${bucketBars(x.buckets)} ${quotaText(x.quota)}</td></tr>`);
     rows(document.querySelector("#flows tbody"), html, "no flows", 6);
     document.getElementById("flows-note").textContent = f.as_of_ms
       ? `by bytes, as of ${new Date(f.as_of_ms).toLocaleTimeString()} (${f.via === "hot" ? "from the heavy hitters" : "a walk of the table"})`

@@ -173,6 +173,19 @@ class Datapath {
     // since it was last written (a step of the wall clock, a suspend): at load, and by the
     // daemon every second. Not under testing (the tests' clock is theirs).
     void sync_wall_clock();
+    // Under testing (replay, whatif): UTC is the test clock plus @offset_ns.
+    void set_wall_offset(uint64_t offset_ns);
+    // Every bucket's use of a quota period not over (what a reboot would lose), and one written
+    // back into a data path made afresh (not over a bucket's state the data path made since).
+    struct QuotaSaved {
+        tcm_flow_id key{};
+        uint64_t used = 0, period_end = 0;
+    };
+    std::vector<QuotaSaved> quota_uses() const;
+    // A bucket's warm-up and quota state (an aggregate's: @key.head TCM_FLOW_HEAD(id, 0)), as
+    // the data path left it; nullopt before its first packet.
+    std::optional<tcm_ext_state> ext_state(const tcm_flow_id &key) const;
+    bool restore_quota_use(const QuotaSaved &saved);
     // Deletes the warm-up and quota state of flows that are gone, unless it still holds a
     // quota's use of a period not over (a flow made again keeps it). Returns how many.
     size_t reclaim_ext_states();

@@ -71,11 +71,13 @@ class HierModelEngine final : public HierEngine {
     struct Bucket {
         tcm_meter_state state{};
         bool started = false;
+        tcm_ext_state ext{}; // --warmup, --quota (a chain of one: the data path's refusal)
     };
     using Key = std::array<uint8_t, 40>;
     Key key_of(const Policy &p, const FlowTracePacket &pkt) const;
     std::vector<Policy> policies_;
     std::vector<tcm_meter_config> configs_;
+    std::vector<tcm_policy_ext> exts_; // by the policy's index in policies_
     std::vector<const Policy *> ranked_;
     std::vector<std::vector<RuleEntry>> rules_; // by the policy's index in policies_
     std::map<std::pair<uint32_t, Key>, Bucket> buckets_;

@@ -38,6 +38,10 @@ struct ColorCounts {
 struct WhatIfBin {
     std::array<uint64_t, TCM_NR_COLORS> bytes{};
     uint64_t c_low = 0, e_low = 0;
+    // --warmup: the step the meter fills at when the bin ends, 1..K (K + 1: warm, the full
+    // rate); --quota: the bytes used of the period then. An aggregate policy's; 0 without.
+    uint32_t warm_step = 0;
+    uint64_t quota_used = 0;
 };
 
 struct WhatIfPolicy {
@@ -47,6 +51,8 @@ struct WhatIfPolicy {
     uint64_t peak_red_bytes = 0;  // red bytes in the busiest second (from the first packet)
     uint64_t peak_red_second = 0; // that second's start, whole seconds from the first packet
     bool levels = false;          // bucket levels in the bins (an aggregate policy's one bucket)
+    uint32_t cold_factor = 0;     // --warmup's K (its steps in the bins); 0: none
+    uint64_t quota = 0;           // --quota's bytes (its use in the bins); 0: none
     std::vector<WhatIfBin> bins;  // with WhatIfOptions::plot
 };
 
