@@ -128,7 +128,8 @@ async function main() {
     const policies = bench ? await benchPolicies(sock) : ["web", "bulk", "idle"];
     if (!bench) {
       await ctl(sock, "policy", "add", "web", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "16k", "--ebs", "0",
-        "--match", "proto", "udp", "--match", "dport", "9", "--owner", "pod shop/web-0");
+        "--match", "proto", "udp", "--match", "dport", "9", "--owner", "pod shop/web-0",
+        "--quota", "100g/month");
       await ctl(sock, "policy", "add", "bulk", "--algo", "trtcm", "--cir", "2mbit", "--cbs", "16k", "--pir", "4mbit",
         "--pbs", "16k", "--match", "proto", "udp", "--match", "dport", "10", "--per", "src");
       await ctl(sock, "policy", "add", "idle", "--algo", "srtcm", "--cir", "1mbit", "--cbs", "16k", "--match", "proto", "udp", "--match", "dport", "11");
@@ -189,6 +190,12 @@ async function main() {
     reading = false;
     await reader;
 
+    // --quota: the row of a policy with one shows its use of the period and the next reset.
+    const quota = await page.$eval('#policies tr.policy[data-policy="web"]', (tr) =>
+      tr.querySelector(".quota")?.textContent ?? "");
+    const stq = JSON.parse(await ctl(sock, "-j", "stats", "web")).policies[0].quota;
+    check(/^quota \S+ \S+ of 100\.0 GiB used, .* left, resets \d{4}-\d\d-01T00:00:00Z$/.test(quota) &&
+      stq && stq.used > 0, `the page shows web's quota: "${quota}" (stats: ${JSON.stringify(stq)})`);
     check(JSON.stringify(shown.map((r) => r.name).sort()) === JSON.stringify([...policies].sort()),
       `every policy has its row: ${shown.map((r) => r.name).join(", ")}`);
     for (const row of shown) {
