@@ -7,6 +7,7 @@ byte's 8e9 (a packet's 1e9), a warm-up's rate steps are integrated over their ed
   reference.py --check            every NAME.args here replayed: equal to NAME.expected
   reference.py --write-warmup     (re)writes the warm-up vectors (their traces are seeded)
   reference.py --write-quota      (re)writes the quota vectors
+  reference.py --write-per-flow   (re)writes hier-quota-per-src (a per-source policy file)
   reference.py --states NAME      NAME's packets, each with its colours and the buckets after it
   reference.py --case SEED        a random warm-up meter (its flags on the first line) and trace,
                                   each packet with its colours and the buckets after it
@@ -369,6 +370,54 @@ def write_quota():
         print(f"{name}: {trace.count(chr(10))} packets, {resets} resets")
 
 
+# A per-source policy (replay -f): each source's own meter, warm-up and quota, as one meter of
+# the flags alone would be. Its .expected is each source's replay through that meter, merged.
+PER_FLOW = {
+    "hier-quota-per-src": ("--algo srtcm --cir 2000000 --cbs 3000 --ebs 3000 --warmup 200ms "
+                           "--cold-factor 4 --quota 60000/2s --over cir=500000,cbs=1500,ebs=1500",
+                           ["198.18.0.1", "198.18.0.2", "198.18.0.3"]),
+}
+
+
+def write_per_flow():
+    for i, (name, (args, sources)) in enumerate(PER_FLOW.items()):
+        rng = random.Random(3000 + i)
+        # Each source its own trace (resets inside, at 2 s from a multiple of 2 s: relative and
+        # absolute times see the same periods), at times the others do not use.
+        # The first packet at 2026-11-01T00:00:00Z, a multiple of the period: a test that
+        # replays the trace from its first packet's time sees the same periods.
+        packets, used = [(NOV_2026, 1500, "green", sources[0])], {NOV_2026}
+        for j, src in enumerate(sources):
+            trace, _ = quota_trace(args, NOV_2026 + 10**8 * (j + 1), 5 * 10**9, 2_000_000 * (j + 1),
+                                   2 * 10**9, 4000 + 10 * i + j)
+            for now, size, color in parse_trace(trace):
+                while now in used:
+                    now += 1
+                used.add(now)
+                packets.append((now, size, color, src))
+        packets.sort()
+        expected = {}
+        for src in sources:
+            m = Meter(args.split())
+            for now, size, color, s in packets:
+                if s == src:
+                    expected[now] = m.mark(now, size, color)
+        flags = dict(zip(args.split()[::2], args.split()[1::2]))
+        yaml = ["policies:", "  - name: tenants"]
+        for k, v in flags.items():
+            key = k[2:].replace("-", "_")
+            yaml.append(f"    {key}: {v}" if key != "over" else f'    {key}: "{v}"')
+        yaml += ["    per: src", "    match: {proto: udp}"]
+        (HERE / f"{name}.yaml").write_text("\n".join(yaml) + "\n")
+        lines = ["# time_ns bytes [color] SRC DST PROTO SPORT DPORT"]
+        lines += [f"{now} {size}{'' if color == 'green' else ' ' + color} {src} 198.19.0.1 udp "
+                  f"1000 7000" for now, size, color, src in packets]
+        (HERE / f"{name}.trace").write_text("\n".join(lines) + "\n")
+        (HERE / f"{name}.expected").write_text(
+            "".join(f"{now},{size},{expected[now]},tenants\n" for now, size, _, _ in packets))
+        print(f"{name}: {len(packets)} packets from {len(sources)} sources")
+
+
 def write_warmup():
     for i, (name, args) in enumerate(WARMUP.items()):
         trace = warm_trace(args, 1000 + i)
@@ -395,6 +444,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1:] == ["--write-quota"]:
         write_quota()
+        sys.exit(0)
+    if sys.argv[1:] == ["--write-per-flow"]:
+        write_per_flow()
         sys.exit(0)
     print(__doc__, file=sys.stderr)
     sys.exit(2)

@@ -449,6 +449,7 @@ HierBpfEngine::HierBpfEngine(const std::vector<Policy> &policies) : dp_(testing_
 }
 
 HierVerdict HierBpfEngine::mark(const FlowTracePacket &packet) {
+    set_wall_offset(0); // a trace's times are UTC
     return mark_frame(packet.time_ns, synthesize_frame(packet));
 }
 

@@ -189,7 +189,7 @@ class Runner {
             first_ns_ = cp.time_ns;
             // The data path meters at times from the first packet; a quota's periods are the
             // capture's own UTC.
-            engine_.datapath().set_wall_offset(first_ns_);
+            engine_.set_wall_offset(first_ns_);
         }
         // A stamp that goes back is passed as it is (the data path meters it as no time passing,
         // docs/spec.md §2), and printed as it is, as replay -f prints its line; only a stamp

@@ -91,9 +91,16 @@ class HierBpfEngine final : public HierEngine {
     // A frame as it is (whatif: a captured packet), at @time_ns of the test clock.
     HierVerdict mark_frame(uint64_t time_ns, const std::vector<uint8_t> &frame);
     Datapath &datapath() { return dp_; }
+    // UTC against the packets' times, for quotas' periods: 0 for a trace (its times are UTC),
+    // the first packet's stamp for whatif (it meters from 0).
+    void set_wall_offset(uint64_t offset_ns) {
+        if (offset_ns != wall_offset_)
+            dp_.set_wall_offset(wall_offset_ = offset_ns);
+    }
 
   private:
     Datapath dp_;
+    uint64_t wall_offset_ = 0;
 };
 
 // The frame HierBpfEngine sends: Ethernet, IPv4 or IPv6 (DSCP 0, AF12 or AF13 for an incoming
