@@ -116,7 +116,8 @@ struct tcm_quota_config {
     __u32 flags;        /* TCM_QUOTA_F_* */
     __u32 gen;          /* changed with the periods (period_ns, anchor_ns, month_day): a state of
                            another gen keeps its used bytes, and its period ends anew */
-    __u32 pad;
+    __u32 epoch;        /* changed when a quota is given anew: a state of another epoch starts
+                           from nothing (quota_mark) */
     struct tcm_meter_config over; /* the over meter, unless TCM_QUOTA_F_DROP */
 };
 
@@ -141,9 +142,14 @@ struct tcm_policy_ext {
 struct tcm_ext_state {
     struct tcm_warm_state warm;
     struct tcm_quota_state quota;
-    __u32 started; /* 0 until a packet reached the meter (not the over meter): it starts then */
-    __u32 pad;
+    __u32 started;     /* 0 until a packet reached the meter (not the over meter): it starts then */
+    __u32 quota_epoch; /* tcm_quota_config.epoch of quota */
 };
+
+/* tcm_meter_ext's capacity: a state per bucket, whose entries outlive their flows for the rest of
+ * a period (a source that went quiet keeps its use). Made as used (no preallocation): a cap, not
+ * a cost. A bucket that finds no room is red (chain.h). */
+#define TCM_EXT_STATES (4 * TCM_DEFAULT_FLOWS)
 
 /* The one entry of tcm_wall: what bpf_ktime_get_ns() (CLOCK_MONOTONIC) lacks of UTC, for the
  * quotas' periods: UTC = the data path's clock + offset_ns (mod 2^64). The daemon writes it at

@@ -80,17 +80,20 @@ static __always_inline int chain_level_ext(const struct tcm_policy *pol,
     if (!xs && x) {
         bpf_map_update_elem(&tcm_meter_ext, &sc->id, (const void *)&tcm_ext_fresh, BPF_NOEXIST);
         xs = bpf_map_lookup_elem(&tcm_meter_ext, &sc->id);
-        /* A bucket that has started has lost its state (the daemon reclaimed it as its flow was
-         * reclaimed and made again): its tokens stay, and a warm-up starts at its last packet,
-         * which earns no more than the one it had. */
+        /* A bucket that started without this state (a warm-up or quota given to a running
+         * policy; a state the daemon let go as its flow was reclaimed and made again): its
+         * tokens stay, and it is warm (a warm-up over at its last packet): cold only after a
+         * gap of D, as the spec says. The start D before it (mod 2^64: the warm-up's times are
+         * differences from it) makes it so whatever the clock reads. */
         if (xs && !(mode & TCM_LEVEL_FRESH)) {
             xs->started = 1;
-            xs->warm.start_ns = st->last_ns;
+            xs->warm.start_ns = st->last_ns - x->warm.d_ns;
         }
     }
-    if (!x || !xs) {
-        /* No config (a policy of before) or no room for the state (more buckets than the map
-         * holds, which the flow table cannot have): the meter alone. */
+    if (x && !xs)
+        return TCM_RED; /* no room for the state: never admit what the quota cannot count */
+    if (!x) {
+        /* No config: a policy of before, or of a set not yet written whole: the meter alone. */
         if (mode & TCM_LEVEL_FRESH)
             meter_start(&pol->meter, st, now);
         return meter_mark(&pol->meter, st, now, len, mode & 0xff);

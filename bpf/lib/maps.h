@@ -272,7 +272,7 @@ struct {
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(map_flags, BPF_F_NO_PREALLOC);
-    __uint(max_entries, TCM_DEFAULT_FLOWS + TCM_MAX_POLICIES);
+    __uint(max_entries, TCM_EXT_STATES);
     __type(key, struct tcm_flow_id);
     __type(value, struct tcm_ext_state);
 } tcm_meter_ext SEC(".maps");
@@ -285,13 +285,9 @@ struct {
     __type(value, struct tcm_wall);
 } tcm_wall SEC(".maps");
 
-/* chain_level_ext's (chain.h): a level's tcm_ext_state copied for the first pass of a chain, as
- * its meter state is on the stack, and its bucket's key, off a stack a chain fills. Per CPU,
- * scratch, not pinned. */
+/* chain_level_ext's (chain.h): its bucket's key, off the stack. Per CPU, scratch, not pinned. */
 struct tcm_ext_scratch {
-    struct tcm_ext_state copy;
     struct tcm_flow_id id;
-    __u32 pad;
 };
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -113,6 +113,10 @@ TCM_METER_INLINE __u32 quota_mark(const struct tcm_meter_config *cfg,
 
     if (in_color > TCM_RED)
         in_color = TCM_GREEN;
+    if (xs->quota_epoch != x->quota.epoch) {
+        __builtin_memset(&xs->quota, 0, sizeof(xs->quota));
+        xs->quota_epoch = x->quota.epoch;
+    }
     if (x->quota.bytes && quota_used(&x->quota, &xs->quota, wall))
         return quota_over(
             &x->quota, &xs->quota, now, len,

@@ -188,15 +188,16 @@ TEST_F(DatapathTest, APerSourceQuotaIsEachSourcesAndOutlivesItsFlow) {
         EXPECT_EQ(q->reset_ns, 11 * hour);
     }
     EXPECT_FALSE(dp->quota_use(1).has_value()); // no aggregate bucket has seen a packet
-    // Idle and full: both flows go, and the state of each stays: it holds a use of the period.
+    // Idle and full: the second source's flow goes (the first is over its quota: not idle), and
+    // its state stays: it holds a use of the period.
     dp->set_clock(t0 + 1000000000);
-    EXPECT_EQ(dp->reclaim_idle_flows(), 2u);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 1u);
     EXPECT_EQ(dp->reclaim_ext_states(), 0u);
     EXPECT_EQ(send("198.18.0.1"), XDP_DROP);
-    EXPECT_EQ(send("198.18.0.2"), XDP_PASS); // 2000 of 3000
+    EXPECT_EQ(send("198.18.0.2"), XDP_PASS); // made again: 2000 of 3000
     dp->set_clock(11 * hour);                // the period ends at the hour
     EXPECT_EQ(send("198.18.0.1"), XDP_PASS);
-    // Now the second source's state holds a period that is over: it goes with its flow.
+    // Both flows go; the second source's state holds a period that is over: it goes with them.
     dp->set_clock(11 * hour + 1000000000);
     EXPECT_EQ(dp->reclaim_idle_flows(), 2u);
     EXPECT_EQ(dp->reclaim_ext_states(), 1u);
@@ -207,6 +208,80 @@ TEST_F(DatapathTest, APerSourceQuotaIsEachSourcesAndOutlivesItsFlow) {
     dp->set_clock(11 * hour + 1);
     for (int i = 0; i < 3; ++i)
         EXPECT_EQ(send("198.18.0.1"), XDP_PASS) << i;
+}
+
+} // namespace
+
+namespace {
+
+// A change of a quota's periods keeps what was used and ends the period where the new ones end;
+// a quota taken away and given again starts from nothing (docs/spec.md §14).
+TEST_F(DatapathTest, AQuotaChangedKeepsItsUseAndOneGivenAnewStartsFromNothing) {
+    const uint64_t hour = 3600ull * 1000000000;
+    Policy p = policy(1, "q", Algo::srtcm, 8000000000ull, 1 << 20, 0);
+    p.meter.quota_bytes = 3000;
+    p.meter.quota_period_ns = hour;
+    p.meter.warmup_ns = 1000000000;
+    p.meter.cold_factor = 2;
+    apply({p});
+    auto frame = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1, 2).l3_size(1000).build();
+    dp->set_clock(10 * hour + 1);
+    dp->run_xdp(frame);
+    dp->run_xdp(frame);
+    ASSERT_EQ(dp->quota_use(1)->used, 2000u);
+    EXPECT_EQ(dp->quota_use(1)->reset_ns, 11 * hour);
+    p.meter.quota_period_ns = 24 * hour; // days: this one ends at midnight
+    apply({p});
+    EXPECT_EQ(dp->quota_use(1)->used, 2000u);
+    EXPECT_EQ(dp->quota_use(1)->reset_ns, 24 * hour);
+    dp->run_xdp(frame);                             // 3000: used
+    EXPECT_EQ(dp->run_xdp(frame).retval, XDP_DROP); // over, and over is red: dropped
+    EXPECT_EQ(dp->policy_counters()[1].packets[TCM_RED], 1u);
+    p.meter.quota_bytes = 0; // the warm-up stays, and with it the bucket's state
+    apply({p});
+    p.meter.quota_bytes = 3000;
+    apply({p});
+    dp->run_xdp(frame);
+    EXPECT_EQ(dp->quota_use(1)->used, 1000u) << "a quota given anew starts from nothing";
+}
+
+// A warm-up given to a running policy: its bucket is warm (cold only after a gap of D), so the
+// next packet's refill is at the full rate.
+TEST_F(DatapathTest, AWarmUpGivenToARunningPolicyFindsItWarm) {
+    Policy p = policy(1, "w", Algo::srtcm, 8000000, 100000, 0); // 10^6 bytes/s
+    apply({p});
+    dp->set_clock(1000000000);
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1, 2).l3_size(60000).build());
+    ASSERT_EQ(dp->policy_state(1).meter.c_tokens, 40000 * TCM_TOKENS_PER_BYTE);
+    p.meter.warmup_ns = 10000000000ull;
+    p.meter.cold_factor = 4;
+    apply({p});
+    dp->set_clock(1010000000); // 10 ms: 10000 bytes at the full rate (2500 at a quarter)
+    dp->run_xdp(Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1, 2).l3_size(1000).build());
+    EXPECT_EQ(dp->policy_state(1).meter.c_tokens, 49000 * TCM_TOKENS_PER_BYTE);
+}
+
+// A flow over its quota sends on through the over meter while its meter rests: it is not idle,
+// and the reclaim leaves it (and its counters) until its period ends.
+TEST_F(DatapathTest, AFlowOverItsQuotaIsNotReclaimedAsIdle) {
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000000000ull, 1 << 20, 0);
+    p.per = TCM_PER_SRC;
+    p.meter.quota_bytes = 2000;
+    p.meter.quota_period_ns = 3600ull * 1000000000;
+    apply({p});
+    auto from = [](const char *src) {
+        return Packet().ipv4(src, "198.19.0.1").udp(1, 2).l3_size(1000).build();
+    };
+    dp->set_clock(1000000000);
+    for (int i = 0; i < 3; ++i)
+        dp->run_xdp(from("198.18.0.1")); // the third is over
+    dp->run_xdp(from("198.18.0.2"));
+    dp->set_clock(3000000000);
+    dp->run_xdp(from("198.18.0.1")); // over, 2 s on: its meter's last packet is at 1 s
+    dp->set_clock(3000000001);
+    EXPECT_EQ(dp->reclaim_idle_flows(), 1u); // the second source's, full and idle
+    ASSERT_EQ(dp->flows().size(), 1u);
+    EXPECT_EQ(dp->flows()[0].state.counters.packets[TCM_RED], 2u);
 }
 
 } // namespace

@@ -320,7 +320,7 @@ json Daemon::cmd_stats(const json &r) {
             if (auto f = fleet_->policy_status(name); !f.is_null())
                 p["fleet"] = f;
         // docs/spec.md §14: an aggregate quota's use of this period (a per-key one: flows).
-        if (auto q = dp_->quota_use(e.id))
+        if (auto q = aggregate(e.spec) ? dp_->quota_use(e.id) : std::nullopt)
             p["quota"] = quota_json(*q);
         // docs/spec.md §9: each policy names its parent (null at the top); counters are per level.
         auto parent = e.spec.find("parent");

@@ -129,6 +129,7 @@ class Daemon {
     void save_quota_uses() const;
     size_t restore_quota_uses();
     std::string quota_path() const { return options_.state + ".quota"; }
+    mutable std::string saved_quota_text_; // what save_quota_uses wrote last
     // Grows the flow table 4x (at most to --max-flows) if it is half full; true if it did. Its
     // programs are loaded again and put on every hook over the old ones (no gap), the policies
     // applied to them as they are, the flows moved with their tokens and counters. Called

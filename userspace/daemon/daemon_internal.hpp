@@ -47,6 +47,11 @@ std::string check_ifname_pattern(const std::string &glob);
 json counters_json(const tcm_counters &c);
 json tcp_counters_json(const ShapeCounters &c);
 json quota_json(const Datapath::QuotaUse &q);
+// A spec's policy meters in one bucket (no per, or per aggregate): its quota is the policy's.
+inline bool aggregate(const json &spec) {
+    auto per = spec.find("per");
+    return per == spec.end() || per->is_null() || *per == "aggregate";
+}
 // A cgroup policy of the ingress direction (bpf/cgroup_in.bpf.c meters it).
 bool is_cgroup_ingress(const Policy &p);
 

@@ -62,12 +62,16 @@ size_t Daemon::flow_pass(bool reclaim) {
         std::lock_guard lock(mu_);
         more = dp_->reclaim_some(pass, 4096);
     }
-    std::lock_guard lock(mu_);
-    dp_->end_flow_pass(pass);
-    reclaimed_total_ += pass.reclaimed;
-    // The quotas' UTC follows a step of the wall clock within a pass; the warm-ups' and quotas'
-    // state of flows gone goes with them, unless it holds a use of this period.
-    dp_->sync_wall_clock();
+    {
+        std::lock_guard lock(mu_);
+        dp_->end_flow_pass(pass);
+        reclaimed_total_ += pass.reclaimed;
+        // The quotas' UTC follows a step of the wall clock within a pass.
+        dp_->sync_wall_clock();
+    }
+    // Walks of the warm-up and quota states (up to a state a flow, and a period's quiet
+    // sources), outside the lock as the flow table's walk: the state of flows gone goes with
+    // them unless it holds a use of this period; the uses are saved for a reboot.
     if (reclaim)
         dp_->reclaim_ext_states();
     save_quota_uses();

@@ -2,6 +2,7 @@
 // metrics.cpp: the Prometheus families main.cpp's endpoint serves, each from one consistent read
 // of the counters.
 #include "daemon.hpp"
+#include "daemon_internal.hpp"
 
 #include <utility>
 
@@ -136,7 +137,7 @@ std::vector<MetricFamily> Daemon::metrics() const {
                          MetricType::Gauge,
                          {}};
     for (const auto &e : policies_)
-        if (auto q = dp_->quota_use(e.id)) {
+        if (auto q = daemon_internal::aggregate(e.spec) ? dp_->quota_use(e.id) : std::nullopt) {
             ClientMetric m;
             m.label = {{"policy", e.spec.value("name", "")}};
             m.gauge.value = static_cast<double>(q->used);

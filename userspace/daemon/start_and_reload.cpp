@@ -149,11 +149,6 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
         adopted_ids_[p.name] = p.id;
     if (auto r = load_at_start(cfg); !r)
         throw std::runtime_error(r.error());
-    // A data path made afresh (a reboot, or pins removed): the quotas' use as last saved.
-    if (!dp_->adopted())
-        if (size_t n = restore_quota_uses())
-            startup_notes.push_back(
-                fmt::format("the use of {} quota bucket(s) restored from {}", n, quota_path()));
     // Once the config is applied, so that the sock_ops program knows which policies shape
     // from its first socket.
     swap_root_cgroup_programs(startup_warnings);
@@ -197,6 +192,12 @@ Result<void> Daemon::load_at_start(const Result<std::optional<Doc>> &cfg) {
     tables_grow_now_ = false;
     if (!applied && !room_wanted_)
         return applied;
+    // A data path made afresh (a reboot, or pins removed): the quotas' use as last saved, before
+    // any hook runs it (a packet first would make a bucket's state, and the saved use be lost).
+    if (!dp_->adopted())
+        if (size_t n = restore_quota_uses())
+            startup_notes.push_back(
+                fmt::format("the use of {} quota bucket(s) restored from {}", n, quota_path()));
     attach_at_start(start->doc.attachments);
     // attach --match-ifname: what the patterns name now (what they attached before this start is
     // not in the state: the pattern attaches it again, over the pinned link that kept it running).

@@ -353,13 +353,23 @@ void Daemon::compact_state(bool now) {
 
 void Daemon::save_quota_uses() const {
     std::map<uint32_t, Policy> by_id;
-    for (const auto &p : dp_->policies())
-        by_id[p.id] = p;
+    {
+        std::lock_guard lock(mu_);
+        for (const auto &p : dp_->policies())
+            if (p.meter.quota_bytes)
+                by_id[p.id] = p;
+    }
+    const std::string path = quota_path(), tmp = path + ".tmp";
+    std::error_code ec;
+    if (by_id.empty() && !fs::exists(path, ec))
+        return;
     json uses = json::array();
     for (const auto &u : dp_->quota_uses()) {
         auto it = by_id.find(TCM_FLOW_POLICY(u.key.head));
-        // An IPv6 5-tuple's key is a hash under a secret drawn afresh with the maps: not kept.
-        if (it == by_id.end() || TCM_FLOW_KIND(u.key.head) == TCM_FLOW_5TUPLE6)
+        // An IPv6 5-tuple's key is a hash under a secret drawn afresh with the maps, a cgroup's
+        // an id a reboot gives to another: not kept.
+        const uint32_t kind = TCM_FLOW_KIND(u.key.head);
+        if (it == by_id.end() || kind == TCM_FLOW_5TUPLE6 || kind == TCM_FLOW_CGROUP)
             continue;
         const MeterParams &m = it->second.meter;
         uses.push_back({{"policy", it->second.name},
@@ -371,11 +381,10 @@ void Daemon::save_quota_uses() const {
                         {"used", u.used},
                         {"period_end", u.period_end}});
     }
-    const std::string path = quota_path(), tmp = path + ".tmp";
-    std::error_code ec;
-    if (uses.empty() && !fs::exists(path, ec))
-        return;
     const std::string text = json{{"uses", uses}}.dump() + "\n";
+    if (text == saved_quota_text_)
+        return; // nothing moved since the last save
+    saved_quota_text_ = text;
     int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return;
@@ -412,7 +421,7 @@ size_t Daemon::restore_quota_uses() {
                 continue;
             Datapath::QuotaSaved s;
             const uint32_t kind = u.at("kind").get<uint32_t>();
-            if (kind == TCM_FLOW_5TUPLE6 || kind > TCM_FLOW_CGROUP)
+            if (kind == TCM_FLOW_5TUPLE6 || kind >= TCM_FLOW_CGROUP)
                 continue;
             s.key.head = TCM_FLOW_HEAD(it->second.id, kind);
             for (int i = 0; i < 4; ++i)

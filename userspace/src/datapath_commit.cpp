@@ -113,6 +113,8 @@ class Datapath::Impl::SetWriter {
 
     // 1. What the new set's policies read outside the set maps, ready before it is active.
     void prepare_policy_maps();
+    // ... and its warm-up and quota configs as they were, if 2 fails (the old set stays).
+    void undo_policy_ext();
     // 2. The inactive set brought up to the new one.
     Result<void> write_inactive_set();
     // 3. One store makes it active.
@@ -146,6 +148,7 @@ class Datapath::Impl::SetWriter {
     // Only what differs is written, unless much changed (or the maps were adopted), when the
     // ranks are laid out afresh and the set written whole.
     const bool whole_;
+    std::vector<std::pair<uint32_t, std::optional<tcm_policy_ext>>> ext_before_;
 };
 
 // Writes @c (checked) into the inactive set and makes it active. @all: the whole set after
@@ -159,8 +162,10 @@ class Datapath::Impl::SetWriter {
 Result<void> Datapath::commit(const SetChange &c, const std::vector<Policy> *all) {
     Impl::SetWriter w(*this, c, all);
     w.prepare_policy_maps();
-    if (auto written = w.write_inactive_set(); !written)
+    if (auto written = w.write_inactive_set(); !written) {
+        w.undo_policy_ext();
         return written;
+    }
     w.switch_active_set();
     const auto change = w.update_active_policies();
     w.delete_flows_of_removed(change);
@@ -229,15 +234,20 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
     // with no state (a policy of before may have left some on a reused id).
     if (!fresh.empty())
         impl_.delete_ext_if([&](uint32_t id) { return fresh.contains(id); });
+    // A quota given anew (the policy had none) moves epoch: its buckets start from nothing.
+    // What each entry held is kept until the set is active: a refused change puts it back.
     int ext_fd = fd(skel_->maps.tcm_policy_ext);
     for (const auto &p : c_.upserts)
         if (p.meter.warmup_ns || p.meter.quota_bytes) {
             tcm_policy_ext x = make_policy_ext(p.meter), old{};
             uint32_t id = p.id;
-            if (!fresh.contains(id) && bpf_map_lookup_elem(ext_fd, &id, &old) == 0) {
+            const bool had = bpf_map_lookup_elem(ext_fd, &id, &old) == 0;
+            ext_before_.emplace_back(id, had ? std::optional(old) : std::nullopt);
+            if (!fresh.contains(id) && had) {
                 const tcm_quota_config &a = old.quota, &b = x.quota;
                 x.quota.gen = a.gen + (a.period_ns != b.period_ns || a.anchor_ns != b.anchor_ns ||
                                        a.month_day != b.month_day);
+                x.quota.epoch = old.quota.epoch + (!a.bytes && b.bytes);
             }
             bpf_map_update_elem(ext_fd, &id, &x, 0);
         }
@@ -364,6 +374,15 @@ void Datapath::Impl::SetWriter::delete_flows_of_removed(const ActiveChange &chan
     else if (!change.removed.empty())
         delete_flows_if([&](uint32_t id) { return change.removed.contains(id); });
     impl_.flows_unclean = false;
+}
+
+void Datapath::Impl::SetWriter::undo_policy_ext() {
+    int ext_fd = fd(skel_->maps.tcm_policy_ext);
+    for (const auto &[id, old] : ext_before_)
+        if (old)
+            bpf_map_update_elem(ext_fd, &id, &*old, 0);
+        else
+            bpf_map_delete_elem(ext_fd, &id);
 }
 
 // The config and the state of policies that are gone or have neither a warm-up nor a quota now

@@ -66,6 +66,13 @@ void Datapath::sync_wall_clock() {
     }
 }
 
+uint64_t Datapath::wall_offset() const {
+    uint32_t zero = 0;
+    tcm_wall w{};
+    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_wall), &zero, &w);
+    return w.offset_ns;
+}
+
 void Datapath::set_wall_offset(uint64_t offset_ns) {
     uint32_t zero = 0;
     tcm_wall w{offset_ns};
@@ -107,10 +114,23 @@ std::vector<Datapath::QuotaSaved> Datapath::quota_uses() const {
     bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
     const uint64_t wall = now_ns() + w.offset_ns;
     std::vector<QuotaSaved> out;
+    std::map<uint32_t, std::optional<tcm_policy_ext>> configs;
+    int configs_fd = im.fd(im.skel->maps.tcm_policy_ext);
     for (const auto &k : all_keys<tcm_flow_id>(states)) {
+        uint32_t id = TCM_FLOW_POLICY(k.head);
+        auto [c, fresh] = configs.try_emplace(id);
+        if (fresh) {
+            tcm_policy_ext x{};
+            if (bpf_map_lookup_elem(configs_fd, &id, &x) == 0 && x.quota.bytes)
+                c->second = x;
+        }
         tcm_ext_state st{};
-        if (bpf_map_lookup_elem(states, &k, &st) == 0 && st.quota.used &&
-            st.quota.period_end > wall)
+        if (!c->second || bpf_map_lookup_elem(states, &k, &st) != 0 ||
+            st.quota_epoch != c->second->quota.epoch)
+            continue;
+        // As the next packet would see it: a period over, or changed, is the config's.
+        quota_used(&c->second->quota, &st.quota, wall);
+        if (st.quota.used)
             out.push_back({k, st.quota.used, st.quota.period_end});
     }
     return out;

@@ -325,6 +325,8 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
             pass.configs[id] = make_meter_config(p.meter);
             if (p.meter.warmup_ns)
                 pass.warmups[id] = p.meter.warmup_ns;
+            if (p.meter.quota_bytes)
+                pass.quotas[id] = p.meter.quota_bytes;
         }
     pass.version = impl_->runtime->active_set;
     pass.top_keep = impl_->top_keep;
@@ -355,6 +357,7 @@ FlowPass Datapath::begin_flow_pass(bool reclaim, uint64_t min_idle_ns, size_t pr
     }
     pass.threshold = t;
     pass.now = now_ns();
+    pass.wall = pass.now + wall_offset();
     return pass;
 }
 
@@ -382,14 +385,21 @@ void Datapath::walk_flow_pass(FlowPass &pass) const {
                 // the meter is cold, as a flow made again is, and its warm-up over (it earns no
                 // more than the full rates before).
                 auto warm = pass.warmups.find(cfg->first);
-                bool cold = true;
+                bool may_go = true;
                 if (warm != pass.warmups.end()) {
-                    cold = pass.now > s.last_ns && pass.now - s.last_ns >= warm->second;
-                    s.last_ns += cold ? warm->second : 0;
+                    may_go = pass.now > s.last_ns && pass.now - s.last_ns >= warm->second;
+                    s.last_ns += may_go ? warm->second : 0;
                 }
                 meter_refill(&cfg->second, &s, pass.now);
+                // Over its quota, the over meter takes its packets and its meter's last_ns
+                // stays: it is not idle, and stays until its period ends.
+                if (auto q = pass.quotas.find(cfg->first); q != pass.quotas.end() && k.head) {
+                    auto x = ext_state(k);
+                    may_go = may_go &&
+                             !(x && x->quota.used >= q->second && x->quota.period_end > pass.wall);
+                }
                 const bool started = v->flags & TCM_FLOW_F_STARTED;
-                if (!started || (cold && s.c_tokens >= cfg->second.c_size &&
+                if (!started || (may_go && s.c_tokens >= cfg->second.c_size &&
                                  s.e_tokens >= cfg->second.e_size)) {
                     // Seen recently: left for an operator to look at, unless under pressure.
                     if (pass.min_idle_ns && started &&

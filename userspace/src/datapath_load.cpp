@@ -500,6 +500,7 @@ void Datapath::load(const DatapathOptions &o) {
                 m == impl_->skel->maps.tcm_class_door || m == impl_->skel->maps.tcm_flow_hot ||
                 m == impl_->skel->maps.tcm_hot_key || m == impl_->skel->maps.tcm_tuple_key ||
                 m == impl_->skel->maps.tcm_slot_key || m == impl_->skel->maps.tcm_cgroup_bucket ||
+                m == impl_->skel->maps.tcm_ext_scratch ||
                 m == impl_->skel->maps.tcm_flow_slots_prev ||
                 (m == impl_->skel->maps.tcm_flows_old && !(impl_->flows_moving & TCM_MOVING_OLD)) ||
                 (m == impl_->skel->maps.tcm_flows_prev && !(impl_->flows_moving & TCM_MOVING_PREV)))

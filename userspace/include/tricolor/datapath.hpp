@@ -107,6 +107,8 @@ struct FlowPass {
     size_t heavy_cap = 0;       // most flows at or above the threshold it keeps
     std::map<uint32_t, tcm_meter_config> configs; // of the active policies, by id
     std::map<uint32_t, uint64_t> warmups;         // their --warmup, where they have one
+    std::map<uint32_t, uint64_t> quotas;          // their --quota, where they have one
+    uint64_t wall = 0;                            // UTC at the pass's start
     size_t flows = 0;                             // read by the walk
     size_t old_flows = 0;                         // of them in tcm_flows_old, not reclaimed
     size_t prev_flows = 0;                        // and in tcm_flows_prev
@@ -171,10 +173,11 @@ class Datapath {
     std::optional<QuotaUse> quota_use(uint32_t policy_id, const tcm_flow_id *flow = nullptr) const;
     // Writes what the data path's clock lacks of UTC (tcm_wall) if it moved by more than 1 ms
     // since it was last written (a step of the wall clock, a suspend): at load, and by the
-    // daemon every second. Not under testing (the tests' clock is theirs).
+    // daemon after every pass over the flow table. Not under testing (the tests' clock is theirs).
     void sync_wall_clock();
     // Under testing (replay, whatif): UTC is the test clock plus @offset_ns.
     void set_wall_offset(uint64_t offset_ns);
+    uint64_t wall_offset() const; // what tcm_wall holds
     // Every bucket's use of a quota period not over (what a reboot would lose), and one written
     // back into a data path made afresh (not over a bucket's state the data path made since).
     struct QuotaSaved {
