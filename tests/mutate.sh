@@ -90,6 +90,18 @@ mutant quota-use-lost-on-reclaim userspace/src/datapath_ext.cpp \
     's/if \(quota && st.quota.used && st.quota.period_end > wall\)/if (false)/' \
     "quota: a flow reclaimed idle loses its use of the period (made again, its quota is whole)" \
     "bpf:DatapathTest.APerSourceQuotaIsEachSourcesAndOutlivesItsFlow"
+mutant quota-epoch-ignored bpf/lib/quota.h \
+    's/if \(xs->quota_epoch != x->quota.epoch\) \{/if (0) {/' \
+    "quota: a quota taken away and given again keeps the use of before" \
+    "bpf:DatapathTest.AQuotaChangedKeepsItsUseAndOneGivenAnewStartsFromNothing"
+mutant quota-gen-kept userspace/src/datapath_commit.cpp \
+    's/x.quota.gen = a.gen \+/x.quota.gen = a.gen + 0 *\(/; s/a.month_day != b.month_day\);/a.month_day != b.month_day));/' \
+    "quota: a change of the periods leaves the period of before running" \
+    "bpf:DatapathTest.AQuotaChangedKeepsItsUseAndOneGivenAnewStartsFromNothing"
+mutant quota-over-reclaimed userspace/src/datapath_flows.cpp \
+    's/may_go = may_go &&\n(\s*)!\(x/may_go = may_go ||\n$1!(x/' \
+    "quota: a flow over its quota is reclaimed as idle (its meter rests while the over meter works)" \
+    "bpf:DatapathTest.AFlowOverItsQuotaIsNotReclaimedAsIdle"
 mutant meter-slow-4pct bpf/lib/meter.h \
     's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \
