@@ -388,8 +388,8 @@ def write_per_flow():
         # replays the trace from its first packet's time sees the same periods.
         packets, used = [(NOV_2026, 1500, "green", sources[0])], {NOV_2026}
         for j, src in enumerate(sources):
-            trace, _ = quota_trace(args, NOV_2026 + 10**8 * (j + 1), 5 * 10**9, 2_000_000 * (j + 1),
-                                   2 * 10**9, 4000 + 10 * i + j)
+            trace, _ = quota_trace(args, NOV_2026 + 10**8 * (j + 1), 25 * 10**8,
+                                   3_000_000 * (j + 1), 2 * 10**9, 4000 + 10 * i + j)
             for now, size, color in parse_trace(trace):
                 while now in used:
                     now += 1
