@@ -30,6 +30,42 @@ std::vector<K> all_keys(int fd) {
     return keys;
 }
 
+// Every entry of the state map, keys and values read in batches (a lookup each would cost two
+// syscalls an entry: seconds at 10^6 states), or one by one where the kernel has no batches.
+std::vector<std::pair<tcm_flow_id, tcm_ext_state>> all_states(int fd) {
+    std::vector<std::pair<tcm_flow_id, tcm_ext_state>> out;
+    size_t chunk = 4096;
+    std::vector<tcm_flow_id> keys(chunk);
+    std::vector<tcm_ext_state> values(chunk);
+    uint32_t in_batch = 0, out_batch = 0;
+    for (bool first = true;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
+                                       values.data(), &count, nullptr);
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk);
+            continue;
+        }
+        if (err < 0 && err != -ENOENT)
+            break;
+        for (uint32_t i = 0; i < count; ++i)
+            out.emplace_back(keys[i], values[i]);
+        if (err == -ENOENT)
+            return out;
+        in_batch = out_batch;
+        first = false;
+    }
+    out.clear();
+    for (const auto &k : all_keys<tcm_flow_id>(fd)) {
+        tcm_ext_state st{};
+        if (bpf_map_lookup_elem(fd, &k, &st) == 0)
+            out.emplace_back(k, st);
+    }
+    return out;
+}
+
 } // namespace
 
 void Datapath::Impl::delete_ext_if(const std::function<bool(uint32_t)> &drop) {
@@ -116,7 +152,7 @@ std::vector<Datapath::QuotaSaved> Datapath::quota_uses() const {
     std::vector<QuotaSaved> out;
     std::map<uint32_t, std::optional<tcm_policy_ext>> configs;
     int configs_fd = im.fd(im.skel->maps.tcm_policy_ext);
-    for (const auto &k : all_keys<tcm_flow_id>(states)) {
+    for (auto [k, st] : all_states(states)) {
         uint32_t id = TCM_FLOW_POLICY(k.head);
         auto [c, fresh] = configs.try_emplace(id);
         if (fresh) {
@@ -124,9 +160,7 @@ std::vector<Datapath::QuotaSaved> Datapath::quota_uses() const {
             if (bpf_map_lookup_elem(configs_fd, &id, &x) == 0 && x.quota.bytes)
                 c->second = x;
         }
-        tcm_ext_state st{};
-        if (!c->second || bpf_map_lookup_elem(states, &k, &st) != 0 ||
-            st.quota_epoch != c->second->quota.epoch)
+        if (!c->second || st.quota_epoch != c->second->quota.epoch)
             continue;
         // As the next packet would see it: a period over, or changed, is the config's.
         quota_used(&c->second->quota, &st.quota, wall);
@@ -165,16 +199,13 @@ size_t Datapath::reclaim_ext_states() {
     bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
     const uint64_t wall = now_ns() + w.offset_ns;
     size_t n = 0;
-    for (const auto &k : all_keys<tcm_flow_id>(states)) {
+    for (const auto &[k, st] : all_states(states)) {
         if (TCM_FLOW_KIND(k.head) == 0)
             continue; // an aggregate's: it goes with its policy
         if (im.find_slot(k) >= 0 || im.find_slot_of_before(k) >= 0)
             continue; // the flow is there
-        tcm_ext_state st{};
         tcm_policy_ext x{};
         uint32_t id = TCM_FLOW_POLICY(k.head);
-        if (bpf_map_lookup_elem(states, &k, &st) != 0)
-            continue;
         const bool quota = bpf_map_lookup_elem(configs, &id, &x) == 0 && x.quota.bytes;
         if (quota && st.quota.used && st.quota.period_end > wall)
             continue; // a use of this period: the flow made again keeps it
