@@ -210,6 +210,22 @@ TEST_F(E2E, AQuotaKeepsItsUseThroughARestartAndAChange) {
     EXPECT_EQ(stats()["policies"][0]["red"]["packets"], 1);
 }
 
+// A per-source quota: each flow shows its own use (flows), the policy none of its own (stats).
+TEST_F(E2E, APerSourceQuotaIsShownByFlow) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "tenants", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs",
+        "1m", "--match", "proto", "udp", "--per", "src", "--quota", "1g/month"});
+    send(3, 1000);
+    auto flows = parse_json(ok({"-j", "flows"}));
+    ASSERT_EQ(flows["flows"].size(), 1u) << flows.dump();
+    const auto &q = flows["flows"][0]["quota"];
+    EXPECT_EQ(q["used"], 3 * 1028);
+    EXPECT_EQ(q["quota"], 1ull << 30);
+    EXPECT_THAT(q["reset"].get<std::string>(), ::testing::EndsWith("-01T00:00:00Z"));
+    EXPECT_THAT(ok({"flows"}).out, HasSubstr("quota: used 3.1KB of 1.1GB"));
+    EXPECT_FALSE(stats()["policies"][0].contains("quota"));
+}
+
 } // namespace
 
 namespace {
