@@ -30,34 +30,15 @@ std::vector<K> all_keys(int fd) {
     return keys;
 }
 
-// Every entry of the state map, keys and values read in batches (a lookup each would cost two
-// syscalls an entry: seconds at 10^6 states), or one by one where the kernel has no batches.
+// Every entry of the state map, read in batches (a lookup each would cost two syscalls an entry:
+// seconds at 10^6 states), or one by one where the kernel has no batches.
 std::vector<std::pair<tcm_flow_id, tcm_ext_state>> all_states(int fd) {
     std::vector<std::pair<tcm_flow_id, tcm_ext_state>> out;
-    size_t chunk = 4096;
-    std::vector<tcm_flow_id> keys(chunk);
-    std::vector<tcm_ext_state> values(chunk);
-    uint32_t in_batch = 0, out_batch = 0;
-    for (bool first = true;;) {
-        uint32_t count = static_cast<uint32_t>(chunk);
-        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
-                                       values.data(), &count, nullptr);
-        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
-            chunk *= 2;
-            keys.resize(chunk);
-            values.resize(chunk);
-            continue;
-        }
-        if (err < 0 && err != -ENOENT)
-            break;
-        for (uint32_t i = 0; i < count; ++i)
-            out.emplace_back(keys[i], values[i]);
-        if (err == -ENOENT)
-            return out;
-        in_batch = out_batch;
-        first = false;
+    if (auto entries = detail::batch_entries<tcm_flow_id, tcm_ext_state>(fd, false)) {
+        for (size_t i = 0; i < entries->first.size(); ++i)
+            out.emplace_back(entries->first[i], entries->second[i]);
+        return out;
     }
-    out.clear();
     for (const auto &k : all_keys<tcm_flow_id>(fd)) {
         tcm_ext_state st{};
         if (bpf_map_lookup_elem(fd, &k, &st) == 0)
@@ -91,15 +72,9 @@ void Datapath::sync_wall_clock() {
             offset = r - (m0 + (m1 - m0) / 2);
         }
     }
-    int fd = impl_->fd(impl_->skel->maps.tcm_wall);
-    uint32_t zero = 0;
-    tcm_wall w{};
-    bpf_map_lookup_elem(fd, &zero, &w);
-    const uint64_t moved = offset > w.offset_ns ? offset - w.offset_ns : w.offset_ns - offset;
-    if (moved > 1000000) {
-        w.offset_ns = offset;
-        bpf_map_update_elem(fd, &zero, &w, 0);
-    }
+    const uint64_t was = wall_offset(), moved = offset > was ? offset - was : was - offset;
+    if (moved > 1000000)
+        set_wall_offset(offset);
 }
 
 uint64_t Datapath::wall_offset() const {
@@ -130,10 +105,7 @@ std::optional<Datapath::QuotaUse> Datapath::quota_use(uint32_t policy_id,
         !st.quota.period_end)
         return std::nullopt;
     // What the next packet would see: a period over has used nothing (quota.h, quota_used).
-    uint32_t zero = 0;
-    tcm_wall w{};
-    bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_wall), &zero, &w);
-    quota_used(&x.quota, &st.quota, now_ns() + w.offset_ns);
+    quota_used(&x.quota, &st.quota, now_ns() + wall_offset());
     QuotaUse u;
     u.quota = x.quota.bytes;
     u.used = st.quota.used;
@@ -145,10 +117,7 @@ std::optional<Datapath::QuotaUse> Datapath::quota_use(uint32_t policy_id,
 std::vector<Datapath::QuotaSaved> Datapath::quota_uses() const {
     auto &im = *impl_;
     int states = im.fd(im.skel->maps.tcm_meter_ext);
-    uint32_t zero = 0;
-    tcm_wall w{};
-    bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
-    const uint64_t wall = now_ns() + w.offset_ns;
+    const uint64_t wall = now_ns() + wall_offset();
     std::vector<QuotaSaved> out;
     std::map<uint32_t, std::optional<tcm_policy_ext>> configs;
     int configs_fd = im.fd(im.skel->maps.tcm_policy_ext);
@@ -194,10 +163,7 @@ bool Datapath::restore_quota_use(const QuotaSaved &saved) {
 size_t Datapath::reclaim_ext_states() {
     auto &im = *impl_;
     int states = im.fd(im.skel->maps.tcm_meter_ext), configs = im.fd(im.skel->maps.tcm_policy_ext);
-    uint32_t zero = 0;
-    tcm_wall w{};
-    bpf_map_lookup_elem(im.fd(im.skel->maps.tcm_wall), &zero, &w);
-    const uint64_t wall = now_ns() + w.offset_ns;
+    const uint64_t wall = now_ns() + wall_offset();
     size_t n = 0;
     for (const auto &[k, st] : all_states(states)) {
         if (TCM_FLOW_KIND(k.head) == 0)

@@ -208,33 +208,10 @@ void sort_unique(std::vector<tcm_flow_id> &keys) {
 }
 
 std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain) {
-    std::vector<tcm_flow_id> out;
-    size_t chunk = 1024;
-    std::vector<tcm_flow_id> keys(chunk);
-    std::vector<uint8_t> values(chunk);
-    uint32_t in_batch = 0, out_batch = 0;
-    bool first = true;
-    for (;;) {
-        uint32_t count = static_cast<uint32_t>(chunk);
-        void *in = first ? nullptr : &in_batch;
-        int err = drain ? bpf_map_lookup_and_delete_batch(fd, in, &out_batch, keys.data(),
-                                                          values.data(), &count, nullptr)
-                        : bpf_map_lookup_batch(fd, in, &out_batch, keys.data(), values.data(),
-                                               &count, nullptr);
-        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
-            chunk *= 2;
-            keys.resize(chunk);
-            values.resize(chunk);
-            continue;
-        }
-        if (err < 0 && err != -ENOENT)
-            return std::nullopt;
-        out.insert(out.end(), keys.begin(), keys.begin() + count);
-        if (err == -ENOENT) // that was the last batch
-            return out;
-        in_batch = out_batch;
-        first = false;
-    }
+    auto entries = batch_entries<tcm_flow_id, uint8_t>(fd, drain);
+    if (!entries)
+        return std::nullopt;
+    return std::move(entries->first);
 }
 
 } // namespace detail

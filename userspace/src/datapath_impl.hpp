@@ -237,6 +237,39 @@ void set_table_sizes(Rodata *ro, const TableSizes &t) {
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
 void sort_unique(std::vector<tcm_flow_id> &keys);
 
+// Every key and value of the hash map @fd, read in batches (deleted as read if @drain); nullopt if
+// the map could not be read whole (a kernel without batches, an error).
+template <typename K, typename V>
+std::optional<std::pair<std::vector<K>, std::vector<V>>> batch_entries(int fd, bool drain) {
+    std::pair<std::vector<K>, std::vector<V>> out;
+    size_t chunk = 1024;
+    std::vector<K> keys(chunk);
+    std::vector<V> values(chunk);
+    uint32_t in_batch = 0, out_batch = 0;
+    for (bool first = true;;) {
+        uint32_t count = static_cast<uint32_t>(chunk);
+        void *in = first ? nullptr : &in_batch;
+        int err = drain ? bpf_map_lookup_and_delete_batch(fd, in, &out_batch, keys.data(),
+                                                          values.data(), &count, nullptr)
+                        : bpf_map_lookup_batch(fd, in, &out_batch, keys.data(), values.data(),
+                                               &count, nullptr);
+        if (err == -ENOSPC && count == 0) { // a hash bucket larger than the chunk: again
+            chunk *= 2;
+            keys.resize(chunk);
+            values.resize(chunk);
+            continue;
+        }
+        if (err < 0 && err != -ENOENT)
+            return std::nullopt;
+        out.first.insert(out.first.end(), keys.begin(), keys.begin() + count);
+        out.second.insert(out.second.end(), values.begin(), values.begin() + count);
+        if (err == -ENOENT) // that was the last batch
+            return out;
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
 // The keys of the heavy-hitter map, deleting them if @drain; nullopt if the map could not be
 // read whole (datapath_flows.cpp).
 std::optional<std::vector<tcm_flow_id>> hot_map_keys(int fd, bool drain);

@@ -268,7 +268,7 @@ class Runner {
                     tcm_flow_id key{};
                     key.head = TCM_FLOW_HEAD(w.id, 0);
                     tr.ext_state = engine_.datapath().ext_state(key).value_or(tcm_ext_state{});
-                    note_ext(tr, b, t); // the open bin's, until it ends
+                    note_ext(tr, tr.ext_state, b, t); // the open bin's, until it ends
                 }
                 note_level(tr, b, tr.state);
             }
@@ -276,8 +276,7 @@ class Runner {
     }
 
     // The warm-up's step and the quota's use at @t (the capture's, from its first packet).
-    void note_ext(const Track &tr, WhatIfBin &b, uint64_t t) const {
-        const tcm_ext_state &x = tr.ext_state;
+    void note_ext(const Track &tr, const tcm_ext_state &x, WhatIfBin &b, uint64_t t) const {
         if (tr.ext.warm.d_ns)
             b.warm_step = !x.started ? 1 : warm_step(tr.ext.warm, x.warm, t);
         if (tr.ext.quota.bytes)
@@ -285,14 +284,14 @@ class Runner {
                 x.quota.period_end && first_ns_ + t < x.quota.period_end ? x.quota.used : 0;
     }
 
-    // The step a warm-up started at @ws.start_ns fills at, at @t: 1..K, K + 1 once warm.
+    // The step a warm-up started at @ws.start_ns fills at, at @t: 1..K, K + 1 once warm (the
+    // meter's own count of steps, on its time in 1/K ns).
     static uint32_t warm_step(const tcm_warm_config &w, const tcm_warm_state &ws, uint64_t t) {
         if (t <= ws.start_ns)
             return 1;
-        const unsigned __int128 x = static_cast<unsigned __int128>(t - ws.start_ns) * w.k;
-        return x >= static_cast<unsigned __int128>(w.d_ns) * w.k
-                   ? w.k + 1
-                   : static_cast<uint32_t>(x / w.d_ns) + 1;
+        if (t - ws.start_ns >= w.d_ns)
+            return w.k + 1;
+        return static_cast<uint32_t>(meter_warm_steps(w.d_ns, (t - ws.start_ns) * w.k)) + 1;
     }
 
     static uint64_t units(const tcm_meter_config &cfg, uint64_t tokens) {
@@ -337,10 +336,7 @@ class Runner {
                     else if (tr.started)
                         meter_refill(&tr.cfg, &s, end);
                     note_level(tr, b, s);
-                    tcm_ext_state last = tr.ext_state;
-                    tr.ext_state = x;
-                    note_ext(tr, b, end);
-                    tr.ext_state = last;
+                    note_ext(tr, x, b, end);
                 }
                 w.bins.push_back(fresh_bin());
             }
