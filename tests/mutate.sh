@@ -102,6 +102,18 @@ mutant quota-over-reclaimed userspace/src/datapath_flows.cpp \
     's/may_go = may_go &&\n(\s*)!\(x/may_go = may_go ||\n$1!(x/' \
     "quota: a flow over its quota is reclaimed as idle (its meter rests while the over meter works)" \
     "bpf:DatapathTest.AFlowOverItsQuotaIsNotReclaimedAsIdle"
+mutant ext-chain-red-unseen bpf/lib/chain.h \
+    's/        mode \|= TCM_LEVEL_AWARE \| TCM_RED;/        return TCM_RED;/' \
+    "hierarchy with a warm-up or quota: a packet that ends red is not seen by the levels (no refill, no start, no cold gap ended)" \
+    "bpf:HierDatapathTest.BpfEngineMatchesEveryHierVector"
+mutant ext-chain-quota-uncommitted bpf/lib/chain.h \
+    's/            \*xs = \*xc;/            (void)xc;/' \
+    "hierarchy with a warm-up or quota: a passed packet takes the level's tokens but not its quota's bytes or warm-up" \
+    "bpf:HierDatapathTest.BpfEngineMatchesEveryHierVector bpf:HierDatapathTest.AQuotaGivenToTheTopReachesEveryChainBelowItAndGoesWithIt"
+mutant ext-chain-flag-one-level userspace/src/policy_sets.cpp \
+    's/            relink_below\(items.at\(id\).policy.name, depth \+ 1\);/            (void)depth;/' \
+    "hierarchy: a quota given to a grandparent leaves the chains two levels below it on the plain path" \
+    "bpf:HierDatapathTest.AQuotaGivenToTheTopReachesEveryChainBelowItAndGoesWithIt"
 mutant meter-slow-4pct bpf/lib/meter.h \
     's/meter_bucket_add\(tokens, size, dt \* rate\)/meter_bucket_add(tokens, size, dt * rate \/ 100 * 96)/' \
     "trtcm/rfc4115 buckets refill at 96% of their rate (under-credit)" \

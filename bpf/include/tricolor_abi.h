@@ -45,6 +45,10 @@ enum tcm_algo {
  * path reads neither: a policy without them pays one bit test. */
 #define TCM_METER_F_WARM 0x20u
 #define TCM_METER_F_QUOTA 0x40u
+/* On a policy with a parent whose chain (itself or a level above) has a warm-up or a quota: the
+ * data path meters its packets by ext_chain_meter_packet (chain.h), so that every other chain
+ * pays the same one bit test. Set by the daemon with the parent link, read by nothing else. */
+#define TCM_METER_F_EXT_CHAIN 0x80u
 
 /* Tokens are counted in nano-units: 10^-9 bit in byte mode, 10^-9 packet in packet mode.
  * A rate of R bit/s (or packet/s) then adds exactly R tokens every nanosecond, so the

@@ -39,6 +39,9 @@ _Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shi
 #define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
 #define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
 #define TCM_LEVEL_AGG 0x800u   /* chain_level_ext: the bucket is the policy's aggregate */
+#define TCM_LEVEL_COMMIT 0x1000u /* chain_ext_level: the packet passed, the level takes its copy */
+#define TCM_LEVEL_TOUCH 0x2000u  /* chain_ext_level: the packet ended red, the level sees it so */
+#define TCM_LEVEL_SLOT_SHIFT 14  /* chain_ext_level: the level's index, its copies' slot */
 #define TCM_LEVEL_EXT(pol) ((pol)->meter.flags & (TCM_METER_F_WARM | TCM_METER_F_QUOTA))
 
 /* Colours one packet at one level on @st, a copy of the level's state, and returns the colour.
@@ -58,26 +61,27 @@ __attribute__((noinline)) int chain_level_mark(const struct tcm_policy *pol,
 /* A new bucket's tcm_ext_state, all zero, in .rodata (as tcm_flow_fresh). */
 const volatile struct tcm_ext_state tcm_ext_fresh = {};
 
-/* chain_level_mark for a policy with a warm-up or a quota (TCM_LEVEL_EXT) on @st, its bucket's
- * meter state, and its tcm_ext_state (by the bucket's flow id, made at its first packet).
- * @len_mode: the metered length, and above it chain_level_mark's mode with TCM_LEVEL_AGG. */
-static __always_inline int chain_level_ext(const struct tcm_policy *pol,
-                                           const struct tcm_class_key *key,
-                                           struct tcm_meter_state *st, __u64 now, __u64 len_mode) {
-    __u32 len = (__u32)len_mode, mode = (__u32)(len_mode >> 32), zero = 0, pid;
-    struct tcm_ext_scratch *sc = bpf_map_lookup_elem(&tcm_ext_scratch, &zero);
+/* The warm-up and quota config of @pol (*@xp; NULL if it has none written) and the state of its
+ * bucket for @key (its aggregate's under TCM_LEVEL_AGG in @mode), made at the bucket's first
+ * packet; NULL with *@xp set when there is no room for it. @last_ns: the bucket's last packet. */
+static __always_inline struct tcm_ext_state *chain_ext_state(const struct tcm_policy *pol,
+                                                             const struct tcm_class_key *key,
+                                                             struct tcm_ext_scratch *sc,
+                                                             __u64 last_ns, __u32 mode,
+                                                             const struct tcm_policy_ext **xp) {
+    __u32 pid = pol->policy_id;
+    const struct tcm_policy_ext *x = bpf_map_lookup_elem(&tcm_policy_ext, &pid);
 
-    if (!pol || !key || !st || !sc)
-        return TCM_RED;
+    *xp = x;
+    if (!x)
+        return NULL;
     __builtin_memset(&sc->id, 0, sizeof(sc->id));
     if (pol->per == TCM_PER_AGGREGATE || (mode & TCM_LEVEL_AGG))
         sc->id.head = TCM_FLOW_HEAD(pol->policy_id, 0);
     else if (flow_id_fill(pol, key, &sc->id) < 0)
-        return TCM_RED;
-    pid = pol->policy_id;
-    const struct tcm_policy_ext *x = bpf_map_lookup_elem(&tcm_policy_ext, &pid);
+        return NULL;
     struct tcm_ext_state *xs = bpf_map_lookup_elem(&tcm_meter_ext, &sc->id);
-    if (!xs && x) {
+    if (!xs) {
         bpf_map_update_elem(&tcm_meter_ext, &sc->id, (const void *)&tcm_ext_fresh, BPF_NOEXIST);
         xs = bpf_map_lookup_elem(&tcm_meter_ext, &sc->id);
         /* A bucket that started without this state (a warm-up or quota given to a running
@@ -87,9 +91,32 @@ static __always_inline int chain_level_ext(const struct tcm_policy *pol,
          * differences from it) makes it so whatever the clock reads. */
         if (xs && !(mode & TCM_LEVEL_FRESH)) {
             xs->started = 1;
-            xs->warm.start_ns = st->last_ns - x->warm.d_ns;
+            xs->warm.start_ns = last_ns - x->warm.d_ns;
         }
     }
+    return xs;
+}
+
+/* UTC at @now, for the quotas' periods (tcm_wall). */
+static __always_inline __u64 chain_wall(__u64 now) {
+    __u32 zero = 0;
+    struct tcm_wall *wall = bpf_map_lookup_elem(&tcm_wall, &zero);
+    return now + (wall ? wall->offset_ns : 0);
+}
+
+/* chain_level_mark for a policy with a warm-up or a quota (TCM_LEVEL_EXT) on @st, its bucket's
+ * meter state, and its tcm_ext_state (by the bucket's flow id, made at its first packet).
+ * @len_mode: the metered length, and above it chain_level_mark's mode with TCM_LEVEL_AGG. */
+static __always_inline int chain_level_ext(const struct tcm_policy *pol,
+                                           const struct tcm_class_key *key,
+                                           struct tcm_meter_state *st, __u64 now, __u64 len_mode) {
+    __u32 len = (__u32)len_mode, mode = (__u32)(len_mode >> 32), zero = 0;
+    struct tcm_ext_scratch *sc = bpf_map_lookup_elem(&tcm_ext_scratch, &zero);
+    const struct tcm_policy_ext *x;
+
+    if (!pol || !key || !st || !sc)
+        return TCM_RED;
+    struct tcm_ext_state *xs = chain_ext_state(pol, key, sc, st->last_ns, mode, &x);
     if (x && !xs)
         return TCM_RED; /* no room for the state: never admit what the quota cannot count */
     if (!x) {
@@ -101,9 +128,7 @@ static __always_inline int chain_level_ext(const struct tcm_policy *pol,
     /* A flow made again keeps its quota's state, not its meter's. */
     if (mode & TCM_LEVEL_FRESH)
         xs->started = 0;
-    struct tcm_wall *wall = bpf_map_lookup_elem(&tcm_wall, &zero);
-    return quota_mark(&pol->meter, x, st, xs, now, now + (wall ? wall->offset_ns : 0), len,
-                      mode & 0xff, 0);
+    return quota_mark(&pol->meter, x, st, xs, now, chain_wall(now), len, mode & 0xff, 0);
 }
 
 static __always_inline __u32 chain_level_len(const struct tcm_policy *pol,
@@ -387,13 +412,195 @@ __attribute__((noinline)) int ext_meter_packet(const struct tcm_policy *pol,
     return color | signal;
 }
 
-/* The packet's meter: through its policy's chain, or ext_meter_packet's. */
+/* Level i of ext_chain_meter_packet's chain (i in @len_mode's TCM_LEVEL_SLOT), @f locked.
+ * Without TCM_LEVEL_COMMIT or TOUCH: its colour for the packet, decided on copies of its states
+ * in the scratch's slot i. With COMMIT (the packet passed every level): the copies become its
+ * states, the same decision, its tokens and its quota's bytes taken. With TOUCH (the packet
+ * ended red): it meets the packet red, colour-aware, on its states: its buckets earn to now, a
+ * warm-up's gap ends there, a meter starts, a period turns, and nothing is taken (docs/spec.md
+ * §9, §14). A level without a warm-up or quota is chain_mark's, chain_take's, chain_start's.
+ * A global function of its own: a warm-up's, a quota's and an over meter's code is more than a
+ * chain's frame leaves room for inline. */
+__attribute__((noinline)) int chain_ext_level(const struct tcm_policy *lvl, struct tcm_flow *f,
+                                              const struct tcm_class_key *key, __u64 now,
+                                              __u64 len_mode) {
+    __u32 len = (__u32)len_mode, mode = (__u32)(len_mode >> 32), zero = 0;
+    __u32 i = (mode >> TCM_LEVEL_SLOT_SHIFT) & (TCM_MAX_LEVELS - 1);
+    struct tcm_ext_scratch *sc = bpf_map_lookup_elem(&tcm_ext_scratch, &zero);
+    const struct tcm_policy_ext *x = NULL;
+    struct tcm_ext_state *xs = NULL;
+
+    if (!lvl || !f || !key || !sc)
+        return TCM_RED;
+    if (TCM_LEVEL_EXT(lvl)) {
+        xs = chain_ext_state(lvl, key, sc, f->meter.last_ns, mode, &x);
+        if (x && !xs)
+            return TCM_RED; /* no room for the state: never admit what the quota cannot count */
+    }
+    struct tcm_meter_state *st = &sc->st[i];
+    struct tcm_ext_state *xc = &sc->xs[i];
+    if (mode & TCM_LEVEL_COMMIT) {
+        f->meter = *st;
+        if (xs && (sc->ext_slots & 1u << i))
+            *xs = *xc;
+        return TCM_GREEN;
+    }
+    if (mode & TCM_LEVEL_TOUCH) {
+        /* On the states themselves, red whatever came from below. */
+        st = &f->meter;
+        xc = xs;
+        mode |= TCM_LEVEL_AWARE | TCM_RED;
+    } else {
+        *st = f->meter;
+        if (xs) {
+            *xc = *xs;
+            sc->ext_slots |= 1u << i;
+        } else {
+            sc->ext_slots &= ~(1u << i);
+        }
+    }
+    if (!xs) {
+        if (mode & TCM_LEVEL_FRESH)
+            meter_start(&lvl->meter, st, now);
+        if (mode & TCM_LEVEL_TOUCH)
+            return TCM_RED; /* chain_start's: a red packet takes nothing, its time adds nothing */
+        if (mode & TCM_LEVEL_AWARE)
+            return meter_mark_aware(&lvl->meter, st, now, len, mode & 0xff);
+        return meter_mark(&lvl->meter, st, now, len, mode & 0xff);
+    }
+    if (mode & TCM_LEVEL_FRESH)
+        xc->started = 0; /* a flow made again keeps its quota's state, not its meter's */
+    return quota_mark(&lvl->meter, x, st, xc, now, chain_wall(now), len, mode & 0xff,
+                      (mode & TCM_LEVEL_AWARE) != 0);
+}
+
+/* Level @i's policy of @pol's chain, walked up again rather than kept: a chain's pointers on
+ * the stack are what its frames cannot afford (ext_chain_meter_packet). */
+static __always_inline const struct tcm_policy *chain_up(const struct tcm_policy *pol, int i) {
+    for (int j = 0; j < i && pol; j++) {
+        __u32 idx = pol->parent - 1;
+        pol = pol->parent ? bpf_map_lookup_elem(&tcm_policy_cfg, &idx) : NULL;
+    }
+    return pol;
+}
+
+/* ext_chain_meter_packet's levels in one word, which its frame has room for where two would
+ * not: bit TCM_LV_HAS(i) if level i exists, TCM_LV_AGG(i) if its bucket is its aggregate. */
+#define TCM_LV_AGG(i) (1u << (i))
+#define TCM_LV_HAS(i) (0x10u << (i))
+
+/* Level @i's call of chain_ext_level with @op (0, TCM_LEVEL_COMMIT or TOUCH), @color from below. */
+static __always_inline __u32 chain_ext_call(const struct tcm_policy *pol, struct tcm_flow *f,
+                                            int i, const struct tcm_class_key *key, __u64 now,
+                                            const struct tcm_chain_in *in, __u32 lv,
+                                            __u32 color, __u32 op) {
+    const struct tcm_policy *lvl = chain_up(pol, i);
+    if (!lvl || !f)
+        return TCM_RED;
+    __u32 mode = color | op | (__u32)i << TCM_LEVEL_SLOT_SHIFT | (i > 0 ? TCM_LEVEL_AWARE : 0) |
+                 (f->flags & TCM_FLOW_F_STARTED ? 0 : TCM_LEVEL_FRESH) |
+                 (lv & TCM_LV_AGG(i) ? TCM_LEVEL_AGG : 0);
+    return meter_color_index(
+        chain_ext_level(lvl, f, key, now, (__u64)mode << 32 | chain_level_len(lvl, in)));
+}
+
+/* Level @i's bucket (@i > 0), of the parent of level i-1's policy, or NULL; noted in @lv. */
+static __always_inline struct tcm_flow *chain_ext_parent(const struct tcm_policy *pol, int i,
+                                                         const struct tcm_class_key *key,
+                                                         struct tcm_global_counters *g,
+                                                         __u32 *lv) {
+    const struct tcm_policy *lvl = chain_up(pol, i);
+    __u32 agg;
+    if (!lvl)
+        return NULL;
+    struct tcm_flow *f = flow_find(lvl, key, g, &agg);
+    if (f)
+        *lv |= TCM_LV_HAS(i) | (agg ? TCM_LV_AGG(i) : 0);
+    return f;
+}
+
+/* chain_meter_packet for a chain with a warm-up or a quota at any level (TCM_METER_F_EXT_CHAIN
+ * on the matched policy), a global function beside it as ext_meter_packet is: the same steps
+ * (levels found, locked child to parent, one instant, all or nothing, every level counted by the
+ * final colour), each level's decision made by chain_ext_level on copies in the per-CPU scratch
+ * and then taken whole or not at all. Its frame and chain_ext_level's must fit under the entry
+ * point's with the warm-up's time function: the levels' policies are walked up again where
+ * needed (chain_up) rather than kept, and the levels are one word. */
+__attribute__((noinline)) int ext_chain_meter_packet(const struct tcm_policy *pol,
+                                                     const struct tcm_class_key *key,
+                                                     const struct tcm_chain_in *in,
+                                                     struct tcm_global_counters *g) {
+    struct tcm_flow *lf[TCM_MAX_LEVELS] = {};
+    __u32 color, agg, lv;
+
+    if (!pol || !key || !in || !g)
+        return TCM_NR_COLORS;
+    __u64 now = clock_now_ns(); /* before the locks, as chain_meter_packet's */
+    lf[0] = flow_find(pol, key, g, &agg);
+    if (!lf[0])
+        return TCM_NR_COLORS;
+    lv = TCM_LV_HAS(0) | (agg ? TCM_LV_AGG(0) : 0);
+    if ((lf[1] = chain_ext_parent(pol, 1, key, g, &lv)))
+        if ((lf[2] = chain_ext_parent(pol, 2, key, g, &lv)))
+            lf[3] = chain_ext_parent(pol, 3, key, g, &lv);
+    if (!chain_lock(lf, lv & TCM_LV_HAS(3)   ? 4
+                        : lv & TCM_LV_HAS(2) ? 3
+                        : lv & TCM_LV_HAS(1) ? 2
+                                             : 1)) {
+        g->lock_timeouts++;
+        for (int i = 0; i < TCM_MAX_LEVELS; i++) {
+            const struct tcm_policy *lvl = chain_up(pol, i);
+            if (lvl && (lv & TCM_LV_HAS(i)))
+                chain_count(lvl, TCM_RED, in->segs, chain_level_len(lvl, in));
+        }
+        return TCM_RED; /* never admit what the meters could not check */
+    }
+
+    aqm_idle(pol, lf[0], now);
+    chain_fleet(pol, lf[0], now);
+    if (lv & TCM_LV_HAS(1))
+        chain_fleet(chain_up(pol, 1), lf[1], now);
+    if (lv & TCM_LV_HAS(2))
+        chain_fleet(chain_up(pol, 2), lf[2], now);
+    if (lv & TCM_LV_HAS(3))
+        chain_fleet(chain_up(pol, 3), lf[3], now);
+    color = chain_ext_call(pol, lf[0], 0, key, now, in, lv,
+                           in->in_color > TCM_RED ? TCM_GREEN : in->in_color, 0);
+    if (lv & TCM_LV_HAS(1))
+        color = chain_ext_call(pol, lf[1], 1, key, now, in, lv, color, 0);
+    if (lv & TCM_LV_HAS(2))
+        color = chain_ext_call(pol, lf[2], 2, key, now, in, lv, color, 0);
+    if (lv & TCM_LV_HAS(3))
+        color = chain_ext_call(pol, lf[3], 3, key, now, in, lv, color, 0);
+    __u32 op = color != TCM_RED ? TCM_LEVEL_COMMIT : TCM_LEVEL_TOUCH;
+    chain_ext_call(pol, lf[0], 0, key, now, in, lv, TCM_RED, op);
+    if (lv & TCM_LV_HAS(1))
+        chain_ext_call(pol, lf[1], 1, key, now, in, lv, TCM_RED, op);
+    if (lv & TCM_LV_HAS(2))
+        chain_ext_call(pol, lf[2], 2, key, now, in, lv, TCM_RED, op);
+    if (lv & TCM_LV_HAS(3))
+        chain_ext_call(pol, lf[3], 3, key, now, in, lv, TCM_RED, op);
+
+    __u32 signal = pol->aqm && aqm_step(pol, lf[0], color) ? TCM_METER_SIGNAL : 0;
+    chain_done(pol, lf[0], key, in, color);
+    if (lv & TCM_LV_HAS(1))
+        chain_done(chain_up(pol, 1), lf[1], key, in, color);
+    if (lv & TCM_LV_HAS(2))
+        chain_done(chain_up(pol, 2), lf[2], key, in, color);
+    if (lv & TCM_LV_HAS(3))
+        chain_done(chain_up(pol, 3), lf[3], key, in, color);
+    return color | signal;
+}
+
+/* The packet's meter: through its policy's chain, or ext_meter_packet's or ext_chain_meter_packet's
+ * (a warm-up or quota on the way): one bit test for every other packet. */
 static __always_inline int chain_or_ext(const struct tcm_policy *pol,
                                         const struct tcm_class_key *key,
                                         const struct tcm_chain_in *in,
                                         struct tcm_global_counters *g) {
-    if (TCM_LEVEL_EXT(pol) && !pol->parent)
-        return ext_meter_packet(pol, key, in, g);
+    if (pol->meter.flags & (TCM_METER_F_WARM | TCM_METER_F_QUOTA | TCM_METER_F_EXT_CHAIN))
+        return pol->parent ? ext_chain_meter_packet(pol, key, in, g)
+                           : ext_meter_packet(pol, key, in, g);
     return chain_meter_packet(pol, key, in, g);
 }
 

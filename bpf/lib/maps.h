@@ -285,9 +285,14 @@ struct {
     __type(value, struct tcm_wall);
 } tcm_wall SEC(".maps");
 
-/* chain_level_ext's (chain.h): its bucket's key, off the stack. Per CPU, scratch, not pinned. */
+/* chain_level_ext's and chain_ext_level's (chain.h): a bucket's key, and in a chain with a
+ * warm-up or quota each level's decision on copies of its states, off the stack (the verifier's
+ * 512 bytes are the chain's frames'). Per CPU, scratch, not pinned. */
 struct tcm_ext_scratch {
     struct tcm_flow_id id;
+    __u32 ext_slots; /* bit i: slot i's xs holds level i's copy (chain_ext_level) */
+    struct tcm_meter_state st[TCM_MAX_LEVELS];
+    struct tcm_ext_state xs[TCM_MAX_LEVELS];
 };
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

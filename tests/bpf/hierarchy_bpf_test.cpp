@@ -270,6 +270,43 @@ TEST_F(HierDatapathTest, ALockTimeoutAtTheParentReleasesTheChildsLock) {
     close(fd);
 }
 
+// docs/spec.md §9 with §14: a quota given to the top of a running 3-level chain reaches the
+// chains below it (the leaf's packets now go the data path's way for a warm-up or quota, which
+// the daemon marks on every policy under it), counts what passes every level, stops the chain
+// once used; and taken away it goes with it. A packet the quota stops takes no leaf tokens.
+TEST_F(HierDatapathTest, AQuotaGivenToTheTopReachesEveryChainBelowItAndGoesWithIt) {
+    auto top = only_parent(level(1, "top", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_AGGREGATE));
+    auto mid = only_parent(level(2, "mid", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_SRC, "top"));
+    auto leaf = level(3, "leaf", Algo::srtcm, 8000000, 100000, 0, 0, TCM_PER_5TUPLE, "mid");
+    apply({top, mid, leaf});
+    ASSERT_EQ(send("198.18.7.1", 1000).color, Color::green);
+    top.meter.quota_bytes = 2500;
+    top.meter.quota_period_ns = 86400ull * 1000000000;
+    ASSERT_TRUE(dp->upsert(top));
+    // 1000 and 2000 bytes are under 2500; the third packet crosses it and counts whole.
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(send("198.18.7.1", 1000, 1000 + i).color, Color::green) << i;
+    auto use = dp->quota_use(1);
+    ASSERT_TRUE(use);
+    EXPECT_EQ(use->used, 3000u);
+    const tcm_meter_state mid_before = flow_of(2, "198.18.7.1").meter;
+    EXPECT_EQ(send("198.18.7.1", 1000, 1002).color, Color::red);
+    const tcm_meter_state mid_after = flow_of(2, "198.18.7.1").meter;
+    EXPECT_EQ(mid_after.c_tokens, mid_before.c_tokens); // nothing taken below the quota
+    EXPECT_EQ(mid_after.last_ns, mid_before.last_ns);
+    EXPECT_EQ(dp->quota_use(1)->used, 3000u);
+    const auto counters = dp->policy_counters();
+    for (uint32_t id : {1u, 2u, 3u}) {
+        EXPECT_EQ(counters.at(id).packets[TCM_GREEN], 4u) << id;
+        EXPECT_EQ(counters.at(id).packets[TCM_RED], 1u) << id;
+    }
+    top.meter.quota_bytes = 0;
+    top.meter.quota_period_ns = 0;
+    ASSERT_TRUE(dp->upsert(top));
+    EXPECT_EQ(send("198.18.7.1", 1000, 1002).color, Color::green);
+    EXPECT_FALSE(dp->quota_use(1));
+}
+
 // Two CPUs on one 3-level chain (5-tuple under per-source under aggregate), frozen clock: every
 // level gives out exactly what its buckets held, never a byte more, whatever the interleaving.
 TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {

@@ -79,15 +79,15 @@ TEST(HierReplayCli, BadInputIsRefusedWithExit2) {
                                                     "  - {name: t, algo: trtcm, cir: 8000, "
                                                     "cbs: 1500, pir: 8000, pbs: 1500, "
                                                     "coupling: true}\n");
-    std::string warm = temp_file("warm.yaml", "policies:\n"
-                                              "  - {name: top, algo: srtcm, cir: 8000, cbs: 1500}\n"
-                                              "  - {name: w, algo: srtcm, cir: 8000, cbs: 1500, "
-                                              "warmup: 10s, parent: top}\n");
+    std::string edt = temp_file("edt.yaml", "policies:\n"
+                                            "  - {name: top, algo: srtcm, cir: 8000, cbs: 1500}\n"
+                                            "  - {name: w, algo: srtcm, cir: 8000, cbs: 1500, "
+                                            "shape: edt, parent: top}\n");
     struct Case {
         std::vector<std::string> args;
         std::string input, message;
     } cases[] = {
-        {{"-f", warm, "-"}, "", "policy 'w': its parent is 'top', and 'w' has a warmup"},
+        {{"-f", edt, "-"}, "", "policy 'w': its parent is 'top', and 'w' has shape edt"},
         {{"-f", cycle, "-"}, "", "policies 'a' -> 'b' -> 'a' form a cycle of parents"},
         {{"-f", orphan, "-"}, "", "policy 'user': its parent 'link' does not exist"},
         {{"-f", coupled, "-"}, "", "coupling applies to rfc4115 only, not trtcm"},

@@ -226,6 +226,38 @@ TEST_F(E2E, APerSourceQuotaIsShownByFlow) {
     EXPECT_FALSE(stats()["policies"][0].contains("quota"));
 }
 
+// docs/spec.md §9 and §14: a quota at a level of a hierarchy, given to a running parent, counts
+// what its children pass from then on and stops them when it is used.
+TEST_F(E2E, AQuotaGivenToAParentCountsItsChildrenAndStopsThem) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "link", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs",
+        "1m", "--only-parent"});
+    ok({"policy", "add", "user", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs",
+        "1m", "--per", "src", "--parent", "link", "--match", "proto", "udp"});
+    send(5, 1000);
+    auto policy = [&](const std::string &name) {
+        const json s = stats();
+        for (const auto &p : s["policies"])
+            if (p["name"] == name)
+                return p;
+        return json();
+    };
+    EXPECT_EQ(policy("link")["green"]["packets"], 5);
+    // A quota given anew starts from nothing: 9 packets (9252 bytes) stay under 10000, the 10th
+    // crosses it and counts whole, the 2 after it are red at the parent, so at every level.
+    ok({"policy", "set", "link", "--quota", "10000/1d"});
+    send(12, 1000);
+    auto link = policy("link"), user = policy("user");
+    ASSERT_TRUE(link.contains("quota")) << link.dump();
+    EXPECT_EQ(link["quota"]["used"], 10 * 1028);
+    EXPECT_EQ(link["quota"]["left"], 0);
+    EXPECT_EQ(link["green"]["packets"], 15);
+    EXPECT_EQ(link["red"]["packets"], 2);
+    EXPECT_EQ(user["green"]["packets"], 15);
+    EXPECT_EQ(user["red"]["packets"], 2);
+    EXPECT_FALSE(user.contains("quota")); // the child has none of its own
+}
+
 } // namespace
 
 namespace {

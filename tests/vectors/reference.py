@@ -8,12 +8,15 @@ byte's 8e9 (a packet's 1e9), a warm-up's rate steps are integrated over their ed
   reference.py --write-warmup     (re)writes the warm-up vectors (their traces are seeded)
   reference.py --write-quota      (re)writes the quota vectors
   reference.py --write-per-flow   (re)writes hier-quota-per-src (a per-source policy file)
+  reference.py --write-hier       (re)writes hier-quota-warm-3level (a warm-up and a quota at
+                                  levels of a hierarchy)
   reference.py --states NAME      NAME's packets, each with its colours and the buckets after it
   reference.py --case SEED        a random warm-up meter (its flags on the first line) and trace,
                                   each packet with its colours and the buckets after it
 A bucket is written as a fraction of tokens, N/D, in lowest terms.
 """
 import calendar
+import copy
 import random
 import sys
 from datetime import datetime, timezone
@@ -136,20 +139,21 @@ class Meter:
             e += over
         self.e = min(e, self.esize)
 
-    def mark(self, now, size, color):
+    def mark(self, now, size, color, aware=None):
+        """@aware: True for a level above another in a hierarchy (§9), whatever the flags say."""
         if not self.quota:
-            return self.mark_meter(now, size, color)
+            return self.mark_meter(now, size, color, aware)
         if self.period_end is None or now >= self.period_end:
             self.used = 0
             self.period_end = self.next_reset(now)
         if self.used < self.quota:
-            got = self.mark_meter(now, size, color)
+            got = self.mark_meter(now, size, color, aware)
             if got != "red":
                 self.used += size
             return got
-        return self.over.mark(now, size, color) if self.over else "red"
+        return self.over.mark(now, size, color, aware) if self.over else "red"
 
-    def mark_meter(self, now, size, color):
+    def mark_meter(self, now, size, color, aware=None):
         if not self.started:
             self.started = True
             self.last = now
@@ -159,7 +163,7 @@ class Meter:
         self.refill(now)
         if cold:
             self.s = now
-        if not self.aware:
+        if not (self.aware if aware is None else aware):
             color = "green"
         cost = self.unit if self.packet_mode else size * self.unit
         if self.algo == "trtcm":
@@ -177,6 +181,23 @@ class Meter:
             self.e -= cost
             return "yellow"
         return "red"
+
+
+def chain_mark(levels, now, size, color):
+    """A packet up a hierarchy's chain of meters @levels (§9): each level decides at one instant
+    on a copy of itself, those above colour-aware on the colour from below; if the packet does
+    not end red every level becomes its copy, else every level meets it red (colour-aware: it
+    earns to now, a warm-up's gap ends, a meter starts, a period turns; nothing is taken)."""
+    copies = [copy.deepcopy(m) for m in levels]
+    for i, m in enumerate(copies):
+        color = m.mark(now, size, color, True if i else None)
+    if color != "red":
+        for m, c in zip(levels, copies):
+            m.__dict__.update(c.__dict__)
+    else:
+        for m in levels:
+            m.mark(now, size, "red", True)
+    return color
 
 
 def replay(args, trace_text):
@@ -418,6 +439,88 @@ def write_per_flow():
         print(f"{name}: {len(packets)} packets from {len(sources)} sources")
 
 
+# A hierarchy with a warm-up and a quota at its levels (§9, §14): every connection (5-tuple, a
+# meter alone) under its source (a warm-up) under the link (aggregate: a quota, an over meter).
+# Its .expected is every packet up its chain (chain_mark): model, replay and data path equal it.
+HIER = {
+    "hier-quota-warm-3level": [
+        ("link", "--algo rfc4115 --cir 4000000 --cbs 6000 --eir 2000000 --ebs 6000 "
+                 "--quota 400000/1s --over cir=1500000,cbs=3000,ebs=3000", "aggregate", None),
+        ("user", "--algo srtcm --cir 2500000 --cbs 4500 --ebs 3000 --warmup 200ms "
+                 "--cold-factor 4", "src", "link"),
+        ("conn", "--algo trtcm --cir 1500000 --cbs 3000 --pir 3000000 --pbs 4500", "5tuple",
+         "user"),
+    ],
+}
+
+
+def write_hier():
+    for i, (name, levels) in enumerate(HIER.items()):
+        rng = random.Random(5000 + i)
+        flows = [(f"198.18.0.{j + 1}", 1000 + p) for j in range(3) for p in range(2)]
+        start, length = NOV_2026, 2_150_000_000
+        packets, used = [], set()
+        # Each source quiet for 190 ms (under D, warm after it), 200 ms (D: cold) and 350 ms.
+        quiet = {src: [(start + int(t * 10**9), start + int(t * 10**9) + q) for t, q in
+                       zip(rng.sample([0.3, 0.8, 1.4, 2.0], 3), [190_000_000, 200_000_000,
+                                                                  350_000_000])]
+                 for src, _ in flows}
+        for src, port in flows:
+            # The first packet at a period's start (2026-11-01T00:00:00Z): replayed from its own
+            # time or from 0 (replay's relative times, whatif's), the trace meets the same resets.
+            now = start + (rng.randint(1, 10**6) if packets else 0)
+            while now < start + length:
+                size = rng.choice([64, 300, 576, 1000, 1500])
+                for a, b in quiet[src]:
+                    if a <= now < b:
+                        now = b
+                while now in used:
+                    now += 1
+                used.add(now)
+                packets.append((now, size, src, port))
+                now += int(rng.expovariate(1.0) * size * 8 * 10**9 / 900_000)
+        # Packets at each period's reset and one ns either side.
+        for r in range(1, 3):
+            for o in (-1, 0, 1):
+                at = start + r * 10**9 + o
+                if at not in used:
+                    used.add(at)
+                    packets.append((at, 1500, *flows[r]))
+        packets.sort()
+        meters = {}
+        names = [n for n, _, _, _ in levels]
+        lines = ["# time_ns bytes [color] SRC DST PROTO SPORT DPORT"]
+        expected = []
+        for now, size, src, port in packets:
+            chain = []
+            for lname, args, per, _ in reversed(levels):  # the matched level first
+                key = {"aggregate": (), "src": (src,), "5tuple": (src, port)}[per]
+                chain.append(meters.setdefault((lname, key), Meter(args.split())))
+            got = chain_mark(chain, now, size, "green")
+            lines.append(f"{now} {size} {src} 198.19.0.1 udp {port} 7000")
+            expected.append(f"{now},{size},{got},{names[-1]}\n")
+        yaml = ["policies:"]
+        for lname, args, per, parent in levels:
+            yaml.append(f"  - name: {lname}")
+            a = args.split()
+            for k, v in zip(a[::2], a[1::2]):
+                key = k[2:].replace("-", "_")
+                yaml.append(f"    {key}: {v}" if key != "over" else f'    {key}: "{v}"')
+            yaml.append(f"    per: {per}")
+            if parent:
+                yaml.append(f"    parent: {parent}")
+            if lname != names[-1]:
+                yaml.append("    only_parent: true")
+            else:
+                yaml.append("    match: {proto: udp}")
+        (HERE / f"{name}.yaml").write_text("\n".join(yaml) + "\n")
+        (HERE / f"{name}.trace").write_text("\n".join(lines) + "\n")
+        (HERE / f"{name}.expected").write_text("".join(expected))
+        counts = {c: sum(e.split(",")[2] == c for e in expected) for c in ("green", "yellow",
+                                                                           "red")}
+        print(f"{name}: {len(packets)} packets, {counts}")
+
+
 def write_warmup():
     for i, (name, args) in enumerate(WARMUP.items()):
         trace = warm_trace(args, 1000 + i)
@@ -447,6 +550,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1:] == ["--write-per-flow"]:
         write_per_flow()
+        sys.exit(0)
+    if sys.argv[1:] == ["--write-hier"]:
+        write_hier()
         sys.exit(0)
     print(__doc__, file=sys.stderr)
     sys.exit(2)

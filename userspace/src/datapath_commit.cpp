@@ -238,7 +238,7 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
     // What each entry held is kept until the set is active: a refused change puts it back.
     int ext_fd = fd(skel_->maps.tcm_policy_ext);
     for (const auto &p : c_.upserts)
-        if (p.meter.warmup_ns || p.meter.quota_bytes) {
+        if (p.meter.has_warmup_or_quota()) {
             tcm_policy_ext x = make_policy_ext(p.meter), old{};
             uint32_t id = p.id;
             const bool had = bpf_map_lookup_elem(ext_fd, &id, &old) == 0;
@@ -391,7 +391,7 @@ void Datapath::Impl::SetWriter::delete_ext_of_removed(const ActiveChange &change
     auto without = [&](uint32_t id) {
         auto it = impl_.active.find(id);
         return it == impl_.active.end() ||
-               (!it->second.meter.warmup_ns && !it->second.meter.quota_bytes);
+               !it->second.meter.has_warmup_or_quota();
     };
     if (impl_.ext_unclean)
         impl_.delete_ext_if(without);

@@ -339,36 +339,50 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
         const Policy *policy;
         Bucket *bucket;
         tcm_meter_state next;
+        tcm_ext_state next_ext;
     };
     std::vector<Level> levels;
     for (const Policy *p : chain_of(policies_, matched->name))
-        levels.push_back({p, &buckets_[{p->id, key_of(*p, pkt)}], {}});
+        levels.push_back({p, &buckets_[{p->id, key_of(*p, pkt)}], {}, {}});
     uint32_t color = static_cast<uint32_t>(pkt.color);
-    if (levels.size() == 1 && (matched->meter.warmup_ns || matched->meter.quota_bytes)) {
-        // As the data path's ext_meter_packet: the trace's clock is UTC for the quota's periods.
+    const uint64_t now = pkt.time_ns; // the trace's clock is UTC for the quotas' periods
+    if (levels.size() == 1 && matched->meter.has_warmup_or_quota()) {
+        // As the data path's ext_meter_packet: on the bucket itself, a red packet a packet too.
         auto &b = *levels[0].bucket;
         const size_t i = matched - policies_.data();
-        v.color =
-            static_cast<Color>(quota_mark(&configs_[i], &exts_[i], &b.state, &b.ext, pkt.time_ns,
-                                          pkt.time_ns, level_len(*matched, pkt), color, 0));
+        v.color = static_cast<Color>(quota_mark(&configs_[i], &exts_[i], &b.state, &b.ext, now,
+                                                now, level_len(*matched, pkt), color, 0));
         b.started = true;
         return v;
     }
     for (size_t i = 0; i < levels.size(); ++i) {
         auto &l = levels[i];
-        const tcm_meter_config &cfg = configs_[l.policy - policies_.data()];
+        const size_t k = l.policy - policies_.data();
+        const tcm_meter_config &cfg = configs_[k];
+        const uint32_t len = level_len(*l.policy, pkt);
         l.next = l.bucket->state;
+        l.next_ext = l.bucket->ext;
+        if (l.policy->meter.has_warmup_or_quota()) {
+            color = quota_mark(&cfg, &exts_[k], &l.next, &l.next_ext, now, now, len, color, i > 0);
+            continue;
+        }
         if (!l.bucket->started)
-            meter_start(&cfg, &l.next, pkt.time_ns);
-        uint32_t len = level_len(*l.policy, pkt);
-        color = i == 0 ? meter_mark(&cfg, &l.next, pkt.time_ns, len, color)
-                       : meter_mark_aware(&cfg, &l.next, pkt.time_ns, len, color);
+            meter_start(&cfg, &l.next, now);
+        color = i == 0 ? meter_mark(&cfg, &l.next, now, len, color)
+                       : meter_mark_aware(&cfg, &l.next, now, len, color);
     }
     for (auto &l : levels) {
-        if (color != TCM_RED)
+        const size_t k = l.policy - policies_.data();
+        if (color != TCM_RED) {
             l.bucket->state = l.next;
-        else if (!l.bucket->started)
-            meter_start(&configs_[l.policy - policies_.data()], &l.bucket->state, pkt.time_ns);
+            l.bucket->ext = l.next_ext;
+        } else if (l.policy->meter.has_warmup_or_quota()) {
+            // The data path's chain_ext_level: a level meets a packet that ended red, red.
+            quota_mark(&configs_[k], &exts_[k], &l.bucket->state, &l.bucket->ext, now, now,
+                       level_len(*l.policy, pkt), TCM_RED, 1);
+        } else if (!l.bucket->started) {
+            meter_start(&configs_[k], &l.bucket->state, now);
+        }
         l.bucket->started = true;
     }
     v.color = static_cast<Color>(color);

@@ -31,19 +31,7 @@ std::vector<std::string> hierarchy_errors(const std::vector<Policy> &policies) {
                 "when it leaves while a hierarchy meters every level at one instant: a policy "
                 "with shape edt has no parent and is no parent (use shape sockets or aqm)",
                 p.name, p.parent, p.shape == TCM_SHAPE_EDT ? p.name : p.parent));
-        else if (auto over_time =
-                     [](const Policy &q) {
-                         return q.meter.warmup_ns ? "warmup" : q.meter.quota_bytes ? "quota" : "";
-                     };
-                 *over_time(p) || *over_time(*by_name.at(p.parent))) {
-            // bpf/lib/chain.h: a chain's frames leave the verifier no room for their state yet.
-            const Policy &q = *over_time(p) ? p : *by_name.at(p.parent);
-            errors.push_back(fmt::format(
-                "policy '{}': its parent is '{}', and '{}' has a {}: a level of a hierarchy "
-                "carries no warm-up or quota yet (give it to a policy with no parent and no "
-                "children)",
-                p.name, p.parent, q.name, over_time(q)));
-        } else if (by_name.at(p.parent)->per == TCM_PER_CGROUP)
+        else if (by_name.at(p.parent)->per == TCM_PER_CGROUP)
             // The data path knows the cgroup bucket of the matched policy only (flow.h).
             errors.push_back(fmt::format(
                 "policy '{}': its parent '{}' is per cgroup, and a parent's bucket cannot be: "

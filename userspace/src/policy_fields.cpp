@@ -798,7 +798,7 @@ void check_across(Reader &r, const json &spec, const Policy &p) {
     if (p.meter.quota_bytes && p.fleet)
         r.error("quota", "a fleet policy's bound is the fleet's: its quota would be one host's "
                          "(give the quota to a policy of its own)");
-    if (p.shape == TCM_SHAPE_EDT && (p.meter.warmup_ns || p.meter.quota_bytes))
+    if (p.shape == TCM_SHAPE_EDT && p.meter.has_warmup_or_quota())
         r.error(p.meter.warmup_ns ? "warmup" : "quota",
                 "edt gives a red packet the time its bucket earns the tokens back at the full "
                 "rate: not yet with a warm-up or a quota (use --shape sockets or --aqm)");

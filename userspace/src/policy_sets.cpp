@@ -217,7 +217,24 @@ struct PolicySets::Impl {
         link(items.emplace(p.id, std::move(it)).first->second);
     }
 
-    // The parent field of @id's config: 1 + its parent's id, or 0.
+    // Whether a level of @it's chain (it or one above) has a warm-up or a quota. Bounded: the
+    // graph is checked before a write, but a broken one must not loop here.
+    bool chain_over_time(const Item &it) const {
+        const Item *cur = &it;
+        for (int depth = 0; depth <= TCM_MAX_LEVELS; ++depth) {
+            if (cur->policy.meter.has_warmup_or_quota())
+                return true;
+            auto n = names.find(cur->policy.parent);
+            if (cur->policy.parent.empty() || n == names.end())
+                return false;
+            cur = &items.at(n->second);
+        }
+        return false;
+    }
+
+    // The links of @id's config: its parent field (1 + its parent's id, or 0) and
+    // TCM_METER_F_EXT_CHAIN, which sends its packets to the data path's chain with a warm-up
+    // or a quota when a level of its chain has one.
     void relink_parent(uint32_t id) {
         auto it = items.find(id);
         if (it == items.end())
@@ -226,9 +243,25 @@ struct PolicySets::Impl {
         if (!it->second.policy.parent.empty())
             if (auto n = names.find(it->second.policy.parent); n != names.end())
                 parent = n->second + 1;
-        if (it->second.cfg.parent != parent) {
+        uint32_t flags = it->second.cfg.meter.flags & ~TCM_METER_F_EXT_CHAIN;
+        if (parent && chain_over_time(it->second))
+            flags |= TCM_METER_F_EXT_CHAIN;
+        if (it->second.cfg.parent != parent || it->second.cfg.meter.flags != flags) {
             it->second.cfg.parent = parent;
+            it->second.cfg.meter.flags = flags;
             touched_ids.insert(id);
+        }
+    }
+
+    // relink_parent of every policy under @name, at any depth: a level's warm-up or quota
+    // changes the flag of every chain through it.
+    void relink_below(const std::string &name, int depth = 0) {
+        auto ch = children.find(name);
+        if (ch == children.end() || depth > TCM_MAX_LEVELS)
+            return;
+        for (uint32_t id : std::set<uint32_t>(ch->second)) {
+            relink_parent(id);
+            relink_below(items.at(id).policy.name, depth + 1);
         }
     }
 
@@ -668,9 +701,7 @@ Result<void> PolicySets::write(uint32_t set, const SetChange &c) {
         for (uint32_t id : std::set<uint32_t>(m.touched_ids))
             m.relink_parent(id);
         for (const auto &name : names)
-            if (auto ch = m.children.find(name); ch != m.children.end())
-                for (uint32_t id : ch->second)
-                    m.relink_parent(id);
+            m.relink_below(name);
     };
     relink();
     Image &im = m.images[set];

@@ -90,6 +90,9 @@ struct MeterParams {
     };
     std::optional<Over> over;
 
+    // A meter over time (docs/spec.md §14): its state beyond the buckets, in tcm_meter_ext.
+    bool has_warmup_or_quota() const { return warmup_ns || quota_bytes; }
+
     bool operator==(const MeterParams &) const = default;
 };
 
