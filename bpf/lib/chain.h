@@ -36,10 +36,10 @@ enum tcm_meter_verdict {
 #define TCM_METER_SHAPE_DROP_SHIFT 10 /* pipeline.h turns the bit into a drop without a branch */
 _Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shift names the bit");
 
-#define TCM_LEVEL_AWARE 0x100u /* chain_level_mark mode: colour-aware whatever the policy says */
-#define TCM_LEVEL_FRESH 0x200u /* the flow has not started: fill (or empty) its buckets first */
-#define TCM_LEVEL_AGG 0x800u   /* chain_level_ext: the bucket is the policy's aggregate */
-#define TCM_LEVEL_COMMIT 0x1000u /* chain_ext_level: the packet passed, the level takes its copy */
+#define TCM_LEVEL_AWARE 0x100u   /* chain_level_mark mode: colour-aware whatever the policy says */
+#define TCM_LEVEL_FRESH 0x200u   /* the flow has not started: fill (or empty) its buckets first */
+#define TCM_LEVEL_AGG 0x800u     /* chain_level_ext: the bucket is the policy's aggregate */
+#define TCM_LEVEL_COMMIT 0x1000u /* chain_ext_level: the packet passed, the copy is taken */
 #define TCM_LEVEL_TOUCH 0x2000u  /* chain_ext_level: the packet ended red, the level sees it so */
 #define TCM_LEVEL_SLOT_SHIFT 14  /* chain_ext_level: the level's index, its copies' slot */
 #define TCM_LEVEL_EXT(pol) ((pol)->meter.flags & (TCM_METER_F_WARM | TCM_METER_F_QUOTA))
@@ -490,10 +490,10 @@ static __always_inline const struct tcm_policy *chain_up(const struct tcm_policy
 #define TCM_LV_HAS(i) (0x10u << (i))
 
 /* Level @i's call of chain_ext_level with @op (0, TCM_LEVEL_COMMIT or TOUCH), @color from below. */
-static __always_inline __u32 chain_ext_call(const struct tcm_policy *pol, struct tcm_flow *f,
-                                            int i, const struct tcm_class_key *key, __u64 now,
-                                            const struct tcm_chain_in *in, __u32 lv,
-                                            __u32 color, __u32 op) {
+static __always_inline __u32 chain_ext_call(const struct tcm_policy *pol, struct tcm_flow *f, int i,
+                                            const struct tcm_class_key *key, __u64 now,
+                                            const struct tcm_chain_in *in, __u32 lv, __u32 color,
+                                            __u32 op) {
     const struct tcm_policy *lvl = chain_up(pol, i);
     if (!lvl || !f)
         return TCM_RED;
@@ -507,8 +507,7 @@ static __always_inline __u32 chain_ext_call(const struct tcm_policy *pol, struct
 /* Level @i's bucket (@i > 0), of the parent of level i-1's policy, or NULL; noted in @lv. */
 static __always_inline struct tcm_flow *chain_ext_parent(const struct tcm_policy *pol, int i,
                                                          const struct tcm_class_key *key,
-                                                         struct tcm_global_counters *g,
-                                                         __u32 *lv) {
+                                                         struct tcm_global_counters *g, __u32 *lv) {
     const struct tcm_policy *lvl = chain_up(pol, i);
     __u32 agg;
     if (!lvl)

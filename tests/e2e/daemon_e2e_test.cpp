@@ -230,10 +230,10 @@ TEST_F(E2E, APerSourceQuotaIsShownByFlow) {
 // what its children pass from then on and stops them when it is used.
 TEST_F(E2E, AQuotaGivenToAParentCountsItsChildrenAndStopsThem) {
     ok({"attach", lab->host_if});
-    ok({"policy", "add", "link", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs",
-        "1m", "--only-parent"});
-    ok({"policy", "add", "user", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs",
-        "1m", "--per", "src", "--parent", "link", "--match", "proto", "udp"});
+    ok({"policy", "add", "link", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs", "1m",
+        "--only-parent"});
+    ok({"policy", "add", "user", "--algo", "srtcm", "--cir", "1gbit", "--cbs", "1m", "--ebs", "1m",
+        "--per", "src", "--parent", "link", "--match", "proto", "udp"});
     send(5, 1000);
     auto policy = [&](const std::string &name) {
         const json s = stats();

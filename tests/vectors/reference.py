@@ -439,17 +439,19 @@ def write_per_flow():
         print(f"{name}: {len(packets)} packets from {len(sources)} sources")
 
 
-# A hierarchy with a warm-up and a quota at its levels (§9, §14): every connection (5-tuple, a
-# meter alone) under its source (a warm-up) under the link (aggregate: a quota, an over meter).
-# Its .expected is every packet up its chain (chain_mark): model, replay and data path equal it.
+# A hierarchy with a warm-up and a quota at its levels (§9, §14): every connection (5-tuple: a
+# quota of its own, an over meter) under its source (a warm-up) under the link (aggregate: a
+# quota, dropped once used: the sources meet red packets from above for longer than D, which
+# keeps them warm). Its .expected is every packet up its chain (chain_mark): model, replay and
+# data path equal it.
 HIER = {
     "hier-quota-warm-3level": [
         ("link", "--algo rfc4115 --cir 4000000 --cbs 6000 --eir 2000000 --ebs 6000 "
-                 "--quota 400000/1s --over cir=1500000,cbs=3000,ebs=3000", "aggregate", None),
+                 "--quota 300000/1s --over drop", "aggregate", None),
         ("user", "--algo srtcm --cir 2500000 --cbs 4500 --ebs 3000 --warmup 200ms "
                  "--cold-factor 4", "src", "link"),
-        ("conn", "--algo trtcm --cir 1500000 --cbs 3000 --pir 3000000 --pbs 4500", "5tuple",
-         "user"),
+        ("conn", "--algo trtcm --cir 1500000 --cbs 3000 --pir 3000000 --pbs 4500 --quota "
+                 "60000/1s --over cir=500000,cbs=1500,pir=1000000,pbs=3000", "5tuple", "user"),
     ],
 }
 

@@ -390,8 +390,7 @@ void Datapath::Impl::SetWriter::undo_policy_ext() {
 void Datapath::Impl::SetWriter::delete_ext_of_removed(const ActiveChange &change) {
     auto without = [&](uint32_t id) {
         auto it = impl_.active.find(id);
-        return it == impl_.active.end() ||
-               !it->second.meter.has_warmup_or_quota();
+        return it == impl_.active.end() || !it->second.meter.has_warmup_or_quota();
     };
     if (impl_.ext_unclean)
         impl_.delete_ext_if(without);

@@ -350,8 +350,8 @@ HierVerdict HierModelEngine::mark(const FlowTracePacket &pkt) {
         // As the data path's ext_meter_packet: on the bucket itself, a red packet a packet too.
         auto &b = *levels[0].bucket;
         const size_t i = matched - policies_.data();
-        v.color = static_cast<Color>(quota_mark(&configs_[i], &exts_[i], &b.state, &b.ext, now,
-                                                now, level_len(*matched, pkt), color, 0));
+        v.color = static_cast<Color>(quota_mark(&configs_[i], &exts_[i], &b.state, &b.ext, now, now,
+                                                level_len(*matched, pkt), color, 0));
         b.started = true;
         return v;
     }
