@@ -44,18 +44,25 @@ _Static_assert(TCM_METER_SHAPE_DROP == 1 << TCM_METER_SHAPE_DROP_SHIFT, "the shi
 #define TCM_LEVEL_SLOT_SHIFT 14  /* chain_ext_level: the level's index, its copies' slot */
 #define TCM_LEVEL_EXT(pol) ((pol)->meter.flags & (TCM_METER_F_WARM | TCM_METER_F_QUOTA))
 
-/* Colours one packet at one level on @st, a copy of the level's state, and returns the colour.
- * @mode: the incoming colour, ORed with TCM_LEVEL_*. */
-__attribute__((noinline)) int chain_level_mark(const struct tcm_policy *pol,
-                                               struct tcm_meter_state *st, __u64 now, __u32 len,
-                                               __u32 mode) {
-    if (!pol || !st)
-        return TCM_RED;
+/* A level's meter alone on @st: started first if the flow is new (TCM_LEVEL_FRESH), colour-aware
+ * under TCM_LEVEL_AWARE. @mode: the incoming colour, ORed with TCM_LEVEL_*. */
+static __always_inline int chain_level_step(const struct tcm_policy *pol,
+                                            struct tcm_meter_state *st, __u64 now, __u32 len,
+                                            __u32 mode) {
     if (mode & TCM_LEVEL_FRESH)
         meter_start(&pol->meter, st, now);
     if (mode & TCM_LEVEL_AWARE)
         return meter_mark_aware(&pol->meter, st, now, len, mode & 0xff);
     return meter_mark(&pol->meter, st, now, len, mode & 0xff);
+}
+
+/* Colours one packet at one level on @st, a copy of the level's state, and returns the colour. */
+__attribute__((noinline)) int chain_level_mark(const struct tcm_policy *pol,
+                                               struct tcm_meter_state *st, __u64 now, __u32 len,
+                                               __u32 mode) {
+    if (!pol || !st)
+        return TCM_RED;
+    return chain_level_step(pol, st, now, len, mode);
 }
 
 /* A new bucket's tcm_ext_state, all zero, in .rodata (as tcm_flow_fresh). */
@@ -119,12 +126,9 @@ static __always_inline int chain_level_ext(const struct tcm_policy *pol,
     struct tcm_ext_state *xs = chain_ext_state(pol, key, sc, st->last_ns, mode, &x);
     if (x && !xs)
         return TCM_RED; /* no room for the state: never admit what the quota cannot count */
-    if (!x) {
-        /* No config: a policy of before, or of a set not yet written whole: the meter alone. */
-        if (mode & TCM_LEVEL_FRESH)
-            meter_start(&pol->meter, st, now);
-        return meter_mark(&pol->meter, st, now, len, mode & 0xff);
-    }
+    /* No config: a policy of before, or of a set not yet written whole: the meter alone. */
+    if (!x)
+        return chain_level_step(pol, st, now, len, mode);
     /* A flow made again keeps its quota's state, not its meter's. */
     if (mode & TCM_LEVEL_FRESH)
         xs->started = 0;
@@ -460,13 +464,11 @@ __attribute__((noinline)) int chain_ext_level(const struct tcm_policy *lvl, stru
         }
     }
     if (!xs) {
+        if (!(mode & TCM_LEVEL_TOUCH))
+            return chain_level_step(lvl, st, now, len, mode);
         if (mode & TCM_LEVEL_FRESH)
             meter_start(&lvl->meter, st, now);
-        if (mode & TCM_LEVEL_TOUCH)
-            return TCM_RED; /* chain_start's: a red packet takes nothing, its time adds nothing */
-        if (mode & TCM_LEVEL_AWARE)
-            return meter_mark_aware(&lvl->meter, st, now, len, mode & 0xff);
-        return meter_mark(&lvl->meter, st, now, len, mode & 0xff);
+        return TCM_RED; /* chain_start's: a red packet takes nothing, its time adds nothing */
     }
     if (mode & TCM_LEVEL_FRESH)
         xc->started = 0; /* a flow made again keeps its quota's state, not its meter's */
