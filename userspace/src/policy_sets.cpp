@@ -259,7 +259,7 @@ struct PolicySets::Impl {
         auto ch = children.find(name);
         if (ch == children.end() || depth > TCM_MAX_LEVELS)
             return;
-        for (uint32_t id : std::set<uint32_t>(ch->second)) {
+        for (uint32_t id : ch->second) { // relink_parent changes configs, not the links
             relink_parent(id);
             relink_below(items.at(id).policy.name, depth + 1);
         }
