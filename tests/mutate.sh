@@ -247,9 +247,30 @@ mutant tables-not-reattached userspace/daemon/flow_passes.cpp \
     "policy tables growth: the hooks keep the programs of before (and the tables they read)" \
     "e2e:PolicyTables.GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered"
 mutant tables-cut-short-kept userspace/src/datapath_load.cpp \
-    's/        if \(!impl_->tables_of_before\)\n            take_back_pins_of_before/        if (false)\n            take_back_pins_of_before/' \
+    's/            take_back_pins_of_before\(impl_->pin_path, kPolicyTablePins\);/            (void)0;/' \
     "policy tables growth: a daemon killed while carrying the tables over leaves the next start empty tables" \
     "bpf:DatapathPinning.APolicyTableGrowthCutShortIsUndoneAtTheNextStart"
+COUNTERS_BPF='bpf:DatapathPinning.TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedOnce:DatapathPinning.CounterArraysOfTheWholeIdRangeAreSetAsideAndCarried'
+mutant counters-before-unread userspace/src/datapath_impl.hpp \
+    's/    if \(c.prev_fd >= 0\)\n        detail::for_each_entry/    if (false)\n        detail::for_each_entry/' \
+    "counter arrays: a read leaves out the array of before a growth until it is folded" \
+    "$COUNTERS_BPF"
+mutant counters-fold-unmarked userspace/src/datapath_counters.cpp \
+    's/uint32_t mark = kFoldMark \| c.prev_id;/uint32_t mark = kFoldMark;/' \
+    "counter arrays: a fold does not mark which array it carried (a kill before its pin goes: carried twice)" \
+    "$COUNTERS_BPF"
+mutant counters-reused-id-carried userspace/src/datapath_commit.cpp \
+    's/        impl_.forget_counters\(ids\);\n//' \
+    "counter arrays: a reused id starts with the carried counts of the policy before" \
+    "$COUNTERS_BPF"
+mutant counters-cut-short-kept userspace/src/datapath_load.cpp \
+    's/                take_back_pins_of_before\(impl_->pin_path, kCounterPins\);/                (void)0;/' \
+    "counter arrays: a daemon killed during a growth leaves the counts in arrays the next start cannot set aside" \
+    "bpf:DatapathPinning.APolicyTableGrowthCutShortIsUndoneAtTheNextStart"
+mutant counters-never-folded userspace/daemon/attachments.cpp \
+    's/        const size_t n = dp_->fold_counters_of_before\(\);/        const size_t n = 0;/' \
+    "counter arrays: the daemon never carries the arrays of before a growth over" \
+    "e2e:PolicyTables.*"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/dp_->live_flows\(\) \* 2 < capacity/true/' \
     "flow table growth: the table never grows" \

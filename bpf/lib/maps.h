@@ -105,7 +105,9 @@ struct {
     __type(value, struct tcm_flow);
 } tcm_policy_state SEC(".maps");
 
-/* By policy id, per CPU: packets and bytes per colour. */
+/* By policy id, per CPU: packets and bytes per colour. Sized at load to the policy configs' slots
+ * (a host pays it per CPU for the policies it holds); a growth carries the counts of before
+ * (datapath_counters.cpp). */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, TCM_MAX_POLICIES);
@@ -312,7 +314,7 @@ struct {
 
 /* ---- TCP through the policer (docs/spec.md §8) ---- */
 
-/* Per CPU by policy id: the counters of --aqm and --shape edt. */
+/* Per CPU by policy id: the counters of --aqm and --shape edt. Sized as tcm_policy_stats. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, TCM_MAX_POLICIES);

@@ -8,6 +8,7 @@
 #include "tricolor/text.hpp"
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -763,20 +764,147 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
     EXPECT_EQ(packets(b.policy_counters(), 7), 2u);
 }
 
+// The per-CPU counter arrays are sized by the policy slots. A growth makes new ones: the arrays of
+// before (pinned _prev) are read with them until folded into the carried counts (pinned
+// _carried), once; a second growth before that fold is refused, changing nothing; a reused id
+// starts at zero.
+TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedOnce) {
+    Datapath::remove_pins(pin);
+    DatapathOptions small = o;
+    small.tables = {4, 64};
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    const std::string stats = dir + "/tcm_policy_stats", prev = stats + "_prev",
+                      carried = stats + "_carried";
+    auto count = [](const Datapath &d, uint32_t id) {
+        auto c = d.policy_counters();
+        auto it = c.find(id);
+        return it == c.end() ? uint64_t{0}
+                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
+                                   it->second.packets[TCM_RED];
+    };
+    int kept = -1;
+    {
+        Datapath a(small);
+        ASSERT_EQ(pinned_map_info(stats)->max_entries, 4u) << "sized by the policy slots";
+        ASSERT_EQ(pinned_map_info(dir + "/tcm_tcp_stats")->max_entries, 4u);
+        EXPECT_FALSE(a.holds_counters_of_before());
+        ASSERT_TRUE(a.apply({p}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
+        a.grow_tables({16, 64});
+        EXPECT_EQ(pinned_map_info(stats)->max_entries, 16u);
+        EXPECT_EQ(pinned_map_info(dir + "/tcm_tcp_stats")->max_entries, 16u);
+        ASSERT_TRUE(pinned_map_info(prev));
+        EXPECT_EQ(pinned_map_info(prev)->max_entries, 4u);
+        EXPECT_TRUE(a.holds_counters_of_before());
+        EXPECT_EQ(count(a, 3), 2u) << "the array of before read";
+        a.retire_previous();
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 0 left
+        EXPECT_EQ(count(a, 3), 3u);
+        EXPECT_THAT(
+            [&] {
+                a.grow_tables({64, 64});
+            },
+            ::testing::ThrowsMessage<std::runtime_error>(
+                ::testing::HasSubstr("are not carried over yet")));
+        EXPECT_EQ(a.table_sizes(), (TableSizes{16, 64})) << "the refused growth changed nothing";
+        EXPECT_EQ(pinned_map_info(stats)->max_entries, 16u);
+        EXPECT_EQ(count(a, 3), 3u);
+        EXPECT_EQ(a.fold_counters_of_before(), 1u);
+        EXPECT_FALSE(a.holds_counters_of_before());
+        EXPECT_FALSE(std::filesystem::exists(prev));
+        EXPECT_TRUE(std::filesystem::exists(carried));
+        EXPECT_EQ(count(a, 3), 3u) << "carried: neither lost nor twice";
+        EXPECT_EQ(a.policy_counter(3).packets[TCM_GREEN], 3u);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_DROP);
+        EXPECT_EQ(count(a, 3), 4u);
+        a.grow_tables({64, 64}); // folded: it may grow again
+        a.retire_previous();
+        EXPECT_EQ(count(a, 3), 4u);
+        kept = bpf_obj_get(prev.c_str());
+        ASSERT_GE(kept, 0);
+        EXPECT_EQ(a.fold_counters_of_before(), 1u);
+        EXPECT_EQ(count(a, 3), 4u);
+    }
+    // A daemon killed after the carried counts took their pin and before the array of before's
+    // pin went (the last fold's array pinned back): that array is not carried twice.
+    ASSERT_EQ(bpf_obj_pin(kept, prev.c_str()), 0) << errno_text(errno);
+    close(kept);
+    Datapath b(small);
+    EXPECT_TRUE(b.adopted());
+    EXPECT_FALSE(std::filesystem::exists(prev));
+    EXPECT_FALSE(b.holds_counters_of_before());
+    EXPECT_EQ(count(b, 3), 4u);
+    // Id 3 given to another policy starts at zero: nothing carried for it.
+    ASSERT_TRUE(b.apply({policy(5, "other")}).has_value());
+    ASSERT_TRUE(b.apply({policy(3, "again")}).has_value());
+    EXPECT_EQ(count(b, 3), 0u);
+}
+
+// Pins of a daemon whose counter arrays were made for TCM_MAX_POLICIES beside smaller policy
+// tables (the layout before they were sized by the slots): set aside, read, and carried into
+// the arrays of the tables' size once folded.
+TEST_F(DatapathPinning, CounterArraysOfTheWholeIdRangeAreSetAsideAndCarried) {
+    Datapath::remove_pins(pin);
+    DatapathOptions small = o;
+    small.tables = {4, 64};
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    const std::string stats = dir + "/tcm_policy_stats";
+    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    std::vector<tcm_counters> per_cpu(ncpus);
+    {
+        Datapath a(small);
+        ASSERT_TRUE(a.apply({p}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
+        int fd = bpf_obj_get(stats.c_str());
+        uint32_t id = 3;
+        ASSERT_EQ(bpf_map_lookup_elem(fd, &id, per_cpu.data()), 0);
+        close(fd);
+    }
+    ASSERT_EQ(unlink(stats.c_str()), 0);
+    int old = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "tcm_policy_stat", 4, sizeof(tcm_counters),
+                             TCM_MAX_POLICIES, nullptr);
+    ASSERT_GE(old, 0) << errno_text(errno);
+    uint32_t id = 3;
+    ASSERT_EQ(bpf_map_update_elem(old, &id, per_cpu.data(), 0), 0);
+    ASSERT_EQ(bpf_obj_pin(old, stats.c_str()), 0) << errno_text(errno);
+    close(old);
+    Datapath b(small);
+    EXPECT_TRUE(b.adopted());
+    EXPECT_EQ(pinned_map_info(stats)->max_entries, 4u);
+    EXPECT_EQ(pinned_map_info(stats + "_prev")->max_entries, uint32_t{TCM_MAX_POLICIES});
+    EXPECT_TRUE(b.holds_counters_of_before());
+    EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 1u);
+    b.set_clock(5000000000);
+    EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS);
+    EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u);
+    EXPECT_EQ(b.fold_counters_of_before(), 1u);
+    EXPECT_FALSE(std::filesystem::exists(stats + "_prev"));
+    EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u);
+}
+
 // A daemon killed while it grew its policy tables: the tables of before set aside (their pins
 // with _prev), the new ones pinned and not yet filled. The next start takes the ones of before
 // back, so the active set classifies as it did.
 TEST_F(DatapathPinning, APolicyTableGrowthCutShortIsUndoneAtTheNextStart) {
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
-    const std::pair<const char *, uint32_t> tables[] = {{"tcm_policy_cfg", sizeof(tcm_policy)},
-                                                        {"tcm_rule_table", sizeof(tcm_rule_slot)}};
+    // The counter arrays set aside with them, new ones (empty) pinned too.
+    const std::pair<const char *, uint32_t> tables[] = {
+        {"tcm_policy_cfg", sizeof(tcm_policy)},
+        {"tcm_rule_table", sizeof(tcm_rule_slot)},
+        {"tcm_policy_stats", sizeof(tcm_counters)},
+        {"tcm_tcp_stats", sizeof(tcm_tcp_counters)}};
     for (const auto &[name, size] : tables) {
         const std::string at = dir + "/" + name;
+        const bool counters = std::string(name).ends_with("_stats");
         ASSERT_EQ(rename(at.c_str(), (at + "_prev").c_str()), 0) << errno_text(errno);
         LIBBPF_OPTS(bpf_map_create_opts, opts,
                     .map_flags =
                         std::string(name) == "tcm_rule_table" ? uint32_t{BPF_F_MMAPABLE} : 0u);
-        int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, name, 4, size, 4 * TCM_RULE_PROBES, &opts);
+        int fd = bpf_map_create(counters ? BPF_MAP_TYPE_PERCPU_ARRAY : BPF_MAP_TYPE_ARRAY, name, 4,
+                                size, 4 * TCM_RULE_PROBES, &opts);
         ASSERT_GE(fd, 0) << errno_text(errno);
         ASSERT_EQ(bpf_obj_pin(fd, at.c_str()), 0) << errno_text(errno);
         close(fd);
@@ -785,6 +913,7 @@ TEST_F(DatapathPinning, APolicyTableGrowthCutShortIsUndoneAtTheNextStart) {
     EXPECT_TRUE(b.adopted());
     for (const auto &[name, size] : tables)
         EXPECT_FALSE(std::filesystem::exists(dir + "/" + name + "_prev")) << name;
+    EXPECT_FALSE(b.holds_counters_of_before());
     b.set_clock(5000000000);
     EXPECT_EQ(b.run_xdp(frame).retval, XDP_PASS);
     EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u) << "classified as before";

@@ -9,9 +9,12 @@
 #include "tricolor/control.hpp"
 #include "tricolor/datapath.hpp"
 
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -309,11 +312,20 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     }
     to_p604();
     EXPECT_EQ(packets_of("p604"), 1u);
+    // The counter arrays grew with the tables: those of before were carried into the pinned
+    // carried counts once the programs of before were gone.
+    const std::string pins = fmt::format("{}/abi{}/", daemon->pin_dir(), TCM_ABI_VERSION);
+    EXPECT_THAT(daemon->log(), HasSubstr("the counters of 1 policy carried over"));
+    for (const char *name : {"tcm_policy_stats", "tcm_tcp_stats"}) {
+        EXPECT_FALSE(std::filesystem::exists(pins + name + "_prev")) << name;
+        EXPECT_TRUE(std::filesystem::exists(pins + name + "_carried")) << name;
+    }
 
-    // A restart: the pinned sizes hold.
+    // A restart: the pinned sizes hold, and the counts carried.
     daemon->terminate();
     daemon->start();
     expect_tables(4 * TCM_START_POLICY_SLOTS, 0, 2);
+    EXPECT_EQ(packets_of("busy"), 6000u);
 
     // Afresh (no pins) from that state: grown at the start, before anything is attached.
     daemon->terminate();
@@ -340,6 +352,50 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     std::ofstream(daemon->config()) << yaml(2100, true);
     daemon->start();
     expect_tables(4 * TCM_START_POLICY_SLOTS, 1, 1);
+}
+
+// Pins of a daemon whose counter arrays were made for every id (TCM_MAX_POLICIES, per CPU)
+// beside policy tables of 1024: the next start sets them aside, reads them, and carries them
+// over once its programs run on every hook; the policy counts on from there.
+TEST_F(PolicyTables, CounterArraysOfEveryIdOfBeforeAreCarriedAtTheStart) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "busy", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "16k", "--ebs", "0",
+        "--match", "dst", lab->host_v4 + "/32"});
+    auto send = [&](int n) {
+        auto r = lab->in_ns(
+            {udp_tool_path(), "send", lab->host_v4, "9", std::to_string(n), "100", "1000"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    };
+    send(50);
+    ASSERT_EQ(packets_of("busy"), 50u);
+    daemon->terminate();
+    const std::string stats =
+        fmt::format("{}/abi{}/tcm_policy_stats", daemon->pin_dir(), TCM_ABI_VERSION);
+    {
+        const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+        int now = bpf_obj_get(stats.c_str());
+        ASSERT_GE(now, 0);
+        int old = bpf_map_create(BPF_MAP_TYPE_PERCPU_ARRAY, "tcm_policy_stat", 4,
+                                 sizeof(tcm_counters), TCM_MAX_POLICIES, nullptr);
+        ASSERT_GE(old, 0);
+        std::vector<tcm_counters> v(ncpus);
+        for (uint32_t id = 0; id < TCM_START_POLICY_SLOTS; ++id)
+            if (bpf_map_lookup_elem(now, &id, v.data()) == 0)
+                ASSERT_EQ(bpf_map_update_elem(old, &id, v.data(), 0), 0);
+        close(now);
+        ASSERT_EQ(unlink(stats.c_str()), 0);
+        ASSERT_EQ(bpf_obj_pin(old, stats.c_str()), 0);
+        close(old);
+    }
+    daemon->start();
+    EXPECT_EQ(packets_of("busy"), 50u);
+    EXPECT_THAT(daemon->log(), HasSubstr("the counters of 1 policy carried over"));
+    EXPECT_FALSE(std::filesystem::exists(stats + "_prev"));
+    send(10);
+    EXPECT_EQ(packets_of("busy"), 60u);
+    daemon->terminate();
+    daemon->start();
+    EXPECT_EQ(packets_of("busy"), 60u);
 }
 
 } // namespace

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fnmatch.h>
+#include <iostream>
 #include <net/if.h>
 
 namespace tricolor {
@@ -130,17 +131,34 @@ void Daemon::detach_all() {
 // Nothing to query once they are gone: an attach or detach request (a pod's, among hundreds of
 // attachments) does not pay a netlink query per attachment.
 void Daemon::release_previous_programs() {
-    if (!dp_->holds_previous_programs())
+    if (dp_->holds_previous_programs()) {
+        const ProgramIds ours = dp_->program_ids();
+        ProgramIds running;
+        for (const auto &a : attachments_)
+            if (auto idx = interface_index(a.iface))
+                if (auto s = query_hook(a, *idx, ours); s.prog_id)
+                    running.push_back(s.prog_id);
+        dp_->release_previous_programs(running);
+        if (root_cgroup_swapped_)
+            dp_->drop_cgroup_rules_of_before();
+    }
+    fold_counters_when_safe();
+}
+
+void Daemon::fold_counters_when_safe() {
+    // The cgroup ingress program counts --aqm into tcm_tcp_stats: it must be this data path's.
+    if (!dp_->holds_counters_of_before() || dp_->holds_previous_programs() ||
+        (!root_cgroup_swapped_ && cgroup_ingress_attached(link_dir())))
         return;
-    const ProgramIds ours = dp_->program_ids();
-    ProgramIds running;
-    for (const auto &a : attachments_)
-        if (auto idx = interface_index(a.iface))
-            if (auto s = query_hook(a, *idx, ours); s.prog_id)
-                running.push_back(s.prog_id);
-    dp_->release_previous_programs(running);
-    if (root_cgroup_swapped_)
-        dp_->drop_cgroup_rules_of_before();
+    try {
+        const size_t n = dp_->fold_counters_of_before();
+        std::cerr << fmt::format("tricolord: the counters of {} {} carried over from the "
+                                 "counter arrays of before the policy tables grew",
+                                 n, n == 1 ? "policy" : "policies")
+                  << std::endl;
+    } catch (const std::exception &e) {
+        std::cerr << "tricolord: " << e.what() << " (tried again at the next release)" << std::endl;
+    }
 }
 
 std::vector<AttachmentSpec> Daemon::attachments_without(const AttachmentSpec &a) const {

@@ -258,6 +258,10 @@ class Daemon {
     Result<void> detach_hook(const AttachmentSpec &a, int ifindex);
     std::vector<AttachmentSpec> attachments_without(const AttachmentSpec &a) const;
     void release_previous_programs();
+    // The counter arrays of before a growth: carried into the pinned carried counts once no
+    // program of before runs on a hook or the root cgroup (logged; a failure too, retried at the
+    // next release).
+    void fold_counters_when_safe();
     nlohmann::json attachment_status(const AttachmentSpec &a) const;
     nlohmann::json unlisted_attachments() const;
 

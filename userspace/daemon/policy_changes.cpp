@@ -251,6 +251,7 @@ void Daemon::swap_root_cgroup_programs(std::vector<std::string> &problems) {
     }
     root_cgroup_swapped_ = true;
     dp_->drop_cgroup_rules_of_before();
+    fold_counters_when_safe();
 }
 
 // Ingress cgroup policies (docs/spec.md §11): the cgroup_skb program goes on the root cgroup

@@ -218,6 +218,7 @@ void Datapath::Impl::SetWriter::prepare_policy_maps() {
         if (bpf_map_update_batch(tcp_fd, ids.data(), tcp.data(), &n, nullptr) != 0)
             for (uint32_t id : ids)
                 bpf_map_update_elem(tcp_fd, &id, tcp.data(), 0);
+        impl_.forget_counters(ids);
     }
     // --shape edt: the reciprocal of the policy's rate (bpf/lib/edt.h), in place before the set
     // that uses it is active. A packet of the old set that reads a new rate's reciprocal gets a

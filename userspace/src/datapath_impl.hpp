@@ -41,6 +41,20 @@ inline constexpr const char *kOfBefore = "_prev";
 inline constexpr std::array<const char *, 2> kPolicyTablePins = {"tcm_policy_cfg",
                                                                  "tcm_rule_table"};
 
+// The per-CPU counter arrays by policy id, sized by the policy tables (TableSizes::policy_slots):
+// a host pays them per CPU for the policies its tables hold, not for TCM_MAX_POLICIES. A
+// growth of the tables (or a start on pins of another size) makes new arrays; the arrays of
+// before (pinned with kOfBefore appended) are counted into by programs of before until every
+// hook runs this data path's, and are then folded (Datapath::fold_counters_of_before) into the
+// array's carried counts (pinned with kCarried appended: a hash map without preallocation that
+// only user space writes). A policy's counters are the sum of the three (datapath_counters.cpp).
+inline constexpr std::array<const char *, 2> kCounterPins = {"tcm_policy_stats", "tcm_tcp_stats"};
+inline constexpr const char *kCarried = "_carried";
+// A key of the carried counts that is no policy id: the map id of an array of before folded
+// into them (bit 31 set). A daemon killed between the fold and the removal of that array's pin
+// finds it there and does not fold it twice.
+inline constexpr uint32_t kFoldMark = 1u << 31;
+
 struct Datapath::Impl {
     DatapathOptions options; // what it was loaded with
     tricolor_dp *skel = nullptr;
@@ -95,6 +109,27 @@ struct Datapath::Impl {
     int move_slot_of_before(uint32_t idx);
     // Drops the table of before: its entry, mapping, pins.
     void drop_table_of_before();
+    // kCounterPins' arrays: the array of before while held, and the carried counts.
+    struct CounterArray {
+        int prev_fd = -1;
+        uint32_t prev_entries = 0, prev_id = 0;
+        int carried_fd = -1;
+        size_t words = 0; // u64 in a value
+    };
+    std::array<CounterArray, kCounterPins.size()> counters;
+    bool counters_set_aside = false; // this load renamed an array to its pin of before
+    // Before the load: each array sized to @slots, one of another size pinned set aside, the
+    // arrays of before and the carried counts opened (datapath_counters.cpp).
+    void open_counter_arrays(uint32_t slots);
+    bpf_map *counter_map(size_t which) const;
+    // Adds to @sum (counter_map(@which)'s value type, as u64 words) what the array of before and
+    // the carried counts hold for @id.
+    void add_carried(size_t which, uint32_t id, uint64_t *sum) const;
+    // Every active id's counters of array @which, summed over CPUs and the three places, as V.
+    template <typename V>
+    std::map<uint32_t, V> counter_sums(size_t which) const;
+    // A reused id starts at zero: its carried counts deleted, its array of before's zeroed.
+    void forget_counters(const std::vector<uint32_t> &ids) const;
     uint32_t shaping = 0; // active policies with --shape sockets
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;
@@ -181,6 +216,10 @@ struct Datapath::Impl {
         if (tables_of_before)
             for (int f : {tables_of_before->cfg_fd, tables_of_before->rules_fd})
                 close(f);
+        for (const auto &c : counters)
+            for (int f : {c.prev_fd, c.carried_fd})
+                if (f >= 0)
+                    close(f);
         for (int f : {prev_slots_fd, prev_tuples_fd, cgroup_rules_of_before})
             if (f >= 0)
                 close(f);
@@ -233,6 +272,10 @@ void set_table_sizes(Rodata *ro, const TableSizes &t) {
     ro->tcm_policy_slots = t.policy_slots;
     ro->tcm_rule_slots = t.rule_slots;
 }
+
+// The entries of the pinned map at @path: its max_entries and key size (0, 0: no such map;
+// datapath_load.cpp).
+std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path);
 
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
 void sort_unique(std::vector<tcm_flow_id> &keys);
@@ -322,4 +365,38 @@ void for_each_entry(int fd, size_t values_per_key, F each, size_t max_keys = SIZ
 }
 
 } // namespace detail
+
+template <typename V>
+std::map<uint32_t, V> Datapath::Impl::counter_sums(size_t which) const {
+    static_assert(sizeof(V) % sizeof(uint64_t) == 0, "counters are u64 words");
+    std::map<uint32_t, V> out;
+    if (active.empty())
+        return out;
+    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    const size_t words = sizeof(V) / sizeof(uint64_t);
+    const CounterArray &c = counters[which];
+    auto add = [&](uint32_t id, const uint64_t *v, size_t n) {
+        if (!active.contains(id))
+            return;
+        auto *s = reinterpret_cast<uint64_t *>(&out[id]);
+        for (size_t k = 0; k < n; ++k)
+            for (size_t i = 0; i < words; ++i)
+                s[i] += v[k * words + i];
+    };
+    // Ids are given lowest first: up to the highest active one, not the whole array (per CPU),
+    // which a reader once a second (--web) would pay for every time.
+    const size_t ids = active.rbegin()->first + size_t{1};
+    detail::for_each_entry<uint32_t, uint64_t>(
+        fd(counter_map(which)), ncpus * words,
+        [&](uint32_t id, const uint64_t *v) { add(id, v, ncpus); }, ids);
+    if (c.prev_fd >= 0)
+        detail::for_each_entry<uint32_t, uint64_t>(
+            c.prev_fd, ncpus * words, [&](uint32_t id, const uint64_t *v) { add(id, v, ncpus); },
+            std::min<size_t>(ids, c.prev_entries));
+    if (c.carried_fd >= 0)
+        detail::for_each_entry<uint32_t, uint64_t>(
+            c.carried_fd, words, [&](uint32_t id, const uint64_t *v) { add(id, v, 1); });
+    return out;
+}
+
 } // namespace tricolor

@@ -20,6 +20,23 @@
 #include <fmt/format.h>
 
 namespace tricolor {
+namespace detail {
+// The entries of the pinned map at @path: its max_entries and key size (0, 0: no such map).
+std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return {0, 0};
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    std::pair<uint32_t, uint32_t> out{0, 0};
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+        out = {info.max_entries, info.key_size};
+    close(fd);
+    return out;
+}
+} // namespace detail
+using detail::pinned_map_size;
+
 namespace {
 
 uint32_t obj_id(int fd) {
@@ -94,20 +111,6 @@ void take_back_pins_of_before(const std::string &pin_path, Names names) {
             rename(prev.c_str(), at.c_str());
         }
     }
-}
-
-// The entries of the pinned map at @path: its max_entries and key size (0, 0: no such map).
-std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path) {
-    int fd = bpf_obj_get(path.c_str());
-    if (fd < 0)
-        return {0, 0};
-    bpf_map_info info{};
-    uint32_t len = sizeof(info);
-    std::pair<uint32_t, uint32_t> out{0, 0};
-    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
-        out = {info.max_entries, info.key_size};
-    close(fd);
-    return out;
 }
 
 // Pins of before tcm_flow_slots kept the flows in a hash map, tcm_flows: keyed by tcm_flow_id,
@@ -324,12 +327,15 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
     try {
         load(o);
     } catch (...) {
-        const bool aside = impl_->prev_layout.has_value();
+        const bool aside = impl_->prev_layout.has_value(),
+                   counters_aside = impl_->counters_set_aside;
         impl_ = std::move(before);
         // The tables of before go back to their pins; the table set aside too (the pins the
         // failed load made, if any, go).
         if (tables)
             take_back_pins_of_before(pins, kPolicyTablePins);
+        if (counters_aside)
+            take_back_pins_of_before(pins, kCounterPins);
         if (aside && !impl_->prev_layout)
             take_back_pins_of_before(pins, kFlowTablePins);
         throw;
@@ -477,8 +483,14 @@ void Datapath::load(const DatapathOptions &o) {
         impl_->adopted = fs::exists(impl_->pin_path + "/tcm_runtime");
         // Policy tables set aside by a growth that did not finish (the daemon killed while it
         // carried them over): they are what the pins held; the new ones, if any, go.
-        if (!impl_->tables_of_before)
+        // The counter arrays set aside with them go back too: no program counted into the
+        // new ones, which the growth attaches only after the load.
+        if (!impl_->tables_of_before) {
+            if (access((impl_->pin_path + "/" + kPolicyTablePins[0] + kOfBefore).c_str(), F_OK) ==
+                0)
+                take_back_pins_of_before(impl_->pin_path, kCounterPins);
             take_back_pins_of_before(impl_->pin_path, kPolicyTablePins);
+        }
         auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
         impl_->prev_layout =
             set_aside_resized_table(impl_->pin_path, o.flow_capacity, impl_->flows_moving);
@@ -539,6 +551,7 @@ void Datapath::load(const DatapathOptions &o) {
         throw std::runtime_error("cannot size the policy tables");
     detail::set_table_sizes(impl_->skel->rodata, t);
     impl_->tables = t;
+    impl_->open_counter_arrays(t.policy_slots);
     // The flow table: sized, and its layout in .rodata, before the load.
     const tcm_flow_meta layout = flow_table_layout(impl_->pin_path, o.flow_capacity);
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_flow_slots, layout.slots); err < 0)

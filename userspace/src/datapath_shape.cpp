@@ -21,24 +21,15 @@ int Datapath::sockops_prog_fd() const {
 
 std::map<uint32_t, ShapeCounters> Datapath::shape_counters() const {
     std::map<uint32_t, ShapeCounters> out;
-    int ncpus = libbpf_num_possible_cpus();
-    std::vector<tcm_tcp_counters> per_cpu(ncpus);
+    const auto tcp = impl_->counter_sums<tcm_tcp_counters>(1);
     for (const auto &[id, p] : impl_->active) {
         ShapeCounters c;
         tcm_shape_state st{};
         uint32_t key = id;
         if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_shape_state), &key, &st) == 0)
             c.sockets = st.sockets > 0x7fffffffu ? 0 : st.sockets;
-        if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_tcp_stats), &key, per_cpu.data()) ==
-            0) {
-            constexpr size_t n = sizeof(tcm_tcp_counters) / sizeof(uint64_t);
-            auto *s = reinterpret_cast<uint64_t *>(&c.tcp);
-            for (const auto &v : per_cpu) {
-                auto *w = reinterpret_cast<const uint64_t *>(&v);
-                for (size_t i = 0; i < n; ++i)
-                    s[i] += w[i];
-            }
-        }
+        if (auto it = tcp.find(id); it != tcp.end())
+            c.tcp = it->second;
         out[id] = c;
     }
     return out;

@@ -289,6 +289,13 @@ class Datapath {
     // A pinned cgroup rule map of an earlier layout, kept written while programs of before
     // may read it: let go once the root cgroup's and every hook's programs are this one's.
     void drop_cgroup_rules_of_before();
+    // The counter arrays of before a growth of the policy tables (or of a start on pins of
+    // another size): held, and summed into every read of the counters, until
+    // fold_counters_of_before carries them into the pinned carried counts. Call that once no
+    // program of before can count (every hook, the root cgroup's too, runs this data path's);
+    // returns the policies carried.
+    bool holds_counters_of_before() const;
+    size_t fold_counters_of_before();
     int sockops_prog_fd() const;
     std::map<uint32_t, ShapeCounters> shape_counters() const;
     // Fleet policies: from now on C earns at @l's rate, up to its cap, until its deadline; the
