@@ -5,15 +5,19 @@
 // program through BPF_PROG_TEST_RUN, one packet per IPv6 source of 2001:db8::/64 (nothing is sent
 // anywhere), waiting for the table to grow whenever it is nearly half full. At each count:
 //   the kernel memory of every map its programs use (memlock, as bpftool shows it), the flow
-//   table's share of it (slots, tuples, meta), and the daemon's resident memory:
+//   table's share of it (slots, tuples, meta), what each CPU of the host adds to it (the per-CPU
+//   maps' memory divided by the CPUs), and the daemon's resident memory:
 //   RESULT name=footprint_<flows> flows=<in the table> capacity=<the table's> map_mib=<all maps>
-//          flow_table_mib=<its part> rss_mib=<the daemon's> [target_map_mib=16 target_rss_mib=32]
+//          flow_table_mib=<its part> per_cpu_kib=<a CPU's share> rss_mib=<the daemon's>
+//          [target_map_mib=16 target_rss_mib=32]
 #include "bench_daemon.hpp"
 #include "packet.hpp"
 #include "test_util.hpp"
 
+#include <bpf/libbpf.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -40,8 +44,13 @@ uint64_t map_memlock(int fd) {
 }
 
 struct Footprint {
-    uint64_t maps = 0, flow_table = 0;
+    uint64_t maps = 0, flow_table = 0, per_cpu = 0; // per_cpu: the per-CPU maps', all CPUs
 };
+
+bool per_cpu_map(uint32_t type) {
+    return type == BPF_MAP_TYPE_PERCPU_ARRAY || type == BPF_MAP_TYPE_PERCPU_HASH ||
+           type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
+}
 
 // Every map the daemon's programs pinned under progs/ use, and every map pinned: by id, once.
 Footprint footprint(const std::string &pin) {
@@ -80,6 +89,8 @@ Footprint footprint(const std::string &pin) {
         const std::string name = info.name;
         if (name == "tcm_flow_slots" || name == "tcm_flow_tuples" || name == "tcm_flow_meta")
             f.flow_table += bytes;
+        if (per_cpu_map(info.type))
+            f.per_cpu += bytes;
         close(fd);
     }
     return f;
@@ -114,17 +125,20 @@ int main() {
             auto meta = Datapath::pinned_flow_table(d.pin);
             auto f = footprint(d.pin);
             const uint64_t rss = rss_bytes(d.pid);
-            std::printf("%-10s %10llu %10u %12.1f %12.1f %10.1f\n", name,
+            const double cpu_kib =
+                static_cast<double>(f.per_cpu) / 1024 / std::max(libbpf_num_possible_cpus(), 1);
+            std::printf("%-10s %10llu %10u %12.1f %12.1f %12.1f %10.1f\n", name,
                         static_cast<unsigned long long>(meta ? meta->live : 0),
-                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), mib(rss));
+                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
+                        mib(rss));
             std::printf("RESULT name=footprint_%s flows=%llu capacity=%u map_mib=%.1f "
-                        "flow_table_mib=%.1f rss_mib=%.1f%s\n",
+                        "flow_table_mib=%.1f per_cpu_kib=%.1f rss_mib=%.1f%s\n",
                         name, static_cast<unsigned long long>(meta ? meta->live : 0),
-                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), mib(rss),
-                        idle ? " target_map_mib=16 target_rss_mib=32" : "");
+                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
+                        mib(rss), idle ? " target_map_mib=16 target_rss_mib=32" : "");
         };
-        std::printf("%-10s %10s %10s %12s %12s %10s\n", "", "flows", "capacity", "maps MiB",
-                    "flow tbl MiB", "RSS MiB");
+        std::printf("%-10s %10s %10s %12s %12s %12s %10s\n", "", "flows", "capacity", "maps MiB",
+                    "flow tbl MiB", "KiB a CPU", "RSS MiB");
         report("idle", true);
         d.ask({{"cmd", "policy_add"},
                {"policy",

@@ -885,6 +885,54 @@ TEST_F(DatapathPinning, CounterArraysOfTheWholeIdRangeAreSetAsideAndCarried) {
     EXPECT_EQ(b.policy_counters()[3].packets[TCM_GREEN], 2u);
 }
 
+// The warm-up and quota states (a hash map whose bucket array alone is 64 MiB) are made with the
+// first policy that has either, by a growth; until then the data path holds a map of one entry,
+// not pinned. Kept at a restart while anything is in them; pins of an earlier daemon that made
+// them for every host, with nothing in them, are dropped.
+TEST_F(DatapathPinning, TheWarmUpAndQuotaStatesAreMadeWithTheFirstPolicyThatHasOne) {
+    Datapath::remove_pins(pin);
+    const std::string states = fmt::format("{}/abi{}/tcm_meter_ext", pin, TCM_ABI_VERSION);
+    DatapathOptions small = o;
+    small.tables = {4, 64, false};
+    Policy q = policy(3, "q", Algo::srtcm, 8000, 3000, 0);
+    q.meter.quota_bytes = 1500;
+    q.meter.quota_period_ns = 3600ull * 1000000000;
+    {
+        Datapath a(small);
+        EXPECT_FALSE(a.table_sizes().ext_states);
+        EXPECT_FALSE(std::filesystem::exists(states));
+        ASSERT_TRUE(a.apply({p}).has_value()); // no warm-up or quota: nothing to make
+        EXPECT_THAT(a.apply({q}).error(), ::testing::HasSubstr("and warm-up/quota states"));
+        const TableSizes need = Datapath::tables_needed({q}, a.table_sizes());
+        EXPECT_EQ(need, (TableSizes{4, 64, true}));
+        SetChange add;
+        add.upserts = {q};
+        EXPECT_EQ(a.tables_needed(add), need);
+        a.grow_tables(need);
+        a.retire_previous();
+        ASSERT_TRUE(pinned_map_info(states));
+        EXPECT_EQ(pinned_map_info(states)->max_entries, uint32_t{TCM_EXT_STATES});
+        ASSERT_TRUE(a.apply({q}).has_value());
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 2000 of 1500: counted whole
+        EXPECT_EQ(a.run_xdp(frame).retval, XDP_DROP) << "over its quota, with tokens left";
+    }
+    {
+        Datapath b(small); // the states hold a use: kept
+        EXPECT_TRUE(b.adopted());
+        EXPECT_TRUE(b.table_sizes().ext_states);
+        b.set_clock(5000000000);
+        EXPECT_EQ(b.run_xdp(frame).retval, XDP_DROP) << "the quota's use kept";
+    }
+    Datapath::remove_pins(pin);
+    { Datapath c(o); } // made whole, as a daemon of before did, and left empty
+    ASSERT_TRUE(std::filesystem::exists(states));
+    Datapath d(small);
+    EXPECT_FALSE(d.table_sizes().ext_states);
+    EXPECT_FALSE(std::filesystem::exists(states));
+}
+
 // A daemon killed while it grew its policy tables: the tables of before set aside (their pins
 // with _prev), the new ones pinned and not yet filled. The next start takes the ones of before
 // back, so the active set classifies as it did.

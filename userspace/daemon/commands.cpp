@@ -434,6 +434,8 @@ json Daemon::cmd_status(const json &) {
                  // The policy tables as loaded now (they grow before a change needs more).
                  {"slots", dp_->table_sizes().policy_slots},
                  {"rule_slots", dp_->table_sizes().rule_slots / 2},
+                 // tcm_meter_ext, made with the first warm-up or quota (a growth).
+                 {"ext_states", dp_->table_sizes().ext_states},
                  {"grown", tables_grown_}}},
                {"flows",
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s

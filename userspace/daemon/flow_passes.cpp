@@ -191,11 +191,20 @@ Result<void> Daemon::grow_tables(const TableSizes &sizes) {
     // The programs of before may still be running on a packet: wait for them (an RCU grace
     // period) before the change writes the set they would read next.
     syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
+    // The new data path adopted the tables' contents, not the model of them (its policies are
+    // ids and names): the set as it is, applied again, so that a change of one policy (which
+    // writes what differs from the model) finds every other one whole. No program of before
+    // reads a set any more.
+    if (auto prep = prepare(specs(), nullptr); !prep)
+        problems.push_back(prep.error());
+    else if (auto r = dp_->apply(prep->policies); !r)
+        problems.push_back(r.error());
     ++tables_grown_;
     log(fmt::format(
         "the policy tables grew from {} to {} policies and from {} to {} classifier "
-        "entries in {:.0f} ms{}",
+        "entries{} in {:.0f} ms{}",
         before.policy_slots, sizes.policy_slots, before.rule_slots / 2, sizes.rule_slots / 2,
+        sizes.ext_states && !before.ext_states ? ", the warm-up and quota states made" : "",
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
         problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
     return {};

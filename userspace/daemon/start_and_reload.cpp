@@ -130,7 +130,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {
     o.pin_dir = options_.pin_dir;
     o.flow_capacity = start_capacity(options_);
     o.top_keep = options_.top_keep;
-    o.tables = {TCM_START_POLICY_SLOTS, TCM_START_RULE_SLOTS};
+    o.tables = {TCM_START_POLICY_SLOTS, TCM_START_RULE_SLOTS, false};
     dp_ = std::make_unique<Datapath>(o);
     dp_->set_drop_malformed(options_.drop_malformed);
     if (!options_.fleet.empty()) {
@@ -187,14 +187,17 @@ Result<void> Daemon::load_at_start(const Result<std::optional<Doc>> &cfg) {
     // once if this data path is new; if it adopted an earlier daemon's (its programs on the
     // hooks, reading the tables that growing replaces), once every hook runs this daemon's.
     const std::string from = use_state ? options_.state : options_.config;
-    tables_grow_now_ = !dp_->adopted();
+    // (A growth loads the data path again on the pins the first load made: adopted() is then
+    // true of a data path made afresh.)
+    const bool afresh = !dp_->adopted();
+    tables_grow_now_ = afresh;
     auto applied = apply_at_start(start->doc.specs, from);
     tables_grow_now_ = false;
     if (!applied && !room_wanted_)
         return applied;
     // A data path made afresh (a reboot, or pins removed): the quotas' use as last saved, before
     // any hook runs it (a packet first would make a bucket's state, and the saved use be lost).
-    if (!dp_->adopted())
+    if (afresh)
         if (size_t n = restore_quota_uses())
             startup_notes.push_back(
                 fmt::format("the use of {} quota bucket(s) restored from {}", n, quota_path()));

@@ -48,10 +48,11 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
         return ok;
     if (const TableSizes need = tables_needed(policies, impl_->tables); need != impl_->tables)
         return std::unexpected(fmt::format(
-            "the policies need tables of {} policy slots and {} classifier slots; this data path "
-            "has {} and {} (its tables are grown first: grow_tables)",
-            need.policy_slots, need.rule_slots, impl_->tables.policy_slots,
-            impl_->tables.rule_slots));
+            "the policies need tables of {} policy slots and {} classifier slots{}; this data "
+            "path has {} and {}{} (its tables are grown first: grow_tables)",
+            need.policy_slots, need.rule_slots, need.ext_states ? " and warm-up/quota states" : "",
+            impl_->tables.policy_slots, impl_->tables.rule_slots,
+            impl_->tables.ext_states ? "" : ", no warm-up/quota states"));
     SetChange c;
     std::set<uint32_t> ids;
     for (const auto &p : policies) {

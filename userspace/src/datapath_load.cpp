@@ -34,7 +34,19 @@ std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path) {
     close(fd);
     return out;
 }
+
+// Whether the map pinned at @path holds no entry (or is not there).
+bool pinned_map_empty(const std::string &path) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        return true;
+    std::array<uint8_t, 256> key{};
+    const bool empty = bpf_map_get_next_key(fd, nullptr, key.data()) != 0;
+    close(fd);
+    return empty;
+}
 } // namespace detail
+using detail::pinned_map_empty;
 using detail::pinned_map_size;
 
 namespace {
@@ -294,7 +306,8 @@ void Datapath::grow(uint32_t capacity) {
 // removed, the maps kept by fd until load() has carried their contents over).
 void Datapath::grow_tables(const TableSizes &sizes) {
     const TableSizes now = impl_->tables;
-    if (sizes.policy_slots < now.policy_slots || sizes.rule_slots < now.rule_slots)
+    if (sizes.policy_slots < now.policy_slots || sizes.rule_slots < now.rule_slots ||
+        sizes.ext_states < now.ext_states)
         throw std::runtime_error("the policy tables only grow");
     if (sizes == now)
         return;
@@ -350,8 +363,10 @@ TableSizes Datapath::table_sizes() const {
 }
 
 namespace {
-// @from grown 4x at a time until it holds ids below @ids and @rules entries (at most the maxima).
-TableSizes grown_for(TableSizes from, uint32_t ids, size_t rules) {
+// @from grown 4x at a time until it holds ids below @ids and @rules entries (at most the maxima),
+// with the warm-up and quota states if @ext.
+TableSizes grown_for(TableSizes from, uint32_t ids, size_t rules, bool ext) {
+    from.ext_states = from.ext_states || ext;
     while (from.policy_slots < ids && from.policy_slots < TCM_MAX_POLICIES)
         from.policy_slots = std::min<uint32_t>(from.policy_slots * 4, TCM_MAX_POLICIES);
     while (from.rule_slots / 2 < rules && from.rule_slots < TCM_RULE_SLOTS)
@@ -363,11 +378,13 @@ TableSizes grown_for(TableSizes from, uint32_t ids, size_t rules) {
 TableSizes Datapath::tables_needed(const std::vector<Policy> &policies, TableSizes from) {
     uint32_t ids = 0;
     size_t rules = 0;
+    bool ext = false;
     for (const auto &p : policies) {
         ids = std::max(ids, p.id + 1);
         rules += rule_entries(p, 0, 0).size();
+        ext = ext || p.meter.has_warmup_or_quota();
     }
-    return grown_for(from, ids, rules);
+    return grown_for(from, ids, rules, ext);
 }
 
 TableSizes Datapath::tables_needed(const SetChange &c) const {
@@ -389,12 +406,14 @@ TableSizes Datapath::tables_needed(const SetChange &c) const {
     };
     for (uint32_t id : c.removes)
         drop(id);
+    bool ext = false;
     for (const auto &p : c.upserts) {
         drop(p.id);
         rules += static_cast<long>(rule_entries(p, 0, 0).size());
         ids = std::max(ids, p.id + 1);
+        ext = ext || p.meter.has_warmup_or_quota();
     }
-    return grown_for(impl_->tables, ids, static_cast<size_t>(std::max(rules, 0L)));
+    return grown_for(impl_->tables, ids, static_cast<size_t>(std::max(rules, 0L)), ext);
 }
 
 // The configs and rules of the tables of before (both sets, as they were), at their places in
@@ -472,6 +491,7 @@ void Datapath::load(const DatapathOptions &o) {
             fmt::format("cannot size the classification cache to {}: {}", cache, errno_text(err)));
     impl_->top_keep = o.top_keep;
     impl_->hot_capacity = o.hot_capacity;
+    bool ext = o.tables.ext_states;
     if (!o.pin_dir.empty()) {
         namespace fs = std::filesystem;
         impl_->pin_path = fmt::format("{}/abi{}", o.pin_dir, TCM_ABI_VERSION);
@@ -490,6 +510,16 @@ void Datapath::load(const DatapathOptions &o) {
                 0)
                 take_back_pins_of_before(impl_->pin_path, kCounterPins);
             take_back_pins_of_before(impl_->pin_path, kPolicyTablePins);
+        }
+        // The warm-up and quota states: pinned once made; pins of an earlier daemon that made
+        // them whole for every host are kept if anything could be using them (a state, or a
+        // policy with a warm-up or quota in either set), else dropped (64 MiB for nothing).
+        const std::string states = impl_->pin_path + "/tcm_meter_ext";
+        if (!ext && access(states.c_str(), F_OK) == 0) {
+            if (pinned_map_empty(states) && pinned_map_empty(impl_->pin_path + "/tcm_policy_ext"))
+                unlink(states.c_str());
+            else
+                ext = true;
         }
         auto [old, prev] = set_aside_old_flow_tables(impl_->pin_path, impl_->flows_moving);
         impl_->prev_layout =
@@ -514,6 +544,7 @@ void Datapath::load(const DatapathOptions &o) {
                 m == impl_->skel->maps.tcm_slot_key || m == impl_->skel->maps.tcm_cgroup_bucket ||
                 m == impl_->skel->maps.tcm_ext_scratch ||
                 m == impl_->skel->maps.tcm_flow_slots_prev ||
+                (m == impl_->skel->maps.tcm_meter_ext && !ext) ||
                 (m == impl_->skel->maps.tcm_flows_old && !(impl_->flows_moving & TCM_MOVING_OLD)) ||
                 (m == impl_->skel->maps.tcm_flows_prev && !(impl_->flows_moving & TCM_MOVING_PREV)))
                 continue;
@@ -530,6 +561,12 @@ void Datapath::load(const DatapathOptions &o) {
     }
     // The policy tables: as pinned, else as asked.
     TableSizes t = o.tables;
+    t.ext_states = ext;
+    if (int err =
+            bpf_map__set_max_entries(impl_->skel->maps.tcm_meter_ext, ext ? TCM_EXT_STATES : 1);
+        err < 0)
+        throw std::runtime_error(
+            fmt::format("cannot size the warm-up and quota states: {}", errno_text(err)));
     if (!impl_->pin_path.empty()) {
         if (auto n = pinned_map_size(impl_->pin_path + "/tcm_policy_cfg").first)
             t.policy_slots = n / TCM_NR_SETS;

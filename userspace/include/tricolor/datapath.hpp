@@ -46,10 +46,14 @@ struct FleetLease {
 };
 
 // The sizes of the tables that hold policies: configs per set (ids below it) and classifier
-// slots per set (at most half of them rules). Powers of two.
+// slots per set (at most half of them rules). Powers of two. And whether the warm-up and quota
+// states (tcm_meter_ext, TCM_EXT_STATES buckets) are made: a hash map without preallocation
+// still allocates its bucket array whole (64 MiB for TCM_EXT_STATES), so a data path whose
+// policies never had a warm-up or quota holds a map of one entry there, not pinned.
 struct TableSizes {
     uint32_t policy_slots = TCM_MAX_POLICIES;
     uint32_t rule_slots = TCM_RULE_SLOTS;
+    bool ext_states = true;
     bool operator==(const TableSizes &) const = default;
 };
 
