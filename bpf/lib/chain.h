@@ -292,7 +292,7 @@ __attribute__((noinline)) int chain_meter_packet(const struct tcm_policy *pol,
      * tokens. */
     __u64 now = clock_now_ns();
     __u32 agg;
-    struct tcm_flow *f0 = flow_find(pol, key, g, &agg);
+    struct tcm_flow *f0 = flow_find_own(pol, key, g, &agg);
     if (!f0)
         return TCM_NR_COLORS;
     lp[0] = pol;

@@ -167,10 +167,12 @@ static __always_inline struct tcm_flow *flow_slot_flow(int got) {
 
 /* What flow_slot_get returns when it finds no slot (a slot's index otherwise). */
 enum tcm_slot_miss {
-    TCM_SLOT_FULL = -1,  /* the table holds its capacity, or the probes found no free slot */
-    TCM_SLOT_STUCK = -2, /* a lock could not be had: the guard, or a flow's of before */
-    TCM_SLOT_ERROR = -3, /* a map lookup failed */
-    TCM_SLOT_NEW = -4,   /* flow_slot_get: not there; flow_slot_create makes it */
+    TCM_SLOT_FULL = -1,    /* the table holds its capacity, or the probes found no free slot */
+    TCM_SLOT_STUCK = -2,   /* a lock could not be had: the guard, or a flow's of before */
+    TCM_SLOT_ERROR = -3,   /* a map lookup failed */
+    TCM_SLOT_NEW = -4,     /* flow_slot_get: not there; flow_slot_create makes it */
+    TCM_SLOT_SPILLED = -5, /* in the table of a growth under way (tcm_flow_spill), by its id in
+                            * tcm_slot_key: flow_spilled finds it */
 };
 
 /* Which tables of before hold flows that move at their next packet (TCM_MOVING_*). Set at load;
@@ -238,17 +240,20 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
     struct tcm_flow_id *id = &sk->id;
     struct tcm_flow_key *ok = NULL;
     struct tcm_flow *old = NULL;
-    int in_slots = 0;
     if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->prev >= 0) {
         void *before = bpf_map_lookup_elem(&tcm_flow_slots_prev, &zero);
         struct tcm_flow_slot *ps = before ? bpf_map_lookup_elem(before, &sk->prev_idx) : NULL;
-        if (ps) {
+        if (ps)
             old = &ps->flow;
-            in_slots = 1;
-        }
     }
-    if (!old && (tcm_flows_moving & TCM_MOVING_PREV))
+    if (!old && (tcm_flows_moving & TCM_MOVING_PREV)) {
         old = bpf_map_lookup_elem(&tcm_flows_prev, id);
+        /* Moved already, and since reclaimed from the slots: not the flow (as flow_prev_scan
+         * says of a slot). The entry stays, moved, while programs of before may run: one of
+         * them finding it gone would make the flow anew there (tcm_flow_spill). */
+        if (old && old->lock == TCM_FLOW_MOVED)
+            old = NULL;
+    }
     if (!old && (tcm_flows_moving & TCM_MOVING_OLD)) {
         ok = bpf_map_lookup_elem(&tcm_tuple_key, &zero);
         if (!ok)
@@ -271,11 +276,11 @@ __attribute__((noinline)) int flow_move_old(const struct tcm_policy *pol,
     s->flow = *old;
     flow_slot_publish(s, id);
     __sync_lock_test_and_set(&old->lock, TCM_FLOW_MOVED);
-    /* A slot of before stays as it is, moved: its table goes whole once every flow has. */
+    /* A slot of before, or an entry of tcm_flows_prev, stays as it is, moved: its table goes
+     * whole once every flow has (user space deletes such entries once no program of before
+     * runs). */
     if (ok)
         bpf_map_delete_elem(&tcm_flows_old, ok);
-    else if (!in_slots)
-        bpf_map_delete_elem(&tcm_flows_prev, id);
     return TCM_MOVE_DONE;
 }
 
@@ -360,6 +365,30 @@ __attribute__((noinline)) int flow_prev_scan(void) {
     return 0;
 }
 
+#ifndef EEXIST
+#define EEXIST 17 /* the kernel's errno, as bpf_map_update_elem returns it */
+#endif
+
+/* flow_slot_create's flow (tcm_slot_key's id) in the table of a growth under way: found there,
+ * or, if @make (the table has no room for it), made there fresh. TCM_SLOT_SPILLED, TCM_SLOT_NEW
+ * (not there, not made) or TCM_SLOT_FULL (no growth under way, or its table is full too). Two
+ * packets of one new flow on two CPUs make it once: the insert is the hash map's, BPF_NOEXIST,
+ * and the second finds the first's. A global function of its own: flow_slot_create's frame
+ * stays as it was. */
+__attribute__((noinline)) int flow_spill_get(int make) {
+    __u32 zero = 0;
+    struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+    void *spill = bpf_map_lookup_elem(&tcm_flow_spill, &zero);
+    if (!sk || !spill)
+        return TCM_SLOT_FULL;
+    if (bpf_map_lookup_elem(spill, &sk->id))
+        return TCM_SLOT_SPILLED;
+    if (!make)
+        return TCM_SLOT_NEW;
+    long err = bpf_map_update_elem(spill, &sk->id, (const void *)&tcm_flow_fresh, BPF_NOEXIST);
+    return err == 0 || err == -EEXIST ? TCM_SLOT_SPILLED : TCM_SLOT_FULL;
+}
+
 /* Creates the flow of @key under @pol, which flow_slot_get did not find: under its home slot's
  * guard (two packets of one new flow on two CPUs: the second finds what the first created),
  * looks again, then takes the first free slot of the probe sequence (a cmpxchg on its head:
@@ -389,13 +418,21 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
             return TCM_SLOT_STUCK;
     }
     flow_slot_scan();
-    if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->found < 0 && sk->claimed >= 0)
+    /* A growth under way: a flow made in its table while this one had no room is there, not
+     * here, though this one may have room again (flows reclaimed). Made there only when this
+     * one has none (below). */
+    const int spilled = sk->found < 0 ? flow_spill_get(0) : TCM_SLOT_FULL;
+    if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->found < 0 && sk->claimed >= 0 &&
+        spilled != TCM_SLOT_SPILLED)
         flow_prev_scan();
     /* A slot claimed but not used is freed again, never emptied: another home's flow may have
      * been placed beyond it meanwhile, which an empty slot would hide. */
     int ret = sk->found, release = sk->found >= 0 ? sk->claimed : -1;
-    if (sk->found < 0 && sk->claimed < 0) {
-        ret = TCM_SLOT_FULL;
+    if (spilled == TCM_SLOT_SPILLED) {
+        ret = TCM_SLOT_SPILLED;
+        release = sk->claimed;
+    } else if (sk->found < 0 && sk->claimed < 0) {
+        ret = spilled == TCM_SLOT_NEW ? flow_spill_get(1) : TCM_SLOT_FULL;
     } else if (sk->found < 0) {
         struct tcm_flow_meta *meta = bpf_map_lookup_elem(&tcm_flow_meta, &zero);
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->claimed);
@@ -405,6 +442,8 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
             ret = TCM_SLOT_ERROR;
         } else if (__sync_fetch_and_add(&meta->live, 1) >= tcm_slot_capacity) {
             __sync_fetch_and_add(&meta->live, -1);
+            if (spilled == TCM_SLOT_NEW)
+                ret = flow_spill_get(1);
         } else {
             int moved = tcm_flows_moving ? flow_move_old(pol, key, s) : TCM_MOVE_NONE;
             if (moved == TCM_MOVE_STUCK) {
@@ -457,9 +496,10 @@ __attribute__((noinline)) int flow_slot_get(const struct tcm_policy *pol,
 /* The bucket pair the packet is metered in; NULL only if a map lookup failed. A new flow that
  * finds no room, or a lock it cannot have, is metered in the policy's aggregate bucket (counted):
  * policed, never given a new burst, never passed unmetered. */
-static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
-                                                  const struct tcm_class_key *key,
-                                                  struct tcm_global_counters *g, __u32 *agg) {
+static __always_inline struct tcm_flow *flow_find_in(const struct tcm_policy *pol,
+                                                     const struct tcm_class_key *key,
+                                                     struct tcm_global_counters *g, __u32 *agg,
+                                                     const int spill) {
     __u32 id = pol->policy_id;
 
     *agg = 1; /* the policy's aggregate bucket, unless a flow's is found */
@@ -474,6 +514,17 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
         *agg = 0;
         return s ? &s->flow : NULL;
     }
+    if (spill && got == TCM_SLOT_SPILLED) {
+        __u32 zero = 0;
+        struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+        void *spill = bpf_map_lookup_elem(&tcm_flow_spill, &zero);
+        struct tcm_flow *f = sk && spill ? bpf_map_lookup_elem(spill, &sk->id) : NULL;
+        if (f) {
+            *agg = 0;
+            return f;
+        }
+        got = TCM_SLOT_FULL; /* made and gone at once: a moment's race with user space */
+    }
     if (got == TCM_SLOT_ERROR)
         return NULL;
     if (g) {
@@ -484,6 +535,13 @@ static __always_inline struct tcm_flow *flow_find(const struct tcm_policy *pol,
     }
     return bpf_map_lookup_elem(&tcm_policy_state, &id);
 }
+
+/* The level of a chain, or a chain's level 0 (the packet's own policy), that may take a flow
+ * made in the table of a growth under way (TCM_SLOT_SPILLED): a third kind of bucket pointer,
+ * which the verifier walks the rest of the chain with, so at the packet's own level only (a
+ * parent level's new flow finds its policy's bucket while the table is full, as before). */
+#define flow_find(pol, key, g, agg) flow_find_in(pol, key, g, agg, 0)
+#define flow_find_own(pol, key, g, agg) flow_find_in(pol, key, g, agg, 1)
 
 struct tcm_lock_ctx {
     struct tcm_flow *flow;

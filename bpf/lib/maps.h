@@ -185,6 +185,28 @@ struct {
         });
 } tcm_flow_slots_prev SEC(".maps");
 
+/* A growth under way: where new flows go while tcm_flow_slots holds its capacity (flow_slot_create,
+ * flow.h). User space makes it and puts it in this array of maps of one entry at once when a
+ * growth starts, pinned as tcm_flows: the load that follows takes a second (the verifier's), and
+ * flows that come faster than that still each get a bucket of their own rather than their
+ * policy's. The next load takes it as its tcm_flows_prev, whose flows move into the new table
+ * at their next packet. A hash map: it takes memory as flows come (its size is the next table's
+ * capacity), and an inner hash map's size is not part of its template. Empty otherwise: one
+ * lookup, on the path of a flow the table lacks. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __array(
+        values, struct {
+            __uint(type, BPF_MAP_TYPE_HASH);
+            __uint(map_flags, BPF_F_NO_PREALLOC);
+            __uint(max_entries, 1);
+            __uint(key_size, sizeof(struct tcm_flow_id));
+            __uint(value_size, sizeof(struct tcm_flow));
+        });
+} tcm_flow_spill SEC(".maps");
+
 /* The secret of the IPv6 5-tuple's key (tcm_flow_hash6): written by user space when the pinned
  * maps are created, before a program runs, and kept with them. */
 struct {

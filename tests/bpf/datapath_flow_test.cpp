@@ -504,6 +504,85 @@ TEST_F(DatapathPinning, AFlowMovedThenReclaimedIsANewFlowAtItsNextPacket) {
 // a bigger table; a flow moves whole at its next packet or when user space moves it, once the
 // programs of before are let go. A resize that cannot load changes nothing: the pins are as
 // they were and the flows metered on.
+// A growth under way (open_spill): flows that find the table at its capacity are made in the
+// growth's own table, each with its own bucket, rather than metered in their policy's; a flow of
+// the table stays there, and one made there is found there even once the table has room again.
+// The growth takes that table as its table of before: its flows are listed, and move at their
+// next packet with their tokens and counters.
+TEST_F(DatapathPinning, FlowsBeyondAFullTableGoIntoTheGrowthsTableAndMoveWhole) {
+    const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);
+    ps.per = TCM_PER_SRC;
+    auto src = [](int i) { return fmt::format("198.18.{}.{}", i / 200, i % 200 + 1); };
+    auto send = [&](Datapath &d, int i) { return d.run_xdp(from(src(i).c_str())).retval; };
+    Datapath a(o);
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.set_clock(5000000000);
+    ASSERT_EQ(a.flow_capacity(), 64u);
+    for (int i = 0; i < 64; ++i)
+        ASSERT_EQ(send(a, i), XDP_PASS) << i; // 2000 left each
+    EXPECT_EQ(send(a, 64), XDP_PASS);         // no room: the policy's bucket
+    EXPECT_EQ(a.global_counters().table_full, 1u);
+    EXPECT_EQ(a.spilled_flows(), 0u);
+    ASSERT_TRUE(a.open_spill(256));
+    EXPECT_FALSE(a.open_spill(256)) << "one at a time";
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flows"));
+    for (int i = 65; i < 100; ++i) {
+        for (int k = 0; k < 3; ++k)
+            EXPECT_EQ(send(a, i), XDP_PASS) << i << " " << k;
+        EXPECT_EQ(send(a, i), XDP_DROP) << i << ": its own 3000 tokens";
+    }
+    EXPECT_EQ(a.global_counters().table_full, 1u) << "none metered in the policy's bucket";
+    EXPECT_EQ(a.spilled_flows(), 35u);
+    EXPECT_EQ(send(a, 0), XDP_PASS); // in the table: 1000 left
+    // Room in the table again (source 1 reclaimed): source 65 stays where it was made.
+    a.set_clock(6000000000);
+    EXPECT_GE(a.reclaim_idle_flows(), 1u);
+    a.set_clock(5000000000 + 1000000000 / 8); // 125 bytes more for each
+    EXPECT_EQ(send(a, 65), XDP_DROP) << "found in the growth's table, not made anew";
+    EXPECT_EQ(a.spilled_flows(), 35u);
+
+    a.grow(256);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flows_prev"));
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.release_previous_programs({});
+    a.retire_previous();
+    size_t in_prev = 0;
+    for (const auto &f : a.flows())
+        if (f.slot == Flow::kInPrev) {
+            ++in_prev;
+            EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 3u);
+            EXPECT_EQ(f.state.counters.packets[TCM_RED],
+                      f.key.src[3] == inet_addr("198.18.0.66") ? 2u : 1u);
+        }
+    EXPECT_EQ(in_prev, 35u);
+    a.set_clock(6000000000); // a second on: 1000 tokens more each
+    for (int i = 66; i < 80; ++i) {
+        EXPECT_EQ(send(a, i), XDP_PASS) << i;
+        EXPECT_EQ(send(a, i), XDP_DROP) << i << ": moved at its packet with its tokens";
+    }
+    // The rest moved by user space (no program of before left), the growth's table dropped: a
+    // next growth may open one again.
+    EXPECT_FALSE(a.open_spill(1024)) << "flows of before still to move";
+    a.move_flows_of_before();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows_prev"));
+    EXPECT_FALSE(a.moving_flows_of_before());
+    size_t spilled = 0; // (the table's own 64 were reclaimed, idle, above)
+    for (const auto &f : a.flows()) {
+        EXPECT_TRUE(Flow::in_table(f.slot)) << f.slot;
+        const uint32_t s = ntohl(f.key.src[3]) & 0xffff;
+        spilled += s >= 65 + 1 && s <= 99 + 1;
+    }
+    EXPECT_EQ(spilled, 35u);
+    for (int i = 80; i < 100; ++i) {
+        EXPECT_EQ(send(a, i), XDP_PASS) << i;
+        EXPECT_EQ(send(a, i), XDP_DROP) << i << ": moved by user space with its tokens";
+    }
+    EXPECT_EQ(a.global_counters().table_full, 1u);
+    EXPECT_TRUE(a.open_spill(1024));
+}
+
 TEST_F(DatapathPinning, ARunningDataPathGrowsItsTableAndEveryFlowMovesWhole) {
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
     Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);

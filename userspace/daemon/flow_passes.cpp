@@ -97,8 +97,17 @@ bool Daemon::grow_flow_table_if_needed() {
     if (capacity >= options_.max_flows || dp_->live_flows() * 2 < capacity ||
         (grow_failed_at_ && now - *grow_failed_at_ < 10s))
         return false;
-    grow_flow_table(static_cast<uint32_t>(
-        std::min<uint64_t>(options_.max_flows, static_cast<uint64_t>(capacity) * 4)));
+    const auto next =
+        static_cast<uint32_t>(std::min<uint64_t>(options_.max_flows, uint64_t{capacity} * 4));
+    // New flows that come faster than the load takes go into a table of the growth's own, made
+    // now, rather than into their policy's bucket (a table of before still moving: not yet). It
+    // holds what the grown table has room for beyond this one's.
+    try {
+        dp_->open_spill(next - capacity);
+    } catch (const std::exception &e) {
+        std::cerr << "tricolord: " << e.what() << std::endl;
+    }
+    grow_flow_table(next);
     if (dp_->flow_capacity() == capacity)
         grow_failed_at_ = now;
     else

@@ -461,6 +461,7 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
 
 void Datapath::end_flow_pass(FlowPass &pass) {
     impl_->counted_flows = pass.flows - std::min(pass.flows, pass.reclaimed);
+    impl_->delete_moved_prev();
     // A table of before is empty: its pin goes (the programs keep the map until replaced).
     if (!impl_->pin_path.empty()) {
         if ((impl_->flows_moving & TCM_MOVING_OLD) && pass.old_flows == 0) {

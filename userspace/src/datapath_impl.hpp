@@ -36,6 +36,9 @@ using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
 inline constexpr std::array<const char *, 3> kFlowTablePins = {"tcm_flow_slots", "tcm_flow_tuples",
                                                                "tcm_flow_meta"};
 inline constexpr const char *kOfBefore = "_prev";
+// open_spill's table: the pin a flow table of before keyed by tcm_flow_id had, which the next
+// load sets aside as tcm_flows_prev (set_aside_old_flow_tables).
+inline constexpr const char *kSpillPin = "tcm_flows";
 // The policy tables' pins; while grow_tables loads bigger ones, the tables of before are pinned
 // with kOfBefore appended (a daemon killed meanwhile finds them there: Datapath::load).
 inline constexpr std::array<const char *, 2> kPolicyTablePins = {"tcm_policy_cfg",
@@ -107,6 +110,10 @@ struct Datapath::Impl {
     // Moves the flow in slot @idx of the table of before into the table (1), or finds none
     // there (0) or cannot now (-1: a lock held, or no room).
     int move_slot_of_before(uint32_t idx);
+    // Puts a flow moved out of a table of before into the table (datapath_resize.cpp).
+    int place_moved(const tcm_flow_id &id, const tcm_flow &state, uint32_t home);
+    // Moves the flows of tcm_flows_prev into the table (datapath_resize.cpp).
+    void move_hash_of_before(MoveResult &r);
     // Drops the table of before: its entry, mapping, pins.
     void drop_table_of_before();
     // kCounterPins' arrays: the array of before while held, and the carried counts.
@@ -130,6 +137,12 @@ struct Datapath::Impl {
     std::map<uint32_t, V> counter_sums(size_t which) const;
     // A reused id starts at zero: its carried counts deleted, its array of before's zeroed.
     void forget_counters(const std::vector<uint32_t> &ids) const;
+    // open_spill's table while a growth is under way (its pin: kSpillPin), and what the programs
+    // moved out of tcm_flows_prev and left there, marked, at the last flow pass
+    // (datapath_resize.cpp).
+    int spill_fd = -1;
+    std::vector<tcm_flow_id> moved_prev;
+    void delete_moved_prev();
     uint32_t shaping = 0; // active policies with --shape sockets
     // flows --top from the heavy hitters (docs/datapath.md, "flows --top at 2^20").
     uint32_t top_keep = 0, hot_capacity = 0;
@@ -220,7 +233,7 @@ struct Datapath::Impl {
             for (int f : {c.prev_fd, c.carried_fd})
                 if (f >= 0)
                     close(f);
-        for (int f : {prev_slots_fd, prev_tuples_fd, cgroup_rules_of_before})
+        for (int f : {prev_slots_fd, prev_tuples_fd, cgroup_rules_of_before, spill_fd})
             if (f >= 0)
                 close(f);
         if (meta)

@@ -176,7 +176,9 @@ std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path
     auto now = pinned_flow_layout(meta);
     auto prev = pinned_flow_layout(meta + kOfBefore);
     if (now && now->capacity != capacity) {
-        if (prev || moving)
+        // (Flows of a hash of before, tcm_flows_prev, may move meanwhile: a flow is in one
+        // table of before or the other, and flow_move_old looks in both.)
+        if (prev || (moving & ~TCM_MOVING_PREV))
             throw std::runtime_error(fmt::format(
                 "cannot resize the flow table pinned in {} from {} to {} flows: the flows of a "
                 "table of before still move into it (start with --flows {} until they have: "
@@ -341,7 +343,9 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
         load(o);
     } catch (...) {
         const bool aside = impl_->prev_layout.has_value(),
-                   counters_aside = impl_->counters_set_aside;
+                   counters_aside = impl_->counters_set_aside,
+                   spill_aside = before->spill_fd >= 0 && (impl_->flows_moving & TCM_MOVING_PREV) &&
+                                 !(before->flows_moving & TCM_MOVING_PREV);
         impl_ = std::move(before);
         // The tables of before go back to their pins; the table set aside too (the pins the
         // failed load made, if any, go).
@@ -349,6 +353,10 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
             take_back_pins_of_before(pins, kPolicyTablePins);
         if (counters_aside)
             take_back_pins_of_before(pins, kCounterPins);
+        // The growth's table, set aside as tcm_flows_prev by the load: its pin back, for the
+        // next try (its programs go on making flows there meanwhile).
+        if (spill_aside)
+            rename((pins + "/tcm_flows_prev").c_str(), (pins + "/" + kSpillPin).c_str());
         if (aside && !impl_->prev_layout)
             take_back_pins_of_before(pins, kFlowTablePins);
         throw;

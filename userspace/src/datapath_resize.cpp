@@ -10,7 +10,9 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <linux/membarrier.h>
 #include <sched.h>
+#include <sys/syscall.h>
 
 namespace tricolor {
 namespace {
@@ -64,32 +66,11 @@ void Datapath::Impl::hand_over_table_of_before() {
         copy_tuples(prev_tuples_fd, fd(skel->maps.tcm_flow_tuples));
 }
 
-// As a packet's flow_slot_create and flow_move_old (bpf/lib/flow.h), by the same protocol, so
-// that both may run at once: the flow of before under its lock (then no packet moves or meters
-// it), its new home under the guard (then no packet creates it there meanwhile), the first free
-// slot of the probe sequence claimed with a cmpxchg, the state copied with its lock held, the
-// slot published, the flow of before marked moved.
-int Datapath::Impl::move_slot_of_before(uint32_t idx) {
-    tcm_flow_slot *ps = &prev_slots[idx];
-    const uint32_t head = __atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE);
-    if (!TCM_SLOT_LIVE(head))
-        return 0;
-    if (!take(&ps->flow.lock, TCM_FLOW_MOVED))
-        return __atomic_load_n(&ps->flow.lock, __ATOMIC_ACQUIRE) == TCM_FLOW_MOVED ? 0 : -1;
-    auto release_before = [&](uint32_t to) {
-        __atomic_store_n(&ps->flow.lock, to, __ATOMIC_SEQ_CST);
-    };
-    tcm_flow_id id;
-    std::memcpy(&id, &ps->id, sizeof(id));
-    if (__atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE) != head || id.head != head) {
-        release_before(0); // deleted meanwhile (a reclaim)
-        return 0;
-    }
-    const uint32_t mask = meta->slots - 1, home = TCM_SLOT_HOME(&id, meta->seed, mask);
-    if (!take(&slots[home].guard)) {
-        release_before(0);
-        return -1;
-    }
+// Puts the flow @id, moved out of a table of before with @state, into the table, under its home
+// slot's guard (the caller's): in the first free slot of its probe sequence, or, if a packet made
+// it there too, its counts joined to that one's. 1: done; -1: a lock held, or no room.
+int Datapath::Impl::place_moved(const tcm_flow_id &id, const tcm_flow &state, uint32_t home) {
+    const uint32_t mask = meta->slots - 1;
     int64_t found = -1, claimed = -1;
     for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
         const uint32_t at = (home + i) & mask;
@@ -111,13 +92,13 @@ int Datapath::Impl::move_slot_of_before(uint32_t idx) {
     int ret = -1;
     int64_t release = claimed;
     if (found >= 0) {
-        // Made in the table too (a packet of the program of before made the flow again there
-        // while the programs were swapped): one flow, the table's tokens, both counts.
+        // Made in the table too (a packet of a program of before made the flow again in its
+        // table while the programs were swapped): one flow, the table's tokens, both counts.
         tcm_flow *f = &slots[found].flow;
         if (take(&f->lock)) {
             for (int c = 0; c < TCM_NR_COLORS; ++c) {
-                f->counters.packets[c] += ps->flow.counters.packets[c];
-                f->counters.bytes[c] += ps->flow.counters.bytes[c];
+                f->counters.packets[c] += state.counters.packets[c];
+                f->counters.bytes[c] += state.counters.bytes[c];
             }
             __atomic_store_n(&f->lock, 0u, __ATOMIC_SEQ_CST);
             ret = 1;
@@ -127,7 +108,8 @@ int Datapath::Impl::move_slot_of_before(uint32_t idx) {
             __atomic_fetch_sub(&meta->live, 1, __ATOMIC_SEQ_CST);
         } else {
             tcm_flow_slot *s = &slots[claimed];
-            s->flow = ps->flow; // its lock word 1: ours until the slot is published
+            s->flow = state;
+            s->flow.lock = 1; // ours until the slot is published
             std::memcpy(s->id.w, id.w, sizeof(id.w));
             __atomic_store_n(&s->id.head, id.head, __ATOMIC_SEQ_CST);
             __atomic_store_n(&s->flow.lock, 0u, __ATOMIC_SEQ_CST);
@@ -138,6 +120,36 @@ int Datapath::Impl::move_slot_of_before(uint32_t idx) {
     // A slot claimed but not used is freed, never emptied (as flow_slot_create does).
     if (release >= 0)
         __atomic_store_n(&slots[release].id.head, TCM_SLOT_FREE, __ATOMIC_SEQ_CST);
+    return ret;
+}
+
+// As a packet's flow_slot_create and flow_move_old (bpf/lib/flow.h), by the same protocol, so
+// that both may run at once: the flow of before under its lock (then no packet moves or meters
+// it), its new home under the guard (then no packet creates it there meanwhile), the first free
+// slot of the probe sequence claimed with a cmpxchg, the state copied with its lock held, the
+// slot published, the flow of before marked moved.
+int Datapath::Impl::move_slot_of_before(uint32_t idx) {
+    tcm_flow_slot *ps = &prev_slots[idx];
+    const uint32_t head = __atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE);
+    if (!TCM_SLOT_LIVE(head))
+        return 0;
+    if (!take(&ps->flow.lock, TCM_FLOW_MOVED))
+        return __atomic_load_n(&ps->flow.lock, __ATOMIC_ACQUIRE) == TCM_FLOW_MOVED ? 0 : -1;
+    auto release_before = [&](uint32_t to) {
+        __atomic_store_n(&ps->flow.lock, to, __ATOMIC_SEQ_CST);
+    };
+    tcm_flow_id id;
+    std::memcpy(&id, &ps->id, sizeof(id));
+    if (__atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE) != head || id.head != head) {
+        release_before(0); // deleted meanwhile (a reclaim)
+        return 0;
+    }
+    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots - 1);
+    if (!take(&slots[home].guard)) {
+        release_before(0);
+        return -1;
+    }
+    const int ret = place_moved(id, ps->flow, home);
     __atomic_store_n(&slots[home].guard, 0u, __ATOMIC_SEQ_CST);
     release_before(ret == 1 ? TCM_FLOW_MOVED : 0);
     if (ret == 1 && TCM_FLOW_KIND(id.head) == TCM_FLOW_5TUPLE6 && prev_tuples_fd >= 0) {
@@ -166,9 +178,44 @@ void Datapath::Impl::drop_table_of_before() {
     flows_moving &= ~TCM_MOVING_SLOTS;
 }
 
+// The flows of tcm_flows_prev (a growth's table: open_spill) that no packet has moved yet, once
+// no program of before runs and an RCU grace period has passed: then only a packet of this data
+// path's touches that map, to move a flow under its home slot's guard, which this holds too.
+void Datapath::Impl::move_hash_of_before(MoveResult &r) {
+    syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
+    const int prev = fd(skel->maps.tcm_flows_prev);
+    std::vector<tcm_flow_id> keys;
+    detail::for_each_entry<tcm_flow_id, tcm_flow>(
+        prev, 1, [&](const tcm_flow_id &k, const tcm_flow *) { keys.push_back(k); });
+    size_t left = 0;
+    for (const auto &id : keys) {
+        const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots - 1);
+        if (!take(&slots[home].guard)) {
+            ++left;
+            continue;
+        }
+        tcm_flow state{};
+        int got = 0;
+        if (bpf_map_lookup_elem(prev, &id, &state) == 0 && state.lock != TCM_FLOW_MOVED)
+            got = state.lock ? -1 : place_moved(id, state, home);
+        if (got == 1 || (got == 0 && state.lock == TCM_FLOW_MOVED))
+            bpf_map_delete_elem(prev, &id);
+        __atomic_store_n(&slots[home].guard, 0u, __ATOMIC_SEQ_CST);
+        r.moved += got == 1;
+        left += got < 0;
+    }
+    r.left += left;
+    if (left == 0) {
+        unlink((pin_path + "/tcm_flows_prev").c_str());
+        flows_moving &= ~TCM_MOVING_PREV;
+    }
+}
+
 Datapath::MoveResult Datapath::move_flows_of_before() {
     auto &im = *impl_;
     MoveResult r;
+    if ((im.flows_moving & TCM_MOVING_PREV) && !holds_previous_programs() && im.slots)
+        im.move_hash_of_before(r);
     if (!im.prev_slots)
         return r;
     for (uint32_t i = 0; i < im.prev_layout->slots; ++i) {
@@ -190,6 +237,71 @@ Datapath::MoveResult Datapath::move_flows_of_before() {
 
 bool Datapath::moving_flows_of_before() const {
     return impl_->prev_slots != nullptr;
+}
+
+bool Datapath::open_spill(uint32_t capacity) {
+    auto &im = *impl_;
+    const std::string pin = im.pin_path + "/" + kSpillPin;
+    if (im.pin_path.empty() || im.spill_fd >= 0 || im.flows_moving || im.prev_slots ||
+        access(pin.c_str(), F_OK) == 0)
+        return false;
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+    int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_id), sizeof(tcm_flow),
+                            capacity, &opts);
+    if (fd < 0)
+        throw std::runtime_error(fmt::format("cannot make a table of {} flows for the growth: {}",
+                                             capacity, errno_text(errno)));
+    // Pinned first: a daemon killed from here on leaves it where the next start finds it.
+    uint32_t zero = 0;
+    if (bpf_obj_pin(fd, pin.c_str()) != 0 ||
+        bpf_map_update_elem(im.fd(im.skel->maps.tcm_flow_spill), &zero, &fd, 0) != 0) {
+        int e = errno;
+        unlink(pin.c_str());
+        close(fd);
+        throw std::runtime_error(
+            fmt::format("cannot hand the growth's table to the programs: {}", errno_text(e)));
+    }
+    im.spill_fd = fd;
+    return true;
+}
+
+size_t Datapath::spilled_flows() const {
+    if (impl_->spill_fd < 0)
+        return 0;
+    size_t n = 0;
+    tcm_flow_id k{}, next{};
+    const void *at = nullptr;
+    while (bpf_map_get_next_key(impl_->spill_fd, at, &next) == 0) {
+        ++n;
+        k = next;
+        at = &k;
+    }
+    return n;
+}
+
+// Entries of tcm_flows_prev the programs moved into the slots stay there, marked, while programs
+// of before may still run (flow_move_old in bpf/lib/flow.h); those marked at the last flow pass
+// too (seconds ago: no program of before runs) go now, their memory back.
+void Datapath::Impl::delete_moved_prev() {
+    if (!skel->rodata->tcm_flows_moving || !(skel->rodata->tcm_flows_moving & TCM_MOVING_PREV))
+        return;
+    const int prev = fd(skel->maps.tcm_flows_prev);
+    std::vector<tcm_flow_id> now;
+    detail::for_each_entry<tcm_flow_id, tcm_flow>(prev, 1,
+                                                  [&](const tcm_flow_id &k, const tcm_flow *v) {
+                                                      if (v->lock == TCM_FLOW_MOVED)
+                                                          now.push_back(k);
+                                                  });
+    detail::sort_unique(now);
+    std::vector<tcm_flow_id> kept;
+    for (const auto &k : now)
+        if (std::ranges::binary_search(moved_prev, k, [](const auto &a, const auto &b) {
+                return std::memcmp(&a, &b, sizeof(a)) < 0;
+            }))
+            bpf_map_delete_elem(prev, &k);
+        else
+            kept.push_back(k);
+    moved_prev = std::move(kept);
 }
 
 } // namespace tricolor

@@ -250,6 +250,14 @@ class Datapath {
     MoveResult move_flows_of_before();
     // Whether there is a table of before (a resize not finished).
     bool moving_flows_of_before() const;
+    // A growth about to start (pinned maps only, no table of before left): a table for the
+    // flows that come while the table is full and the growth loads (tcm_flow_spill in
+    // bpf/lib/maps.h), of @capacity flows, made and handed to the programs now; grow() takes it
+    // as its table of before (tcm_flows_prev), whose flows move at their next packet. False if
+    // there is one already or a table of before is still there; throws if it cannot be made.
+    bool open_spill(uint32_t capacity);
+    // Flows made in that table so far (0: none open).
+    size_t spilled_flows() const;
     // Resizes the flow table of a running data path (pinned maps only): loads its programs
     // again over the same pins with a table of @capacity flows, the table of before set aside
     // as a restart with another capacity does; throws, changing nothing, if that fails. Then
