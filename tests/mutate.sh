@@ -231,7 +231,7 @@ mutant resize-move-unmarked userspace/src/datapath_resize.cpp \
     "flow table resize: a flow user space moved is not marked moved in the table of before" \
     "bpf:DatapathPinning.AnotherCapacityResizesTheTableAndEveryFlowMovesWhole"
 mutant resize-move-fresh userspace/src/datapath_resize.cpp \
-    's/s->flow = ps->flow;/s->flow = tcm_flow{};\n            s->flow.lock = 1;/' \
+    's/            s->flow = state;\n/            s->flow = tcm_flow{};\n/' \
     "flow table resize: a flow user space moves starts with full buckets (a fresh burst)" \
     "bpf:DatapathPinning.AnotherCapacityResizesTheTableAndEveryFlowMovesWhole"
 mutant cgroup-rules-not-carried userspace/src/datapath_load.cpp \
@@ -271,6 +271,19 @@ mutant counters-never-folded userspace/daemon/attachments.cpp \
     's/        const size_t n = dp_->fold_counters_of_before\(\);/        const size_t n = 0;/' \
     "counter arrays: the daemon never carries the arrays of before a growth over" \
     "e2e:PolicyTables.*"
+SPILL_BPF='bpf:DatapathPinning.FlowsBeyondAFullTableGoIntoTheGrowthsTableAndMoveWhole'
+mutant spill-never-opened userspace/daemon/flow_passes.cpp \
+    's/        dp_->open_spill\(next - capacity\);/        (void)next;/' \
+    "flow table growth: no table of the growth's own (new flows beyond a full table meet their policy's bucket)" \
+    "e2e:FlowTable.GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow:FlowTable.FlowsBeyondTheTableAreMeteredInThePolicysBucket"
+mutant spill-not-looked-first bpf/lib/flow.h \
+    's/const int spilled = sk->found < 0 \? flow_spill_get\(0\) : TCM_SLOT_FULL;/const int spilled = sk->found < 0 ? TCM_SLOT_NEW : TCM_SLOT_FULL;/' \
+    "flow table growth: a flow made in the growth's table is made anew in the table once it has room" \
+    "$SPILL_BPF"
+mutant spill-hash-not-moved userspace/src/datapath_resize.cpp \
+    's/        im.move_hash_of_before\(r\);/        (void)r;/' \
+    "flow table growth: the daemon leaves the growth's table's flows to their next packet (its pin, and the next growth's, wait)" \
+    "$SPILL_BPF"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/dp_->live_flows\(\) \* 2 < capacity/true/' \
     "flow table growth: the table never grows" \
