@@ -506,24 +506,25 @@ static __always_inline struct tcm_flow *flow_find_in(const struct tcm_policy *po
     if (pol->per == TCM_PER_AGGREGATE)
         return bpf_map_lookup_elem(&tcm_policy_state, &id);
     int got = flow_slot_get(pol, key);
-    if (got == TCM_SLOT_NEW)
+    if (got == TCM_SLOT_NEW) {
         got = flow_slot_create(pol, key);
+        if (spill && got == TCM_SLOT_SPILLED) {
+            __u32 zero = 0;
+            struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
+            void *table = bpf_map_lookup_elem(&tcm_flow_spill, &zero);
+            struct tcm_flow *f = sk && table ? bpf_map_lookup_elem(table, &sk->id) : NULL;
+            if (f) {
+                *agg = 0;
+                return f;
+            }
+            got = TCM_SLOT_FULL; /* made and gone at once: a moment's race with user space */
+        }
+    }
     if (got >= 0) {
         __u32 idx = (__u32)got;
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
         *agg = 0;
         return s ? &s->flow : NULL;
-    }
-    if (spill && got == TCM_SLOT_SPILLED) {
-        __u32 zero = 0;
-        struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
-        void *spill = bpf_map_lookup_elem(&tcm_flow_spill, &zero);
-        struct tcm_flow *f = sk && spill ? bpf_map_lookup_elem(spill, &sk->id) : NULL;
-        if (f) {
-            *agg = 0;
-            return f;
-        }
-        got = TCM_SLOT_FULL; /* made and gone at once: a moment's race with user space */
     }
     if (got == TCM_SLOT_ERROR)
         return NULL;
