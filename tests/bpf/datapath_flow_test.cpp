@@ -543,6 +543,8 @@ TEST_F(DatapathPinning, FlowsBeyondAFullTableGoIntoTheGrowthsTableAndMoveWhole) 
     EXPECT_EQ(a.spilled_flows(), 35u);
 
     a.grow(256);
+    // The cgroup ingress program finds the data path's maps by name: the growth's table too.
+    EXPECT_GE(a.cgroup_in_prog_fd(), 0);
     EXPECT_FALSE(std::filesystem::exists(dir + "/tcm_flows"));
     EXPECT_TRUE(std::filesystem::exists(dir + "/tcm_flows_prev"));
     ASSERT_TRUE(a.apply({ps}).has_value());

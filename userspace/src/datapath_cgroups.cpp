@@ -2,6 +2,7 @@
 // datapath_cgroups.cpp: the cgroup rules (--match cgroup, docs/spec.md §11): each set's,
 // written whole with the set, and written again when the cgroup tree changes under them.
 #include "datapath_impl.hpp"
+#include "tricolor/text.hpp"
 #include "tricolor/bpf_load.hpp"
 
 #include <fmt/format.h>
@@ -163,11 +164,15 @@ int Datapath::cgroup_in_prog_fd() {
     bpf_object__for_each_map(m, s->obj) {
         if (bpf_map__is_internal(m))
             continue; // its own globals: the test clock below
-        bpf_map *same = bpf_object__find_map_by_name(im.skel->obj, bpf_map__name(m));
-        if (!same || bpf_map__reuse_fd(m, bpf_map__fd(same)) != 0) {
+        // The name kept apart: a reuse that fails may leave the map without one.
+        const std::string name = bpf_map__name(m);
+        bpf_map *same = bpf_object__find_map_by_name(im.skel->obj, name.c_str());
+        int err = same ? bpf_map__reuse_fd(m, bpf_map__fd(same)) : -ENOENT;
+        if (err != 0) {
             tricolor_cgin::destroy(s);
-            throw std::runtime_error(fmt::format(
-                "the cgroup ingress program's map {} is not the data path's", bpf_map__name(m)));
+            throw std::runtime_error(
+                fmt::format("the cgroup ingress program's map {} is not the data path's: {}", name,
+                            errno_text(err)));
         }
     }
     s->rodata->tcm_test_clock = im.testing ? 1 : 0;

@@ -71,13 +71,8 @@ void Datapath::Impl::open_counter_arrays(uint32_t slots) {
                     fmt::format("cannot set the counters {} aside: {}", at, errno_text(errno)));
             counters_set_aside = have_prev = true;
         }
+        // Made by the first fold (a host whose tables never grew has none).
         c.carried_fd = bpf_obj_get(carried.c_str());
-        if (c.carried_fd < 0) {
-            c.carried_fd = make_carried_map(c.words);
-            if (c.carried_fd < 0 || bpf_obj_pin(c.carried_fd, carried.c_str()) != 0)
-                throw std::runtime_error(fmt::format("cannot make the carried counters {}: {}",
-                                                     carried, errno_text(errno)));
-        }
         if (!have_prev)
             continue;
         c.prev_fd = bpf_obj_get(prev.c_str());
@@ -93,7 +88,7 @@ void Datapath::Impl::open_counter_arrays(uint32_t slots) {
         // Folded already by a daemon killed before it removed the pin: not twice.
         std::vector<uint64_t> v(c.words);
         uint32_t mark = kFoldMark | info.id;
-        if (bpf_map_lookup_elem(c.carried_fd, &mark, v.data()) == 0) {
+        if (c.carried_fd >= 0 && bpf_map_lookup_elem(c.carried_fd, &mark, v.data()) == 0) {
             unlink(prev.c_str());
             close(c.prev_fd);
             c.prev_fd = -1;
@@ -155,8 +150,9 @@ size_t Datapath::fold_counters_of_before() {
                 for (size_t i = 0; i < c.words; ++i)
                     s[i] += v[k * c.words + i];
         };
-        detail::for_each_entry<uint32_t, uint64_t>(
-            c.carried_fd, c.words, [&](uint32_t id, const uint64_t *v) { add(id, v, 1); });
+        if (c.carried_fd >= 0)
+            detail::for_each_entry<uint32_t, uint64_t>(
+                c.carried_fd, c.words, [&](uint32_t id, const uint64_t *v) { add(id, v, 1); });
         detail::for_each_entry<uint32_t, uint64_t>(
             c.prev_fd, ncpus * c.words, [&](uint32_t id, const uint64_t *v) { add(id, v, ncpus); },
             c.prev_entries);
@@ -187,7 +183,8 @@ size_t Datapath::fold_counters_of_before() {
         }
         unlink((at + kOfBefore).c_str());
         close(c.prev_fd);
-        close(c.carried_fd);
+        if (c.carried_fd >= 0)
+            close(c.carried_fd);
         c.prev_fd = -1;
         c.carried_fd = nfd;
         carried = std::max(carried, sums.size());

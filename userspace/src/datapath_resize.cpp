@@ -246,8 +246,10 @@ bool Datapath::open_spill(uint32_t capacity) {
         access(pin.c_str(), F_OK) == 0)
         return false;
     LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
-    int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows", sizeof(tcm_flow_id), sizeof(tcm_flow),
-                            capacity, &opts);
+    // Named as the map that reuses it next: libbpf renames a map it reuses after the kernel's
+    // name, and the cgroup ingress program finds the data path's maps by theirs.
+    int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows_prev", sizeof(tcm_flow_id),
+                            sizeof(tcm_flow), capacity, &opts);
     if (fd < 0)
         throw std::runtime_error(fmt::format("cannot make a table of {} flows for the growth: {}",
                                              capacity, errno_text(errno)));
