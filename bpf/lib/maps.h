@@ -190,8 +190,8 @@ struct {
  * growth starts, pinned as tcm_flows: the load that follows takes a second (the verifier's), and
  * flows that come faster than that still each get a bucket of their own rather than their
  * policy's. The next load takes it as its tcm_flows_prev, whose flows move into the new table
- * at their next packet. A hash map: it takes memory as flows come (its size is the next table's
- * capacity), and an inner hash map's size is not part of its template. Empty otherwise: one
+ * at their next packet. A hash map: it takes memory as flows come (its size: what the next table
+ * holds beyond this one), and an inner hash map's size is not part of its template. Empty otherwise: one
  * lookup, on the path of a flow the table lacks. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
