@@ -101,12 +101,9 @@ void Datapath::Impl::add_carried(size_t which, uint32_t id, uint64_t *sum) const
     const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
     std::vector<uint64_t> v(std::max<size_t>(ncpus, 1) * c.words);
     if (c.prev_fd >= 0 && id < c.prev_entries && bpf_map_lookup_elem(c.prev_fd, &id, v.data()) == 0)
-        for (size_t k = 0; k < ncpus; ++k)
-            for (size_t i = 0; i < c.words; ++i)
-                sum[i] += v[k * c.words + i];
+        detail::add_rows(sum, v.data(), ncpus, c.words);
     if (c.carried_fd >= 0 && bpf_map_lookup_elem(c.carried_fd, &id, v.data()) == 0)
-        for (size_t i = 0; i < c.words; ++i)
-            sum[i] += v[i];
+        detail::add_rows(sum, v.data(), 1, c.words);
 }
 
 void Datapath::Impl::forget_counters(const std::vector<uint32_t> &ids) const {
@@ -146,9 +143,7 @@ size_t Datapath::fold_counters_of_before() {
                 return;
             auto &s = sums[id];
             s.resize(c.words);
-            for (size_t k = 0; k < n; ++k)
-                for (size_t i = 0; i < c.words; ++i)
-                    s[i] += v[k * c.words + i];
+            detail::add_rows(s.data(), v, n, c.words);
         };
         if (c.carried_fd >= 0)
             detail::for_each_entry<uint32_t, uint64_t>(

@@ -290,6 +290,13 @@ void set_table_sizes(Rodata *ro, const TableSizes &t) {
 // datapath_load.cpp).
 std::pair<uint32_t, uint32_t> pinned_map_size(const std::string &path);
 
+// Adds @rows values of @words u64 each (a per-CPU map's CPUs, or 1) into @sum's words.
+inline void add_rows(uint64_t *sum, const uint64_t *v, size_t rows, size_t words) {
+    for (size_t k = 0; k < rows; ++k)
+        for (size_t i = 0; i < words; ++i)
+            sum[i] += v[k * words + i];
+}
+
 // Sorts @keys and drops the repeats (datapath_flows.cpp).
 void sort_unique(std::vector<tcm_flow_id> &keys);
 
@@ -389,12 +396,8 @@ std::map<uint32_t, V> Datapath::Impl::counter_sums(size_t which) const {
     const size_t words = sizeof(V) / sizeof(uint64_t);
     const CounterArray &c = counters[which];
     auto add = [&](uint32_t id, const uint64_t *v, size_t n) {
-        if (!active.contains(id))
-            return;
-        auto *s = reinterpret_cast<uint64_t *>(&out[id]);
-        for (size_t k = 0; k < n; ++k)
-            for (size_t i = 0; i < words; ++i)
-                s[i] += v[k * words + i];
+        if (active.contains(id))
+            detail::add_rows(reinterpret_cast<uint64_t *>(&out[id]), v, n, words);
     };
     // Ids are given lowest first: up to the highest active one, not the whole array (per CPU),
     // which a reader once a second (--web) would pay for every time.
