@@ -362,11 +362,23 @@ TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {
     auto g = dp->global_counters();
     // Two CPUs creating one flow at once: the loser finds the winner's (no table-full path).
     EXPECT_EQ(g.table_full, 0u);
+    // A creator that could not have the home slot's guard in time (a slow vCPU under emulation
+    // holds it) meters its packet in the policy's aggregate bucket, counted as a lock timeout:
+    // what passed there is part of the level's total, and only a timeout puts it there.
+    const uint64_t user_agg = passed(dp->policy_state(2).counters);
+    const uint64_t conn_agg = passed(dp->policy_state(3).counters);
+    if (g.lock_timeouts == 0) {
+        EXPECT_EQ(user_agg, 0u);
+        EXPECT_EQ(conn_agg, 0u);
+    }
+    users += user_agg;
+    conns += conn_agg;
     EXPECT_EQ(users, passed(c[1]))
         << "table_full " << g.table_full << " lock_timeouts " << g.lock_timeouts << " user agg "
         << dp->policy_state(2).counters.bytes[TCM_GREEN] << "/"
         << dp->policy_state(2).counters.bytes[TCM_YELLOW] << " flows " << dp->flows().size();
-    EXPECT_EQ(conns, passed(c[1]));
+    EXPECT_EQ(conns, passed(c[1]))
+        << "lock_timeouts " << g.lock_timeouts << " conn agg " << conn_agg;
     EXPECT_EQ(passed(c[2]), passed(c[1]));
     EXPECT_EQ(passed(c[3]), passed(c[1]));
     uint64_t total = c[3].packets[0] + c[3].packets[1] + c[3].packets[2];
