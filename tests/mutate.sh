@@ -195,12 +195,20 @@ mutant table-not-carried userspace/src/datapath_load.cpp \
     "classifier table: a pinned tcm_rules of before is not carried over on adoption" \
     "bpf:DatapathPinning.AClassifier*"
 mutant cache-set-not-version bpf/lib/classify.h \
-    's/c->version == version\)/(c->version \& 1) == (version \& 1))/' \
+    's/\(c->version \^ version\)/((c->version ^ version) \& 1)/' \
     "classification cache: an entry serves while its set is active, of whatever version" \
     "bpf:ClassCacheTest.*"
 mutant cache-no-door bpf/lib/classify.h \
-    's/if \(cached && classify_door\(&k, version\)\)/if (cached)/' \
+    's/if \(c && classify_door\(h\)\)/if (c)/' \
     "classification cache: every key that misses is cached, not only one seen twice" \
+    "bpf:ClassCacheTest.*"
+mutant cache-key-part-compared bpf/lib/classify.h \
+    's/k < TCM_CLASS_KEY_WORDS; k\+\+\)/k < TCM_CLASS_KEY_WORDS - 4; k++)/' \
+    "classification cache: a slot answers a key whose last words (the destination) differ" \
+    "bpf:ClassCacheTest.*"
+mutant cache-empty-served bpf/lib/classify.h \
+    's/ \| \(~c->answer \& TCM_CLASS_CACHED\)//' \
+    "classification cache: a slot never filled (or emptied) answers as a filled one" \
     "bpf:ClassCacheTest.*"
 mutant flow6-no-tuple bpf/lib/flow.h \
     's/if \(ret >= 0 && sk->found < 0 && TCM_FLOW_KIND\(sk->id\.head\) == TCM_FLOW_5TUPLE6\)/if (0)/' \

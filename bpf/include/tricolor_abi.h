@@ -295,24 +295,31 @@ struct tcm_set_info {
 };
 
 /* The classification cache: the policy a packet's whole tcm_class_key fell under, so a set of
- * many match shapes costs one lookup per packet instead of one probe per shape. Each entry names
- * the version of the policies it was computed under (tcm_runtime.active_set) and is used only
- * while that version is active: a policy change never serves the old set. */
+ * many match shapes costs one lookup per packet instead of one probe per shape. Direct-mapped,
+ * per CPU (a flow's packets are on one CPU, RSS): an entry sits at a slot given by the hash of
+ * its key and version (TCM_KEY_MIX, as the doorkeeper's) and a later key of that slot replaces
+ * it. A hit costs the hash, one array lookup and a compare of the key's words, about what one
+ * shape's probe costs, where the LRU hash it replaces cost a jhash of the key and a bucket walk
+ * (docs/datapath.md, "Classification as shapes grow"). Each entry names the version of the
+ * policies it was computed under (tcm_runtime.active_set) and is used only while that version
+ * is active: a policy change never serves the old set. */
 struct tcm_class_cache_entry {
+    struct tcm_class_key key;
     __u32 version; /* tcm_runtime.active_set when classified */
-    __s32 index;   /* classify_index's answer: tcm_policy_cfg index, or -1 for no policy */
+    __u32 answer;  /* TCM_CLASS_CACHED | (classify_index's answer + 1): 0 is an empty slot */
 };
-/* Sized at load by the flow table's capacity (half of it: a cached key is a packet's whole key,
- * so about a flow), from TCM_CLASS_CACHE_MIN_ENTRIES to TCM_CLASS_CACHE_ENTRIES: an idle host's
- * cache is 1 MiB, not the 7.5 of the largest (docs/daemon.md, "The flow table"). */
+#define TCM_CLASS_CACHED 0x80000000u
+/* Slots per CPU, sized at load by the flow table's capacity (each CPU's share of half of it, a
+ * power of two), from TCM_CLASS_CACHE_MIN_ENTRIES to TCM_CLASS_CACHE_ENTRIES: about 450 KiB in
+ * all at 16384 flows whatever the CPUs (docs/daemon.md, "The flow table"). */
 #define TCM_CLASS_CACHE_ENTRIES 65536
-#define TCM_CLASS_CACHE_MIN_ENTRIES 4096
+#define TCM_CLASS_CACHE_MIN_ENTRIES 256
 /* The cache's doorkeeper (bpf/lib/classify.h): per CPU, a fingerprint of each of this many
  * recent keys that missed the cache once. */
 #define TCM_CLASS_DOOR_SLOTS 4096
-/* With fewer shapes than this the probes cost no more than the cache (measured: docs/datapath.md);
- * the cache is then neither read nor filled. */
-#define TCM_CLASS_CACHE_MIN_MASKS 3
+/* With fewer shapes than this (one) the probe costs no more than the cache (measured:
+ * docs/datapath.md); the cache is then neither read nor filled. */
+#define TCM_CLASS_CACHE_MIN_MASKS 2
 
 /* Policies that match the sender's cgroup (docs/spec.md §11), in maps of their own beside the
  * classifier's (so no pinned layout changed): the sending socket's cgroup id, with the set, ->

@@ -16,6 +16,8 @@
  * does not pay for the most. */
 const volatile __u32 tcm_policy_slots = TCM_MAX_POLICIES;
 const volatile __u32 tcm_rule_slots = TCM_RULE_SLOTS;
+/* The classification cache's slots per CPU (a power of two), as tcm_class_cache is sized. */
+const volatile __u32 tcm_class_cache_slots = TCM_CLASS_CACHE_ENTRIES;
 
 /* The index in tcm_policy_cfg of slot @slot of set @set. */
 static __always_inline __u32 policy_cfg_index(__u32 set, __u32 slot) {
@@ -84,16 +86,36 @@ static long classify_probe_next_mask(__u32 i, void *arg) {
     return classify_probe_mask(i + 1, arg);
 }
 
-/* Word @i of the doorkeeper's key: the version, then the class key's 12 words. */
-#define CLASSIFY_DOOR_WORD(i) ((i) == 0 ? version : ((const __u32 *)key)[(i)-1])
+/* Word @i of the cache's and the doorkeeper's key: the version, then the class key's 12 words. */
+#define CLASSIFY_CACHE_WORD(i) ((i) == 0 ? version : ((const __u32 *)key)[(i)-1])
 
-/* Whether @key, which missed the cache under @version, goes into it: on its second miss, as
- * TinyLFU's doorkeeper admits. An insert into the LRU cache (and the eviction it makes once the
- * cache is full) costs several times the probes of a few shapes, so a flood of new keys (spoofed
- * sources) paid it on every packet; a key seen twice is likely to be seen again, and the first
- * miss costs the probes alone. docs/datapath.md, "Classification as shapes grow". */
-static __always_inline int classify_door(const struct tcm_class_key *key, __u32 version) {
-    __u64 h = TCM_KEY_MIX(CLASSIFY_DOOR_WORD);
+/* The cache's slot for @key under @version, on this CPU, and in @h the hash that placed it
+ * (its low bits place the key in the doorkeeper, its high bits in the cache). */
+static __always_inline struct tcm_class_cache_entry *
+classify_cache_slot(const struct tcm_class_key *key, __u32 version, __u64 *h) {
+    *h = TCM_KEY_MIX(CLASSIFY_CACHE_WORD);
+    __u32 slot = (__u32)(*h >> 32) & (tcm_class_cache_slots - 1);
+    return bpf_map_lookup_elem(&tcm_class_cache, &slot);
+}
+#undef CLASSIFY_CACHE_WORD
+
+/* Whether slot @c holds @key's answer under @version. */
+static __always_inline int classify_cache_holds(const struct tcm_class_cache_entry *c,
+                                                const struct tcm_class_key *key, __u32 version) {
+    const __u32 *cw = (const __u32 *)&c->key, *kw = (const __u32 *)key;
+    __u32 diff = (c->version ^ version) | (~c->answer & TCM_CLASS_CACHED);
+#pragma unroll
+    for (int k = 0; k < TCM_CLASS_KEY_WORDS; k++)
+        diff |= cw[k] ^ kw[k];
+    return !diff;
+}
+
+/* Whether the key of hash @h, which missed the cache, goes into it: on its second miss, as
+ * TinyLFU's doorkeeper admits. A flood of new keys (spoofed sources) seen once would otherwise
+ * replace, in a cache that keeps one key a slot, the keys of the flows that come back; a key
+ * seen twice is likely to be seen again, and the first miss costs the probes alone.
+ * docs/datapath.md, "Classification as shapes grow". */
+static __always_inline int classify_door(__u64 h) {
     __u32 slot = (__u32)h & (TCM_CLASS_DOOR_SLOTS - 1), fp = (__u32)(h >> 32) | 1;
     __u32 *d = bpf_map_lookup_elem(&tcm_class_door, &slot);
     if (!d)
@@ -105,7 +127,6 @@ static __always_inline int classify_door(const struct tcm_class_key *key, __u32 
     *d = fp;
     return 0;
 }
-#undef CLASSIFY_DOOR_WORD
 
 /* The index in tcm_policy_cfg of the policy @key falls under in policy version @version (its
  * bit 0 is the set), or -1. @rank and @slot: what the packet's cgroup rule found (~0u: none);
@@ -127,15 +148,12 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
      * version of the policies. A packet that read an older version caches under that older
      * version, which no later packet reads: the switch itself invalidates the cache. Keys are
      * addresses only: a packet a cgroup rule found is answered without the cache. */
-    int cached = ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS && rank == ~0u;
-    struct tcm_class_key k;
-    if (cached) {
-        /* A copy on the stack, made only when the cache is used: Linux 6.1 refuses a global
-         * function's memory argument as a map key ("R2 type=mem expected=fp, ..."). */
-        __builtin_memcpy(&k, key, sizeof(k));
-        struct tcm_class_cache_entry *c = bpf_map_lookup_elem(&tcm_class_cache, &k);
-        if (c && c->version == version)
-            return c->index;
+    struct tcm_class_cache_entry *c = NULL;
+    __u64 h = 0;
+    if (ctx.n_masks >= TCM_CLASS_CACHE_MIN_MASKS && rank == ~0u) {
+        c = classify_cache_slot(key, version, &h);
+        if (c && classify_cache_holds(c, key, version))
+            return (int)(c->answer & ~TCM_CLASS_CACHED) - 1;
     }
     /* The first shape inline: most policy sets have one or two, and a bpf_loop call costs more
      * than a probe. */
@@ -143,9 +161,10 @@ __attribute__((noinline)) int classify_index(const struct tcm_class_key *key, __
         if (ctx.n_masks > 1)
             bpf_loop(TCM_MAX_MASKS - 1, classify_probe_next_mask, &ctx, 0);
     int index = ctx.best_rank == ~0u ? -1 : (int)policy_cfg_index(set, ctx.best_slot);
-    if (cached && classify_door(&k, version)) {
-        struct tcm_class_cache_entry e = {.version = version, .index = index};
-        bpf_map_update_elem(&tcm_class_cache, &k, &e, BPF_ANY);
+    if (c && classify_door(h)) {
+        __builtin_memcpy(&c->key, key, sizeof(c->key));
+        c->version = version;
+        c->answer = TCM_CLASS_CACHED | (__u32)(index + 1);
     }
     return index;
 }

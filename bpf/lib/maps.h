@@ -66,15 +66,14 @@ struct {
     __type(value, __u64);
 } tcm_cgroup_bucket SEC(".maps");
 
-/* The classification cache (tricolor_abi.h). LRU: a cache may forget, and the least recently
- * seen keys are the ones to forget; per-CPU lists, so CPUs filling it do not share a lock. Not
- * pinned: a restarted daemon's programs start with an empty one. Sized at load with the flow
- * table (a growth of that table loads a bigger one). */
+/* The classification cache (tricolor_abi.h): per CPU, so a slot is written and read by one
+ * CPU's programs only (which run to their end there, as every scratch map here assumes), never
+ * seen half written. Not pinned: a restarted daemon's programs start with an empty one. Sized
+ * at load with the flow table (a growth of that table loads a bigger one). */
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(map_flags, BPF_F_NO_COMMON_LRU);
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, TCM_CLASS_CACHE_ENTRIES);
-    __type(key, struct tcm_class_key);
+    __type(key, __u32);
     __type(value, struct tcm_class_cache_entry);
 } tcm_class_cache SEC(".maps");
 

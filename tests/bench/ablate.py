@@ -96,12 +96,12 @@ ABLATIONS = {
         [(CHAIN, CLOCK_LINE, ""),
          (CHAIN, "    if (!chain_lock(lf, n)) {", CLOCK_LINE + "    if (!chain_lock(lf, n)) {")]),
     "classify_inlined": (
-        "classify_index inlined into the entry (its cache's key copy dropped, for the stack)",
+        "classify_index inlined into the entry (its cache dropped, for the stack)",
         [(CLASSIFY, "__attribute__((noinline)) int classify_index(",
           "static __always_inline int classify_index("),
-         (CLASSIFY, re.compile(r"    int cached = ctx\.n_masks.*?(?=    /\* The first shape)",
+         (CLASSIFY, re.compile(r"    struct tcm_class_cache_entry \*c = NULL;.*?(?=    /\* The first shape)",
                                re.S), ""),
-         (CLASSIFY, re.compile(r"    if \(cached && classify_door.*?(?=    return index;)", re.S),
+         (CLASSIFY, re.compile(r"    if \(c && classify_door.*?(?=    return index;)", re.S),
           "")]),
     "plain_wire": (
         "the plain meter keyed by the frame's source (it parses Ethernet and IP), not a constant",

@@ -6,9 +6,12 @@
 // anywhere), waiting for the table to grow whenever it is nearly half full. At each count:
 //   the kernel memory of every map its programs use (memlock, as bpftool shows it), the flow
 //   table's share of it (slots, tuples, meta), what each CPU of the host adds to it (the per-CPU
-//   maps' memory divided by the CPUs), and the daemon's resident memory:
+//   maps' memory divided by the CPUs, but the classification cache's), the classification
+//   cache's (per CPU too, but each CPU's a share of the flow table's capacity: about the same in
+//   all whatever the CPUs), and the daemon's resident memory:
 //   RESULT name=footprint_<flows> flows=<in the table> capacity=<the table's> map_mib=<all maps>
-//          flow_table_mib=<its part> per_cpu_kib=<a CPU's share> rss_mib=<the daemon's>
+//          flow_table_mib=<its part> per_cpu_kib=<a CPU's share> class_cache_kib=<all CPUs'>
+//          rss_mib=<the daemon's>
 //          [target_map_mib=16 target_rss_mib=32]
 #include "bench_daemon.hpp"
 #include "packet.hpp"
@@ -44,7 +47,8 @@ uint64_t map_memlock(int fd) {
 }
 
 struct Footprint {
-    uint64_t maps = 0, flow_table = 0, per_cpu = 0; // per_cpu: the per-CPU maps', all CPUs
+    // per_cpu: the per-CPU maps' but the classification cache's, all CPUs; class_cache: its.
+    uint64_t maps = 0, flow_table = 0, per_cpu = 0, class_cache = 0;
 };
 
 bool per_cpu_map(uint32_t type) {
@@ -89,7 +93,9 @@ Footprint footprint(const std::string &pin) {
         const std::string name = info.name;
         if (name == "tcm_flow_slots" || name == "tcm_flow_tuples" || name == "tcm_flow_meta")
             f.flow_table += bytes;
-        if (per_cpu_map(info.type))
+        if (name == "tcm_class_cache")
+            f.class_cache += bytes;
+        else if (per_cpu_map(info.type))
             f.per_cpu += bytes;
         close(fd);
     }
@@ -127,18 +133,20 @@ int main() {
             const uint64_t rss = rss_bytes(d.pid);
             const double cpu_kib =
                 static_cast<double>(f.per_cpu) / 1024 / std::max(libbpf_num_possible_cpus(), 1);
-            std::printf("%-10s %10llu %10u %12.1f %12.1f %12.1f %10.1f\n", name,
+            const double cache_kib = static_cast<double>(f.class_cache) / 1024;
+            std::printf("%-10s %10llu %10u %12.1f %12.1f %12.1f %12.1f %10.1f\n", name,
                         static_cast<unsigned long long>(meta ? meta->live : 0),
                         meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
-                        mib(rss));
+                        cache_kib, mib(rss));
             std::printf("RESULT name=footprint_%s flows=%llu capacity=%u map_mib=%.1f "
-                        "flow_table_mib=%.1f per_cpu_kib=%.1f rss_mib=%.1f%s\n",
+                        "flow_table_mib=%.1f per_cpu_kib=%.1f class_cache_kib=%.1f "
+                        "rss_mib=%.1f%s\n",
                         name, static_cast<unsigned long long>(meta ? meta->live : 0),
                         meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
-                        mib(rss), idle ? " target_map_mib=16 target_rss_mib=32" : "");
+                        cache_kib, mib(rss), idle ? " target_map_mib=16 target_rss_mib=32" : "");
         };
-        std::printf("%-10s %10s %10s %12s %12s %12s %10s\n", "", "flows", "capacity", "maps MiB",
-                    "flow tbl MiB", "KiB a CPU", "RSS MiB");
+        std::printf("%-10s %10s %10s %12s %12s %12s %12s %10s\n", "", "flows", "capacity",
+                    "maps MiB", "flow tbl MiB", "KiB a CPU", "cache KiB", "RSS MiB");
         report("idle", true);
         d.ask({{"cmd", "policy_add"},
                {"policy",

@@ -123,7 +123,9 @@ TEST_F(ClassCacheTest, ASwitchNeverServesTheOldSet) {
 
 TEST_F(ClassCacheTest, AWrapOfTheVersionEmptiesTheCacheFirst) {
     apply(ranked(true));
-    EXPECT_EQ(policy_of("198.18.0.1"), 1); // cached under this version
+    EXPECT_EQ(policy_of("198.18.0.1"), 1);
+    EXPECT_EQ(policy_of("198.18.0.1"), 1); // its second miss: cached under this version
+    ASSERT_EQ(dp->class_cache_entries(), 1u);
     uint32_t version = dp->active_set();
     // 2^32 - 1 switches later (bit 0, the set, is the same), one more comes back to 0 and the
     // next to `version`: the entry cached then must not answer for the set of now.
@@ -150,6 +152,48 @@ TEST_F(ClassCacheTest, FewShapesProbeWithoutTheCache) {
         EXPECT_EQ(dp->class_cache_entries(), shapes < TCM_CLASS_CACHE_MIN_MASKS ? 0u : 2u)
             << shapes << " shapes";
     }
+}
+
+TEST_F(ClassCacheTest, ASlotAnswersOnlyForItsWholeKeyAndVersion) {
+    // A slot keeps one key, and keys of one slot replace each other: an answer is served only
+    // to the key it was found for, every word of it, under the version it was found under.
+    apply(ranked(true));
+    ASSERT_EQ(policy_of("198.18.0.1"), 1);
+    ASSERT_EQ(policy_of("198.18.0.1"), 1); // cached
+    const int cpu = sched_getcpu();
+    auto slots = dp->class_cache_of_cpu(cpu);
+    uint32_t slot = 0;
+    size_t held = 0;
+    for (uint32_t i = 0; i < slots.size(); ++i)
+        if (slots[i].answer & TCM_CLASS_CACHED) {
+            slot = i;
+            ++held;
+        }
+    ASSERT_EQ(held, 1u);
+    const tcm_class_cache_entry mine = slots[slot];
+    ASSERT_EQ(mine.version, dp->active_set());
+    // The answer of policy 2 planted in the packet's slot: served while the entry is the
+    // packet's (the cache is read)...
+    const int32_t b_index = int32_t(mine.answer & ~TCM_CLASS_CACHED) - 1;
+    tcm_class_cache_entry planted = mine;
+    planted.answer = TCM_CLASS_CACHED | uint32_t(b_index + 2);
+    dp->set_class_cache_slot(cpu, slot, planted);
+    ASSERT_NE(policy_of("198.18.0.1"), 1) << "the planted answer is not read";
+    // ...and not once any word of the key differs, nor under a version of the same set.
+    for (int w = 0; w < TCM_CLASS_KEY_WORDS; ++w) {
+        tcm_class_cache_entry other = planted;
+        reinterpret_cast<uint32_t *>(&other.key)[w] ^= 0x100;
+        dp->set_class_cache_slot(cpu, slot, other);
+        EXPECT_EQ(policy_of("198.18.0.1"), 1) << "key word " << w;
+    }
+    tcm_class_cache_entry old = planted;
+    old.version = mine.version - 2;
+    dp->set_class_cache_slot(cpu, slot, old);
+    EXPECT_EQ(policy_of("198.18.0.1"), 1) << "a version of before";
+    tcm_class_cache_entry empty = planted;
+    empty.answer &= ~TCM_CLASS_CACHED;
+    dp->set_class_cache_slot(cpu, slot, empty);
+    EXPECT_EQ(policy_of("198.18.0.1"), 1) << "an empty slot";
 }
 
 TEST_F(ClassCacheTest, AKeyIsCachedOnItsSecondMissOnly) {

@@ -377,9 +377,11 @@ TEST_F(PolicyTables, CounterArraysOfEveryIdOfBeforeAreCarriedAtTheStart) {
                                  sizeof(tcm_counters), TCM_MAX_POLICIES, nullptr);
         ASSERT_GE(old, 0);
         std::vector<tcm_counters> v(ncpus);
-        for (uint32_t id = 0; id < TCM_START_POLICY_SLOTS; ++id)
-            if (bpf_map_lookup_elem(now, &id, v.data()) == 0)
+        for (uint32_t id = 0; id < TCM_START_POLICY_SLOTS; ++id) {
+            if (bpf_map_lookup_elem(now, &id, v.data()) == 0) {
                 ASSERT_EQ(bpf_map_update_elem(old, &id, v.data(), 0), 0);
+            }
+        }
         close(now);
         ASSERT_EQ(unlink(stats.c_str()), 0);
         ASSERT_EQ(bpf_obj_pin(old, stats.c_str()), 0);

@@ -178,6 +178,7 @@ int Datapath::cgroup_in_prog_fd() {
     s->rodata->tcm_test_clock = im.testing ? 1 : 0;
     detail::set_flow_layout(s->rodata, *im.meta, im.flows_moving, im.prev_layout);
     detail::set_table_sizes(s->rodata, im.tables);
+    s->rodata->tcm_class_cache_slots = bpf_map__max_entries(im.skel->maps.tcm_class_cache);
     if (auto loaded =
             load_bpf("the cgroup ingress program", [&] { return tricolor_cgin::load(s); });
         !loaded) {

@@ -441,11 +441,14 @@ void Datapath::Impl::SetWriter::catch_up_old_set() {
         (void)impl_.sets->catch_up(active_);
 }
 
+// Every slot of every CPU emptied (an answer of 0): one write of all CPUs' values a slot.
 void Datapath::clear_class_cache() {
     int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
-    tcm_class_key key{};
-    while (bpf_map_get_next_key(fd, nullptr, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0) {
-    }
+    const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
+    const std::vector<tcm_class_cache_entry> empty(
+        static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
+    for (uint32_t i = 0; i < slots; ++i)
+        bpf_map_update_elem(fd, &i, empty.data(), BPF_ANY);
 }
 
 } // namespace tricolor

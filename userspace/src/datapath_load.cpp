@@ -74,14 +74,16 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
 
 } // namespace
 
-// The classification cache's entries for a flow table of @flow_capacity: half of it, a power of
-// two, within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES, and at least 64 a CPU (its LRU
-// lists are per CPU, each a share of the entries).
+// The classification cache's slots per CPU for a flow table of @flow_capacity: each CPU's share
+// of half the capacity (RSS spreads the flows; the table grows when half full), a power of two,
+// within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES: about 28 bytes a flow of
+// capacity in all, whatever the CPUs, an eighth of the flow table's.
 uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {
     const uint32_t cpus = static_cast<uint32_t>(std::max(libbpf_num_possible_cpus(), 1));
-    uint32_t want = std::max(flow_capacity / 2, 64 * cpus);
-    want = want >= TCM_CLASS_CACHE_ENTRIES ? TCM_CLASS_CACHE_ENTRIES : std::bit_ceil(want);
-    return std::max<uint32_t>(want, TCM_CLASS_CACHE_MIN_ENTRIES);
+    const uint32_t want = std::max<uint32_t>(flow_capacity / 2 / cpus, 1);
+    if (want >= TCM_CLASS_CACHE_ENTRIES)
+        return TCM_CLASS_CACHE_ENTRIES;
+    return std::max<uint32_t>(std::bit_ceil(want), TCM_CLASS_CACHE_MIN_ENTRIES);
 }
 
 namespace {
@@ -497,6 +499,7 @@ void Datapath::load(const DatapathOptions &o) {
     if (int err = bpf_map__set_max_entries(impl_->skel->maps.tcm_class_cache, cache); err < 0)
         throw std::runtime_error(
             fmt::format("cannot size the classification cache to {}: {}", cache, errno_text(err)));
+    impl_->skel->rodata->tcm_class_cache_slots = cache;
     impl_->top_keep = o.top_keep;
     impl_->hot_capacity = o.hot_capacity;
     bool ext = o.tables.ext_states;

@@ -105,7 +105,38 @@ size_t count_keys(int fd) {
 } // namespace
 
 size_t Datapath::class_cache_entries() const {
-    return count_keys<tcm_class_key>(impl_->fd(impl_->skel->maps.tcm_class_cache));
+    const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
+    std::vector<tcm_class_cache_entry> v(
+        static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
+    size_t n = 0;
+    for (uint32_t i = 0; i < slots; ++i)
+        if (bpf_map_lookup_elem(fd, &i, v.data()) == 0)
+            for (const auto &e : v)
+                n += (e.answer & TCM_CLASS_CACHED) != 0;
+    return n;
+}
+
+std::vector<tcm_class_cache_entry> Datapath::class_cache_of_cpu(int cpu) const {
+    const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
+    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+    std::vector<tcm_class_cache_entry> v(cpus), out(slots);
+    for (uint32_t i = 0; i < slots; ++i)
+        if (bpf_map_lookup_elem(fd, &i, v.data()) == 0)
+            out[i] = v.at(static_cast<size_t>(cpu));
+    return out;
+}
+
+void Datapath::set_class_cache_slot(int cpu, uint32_t slot, const tcm_class_cache_entry &e) {
+    const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
+    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+    std::vector<tcm_class_cache_entry> v(cpus);
+    if (bpf_map_lookup_elem(fd, &slot, v.data()) != 0)
+        throw std::runtime_error(fmt::format("no slot {} in tcm_class_cache", slot));
+    v.at(static_cast<size_t>(cpu)) = e;
+    if (bpf_map_update_elem(fd, &slot, v.data(), BPF_ANY) != 0)
+        throw std::runtime_error(fmt::format("cannot write slot {} of tcm_class_cache", slot));
 }
 
 size_t Datapath::flow_tuple_entries() const {

@@ -348,8 +348,11 @@ class Datapath {
     // Jumps the version of the policies to @version, which must name the active set (bit 0):
     // as if that many switches had happened (to test what 2^32 switches do).
     void set_version_for_test(uint32_t version);
-    // Entries in the classification cache (tcm_class_cache).
+    // Entries in the classification cache (tcm_class_cache), of every CPU.
     size_t class_cache_entries() const;
+    // The cache's slots of CPU @cpu, by index; slot @slot of CPU @cpu written with @e.
+    std::vector<tcm_class_cache_entry> class_cache_of_cpu(int cpu) const;
+    void set_class_cache_slot(int cpu, uint32_t slot, const tcm_class_cache_entry &e);
     // Entries in tcm_flow_tuples (the IPv6 5-tuples of flows keyed by their hash); the secret
     // of that hash.
     size_t flow_tuple_entries() const;
