@@ -5,10 +5,11 @@
 // program through BPF_PROG_TEST_RUN, one packet per IPv6 source of 2001:db8::/64 (nothing is sent
 // anywhere), waiting for the table to grow whenever it is nearly half full. At each count:
 //   the kernel memory of every map its programs use (memlock, as bpftool shows it), the flow
-//   table's share of it (slots, tuples, meta), what each CPU of the host adds to it (the per-CPU
-//   maps' memory divided by the CPUs, but the classification cache's), the classification
-//   cache's (per CPU too, but each CPU's a share of the flow table's capacity: about the same in
-//   all whatever the CPUs), and the daemon's resident memory:
+//   table's share of it (slots, tuples, meta, the last growth's own table), what each CPU of
+//   the host adds to it (the per-CPU maps' memory divided by the CPUs, but the classification
+//   cache's), the classification cache's (per CPU too, but each CPU's a share of the flow
+//   table's capacity: about the same in all whatever the CPUs), and the daemon's resident
+//   memory:
 //   RESULT name=footprint_<flows> flows=<in the table> capacity=<the table's> map_mib=<all maps>
 //          flow_table_mib=<its part> per_cpu_kib=<a CPU's share> class_cache_kib=<all CPUs'>
 //          rss_mib=<the daemon's>
@@ -91,7 +92,10 @@ Footprint footprint(const std::string &pin) {
         const uint64_t bytes = map_memlock(fd);
         f.maps += bytes;
         const std::string name = info.name;
-        if (name == "tcm_flow_slots" || name == "tcm_flow_tuples" || name == "tcm_flow_meta")
+        // tcm_flows_prev: the last growth's own table (its hash's bucket array), which the
+        // programs hold until the next.
+        if (name == "tcm_flow_slots" || name == "tcm_flow_tuples" || name == "tcm_flow_meta" ||
+            name == "tcm_flows_prev")
             f.flow_table += bytes;
         if (name == "tcm_class_cache")
             f.class_cache += bytes;
