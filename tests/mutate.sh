@@ -281,7 +281,7 @@ mutant counters-never-folded userspace/daemon/attachments.cpp \
     "e2e:PolicyTables.*"
 SPILL_BPF='bpf:DatapathPinning.FlowsBeyondAFullTableGoIntoTheGrowthsTableAndMoveWhole'
 mutant spill-never-opened userspace/daemon/flow_passes.cpp \
-    's/        dp_->open_spill\(next - capacity\);/        (void)next;/' \
+    's/        dp_->open_spill\(std::min\(next - capacity, kSpillFlows\)\);/        (void)next, (void)kSpillFlows;/' \
     "flow table growth: no table of the growth's own (new flows beyond a full table meet their policy's bucket)" \
     "e2e:FlowTable.GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow:FlowTable.FlowsBeyondTheTableAreMeteredInThePolicysBucket"
 mutant spill-not-looked-first bpf/lib/flow.h \
