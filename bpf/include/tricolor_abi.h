@@ -311,7 +311,7 @@ struct tcm_class_cache_entry {
 #define TCM_CLASS_CACHED 0x80000000u
 /* Slots per CPU, sized at load by the flow table's capacity (each CPU's share of half of it, a
  * power of two), from TCM_CLASS_CACHE_MIN_ENTRIES to TCM_CLASS_CACHE_ENTRIES: about 450 KiB in
- * all at 16384 flows whatever the CPUs (docs/daemon.md, "The flow table"). */
+ * all at 16384 flows whatever the CPUs (docs/datapath.md, "Classification cache"). */
 #define TCM_CLASS_CACHE_ENTRIES 65536
 #define TCM_CLASS_CACHE_MIN_ENTRIES 256
 /* The cache's doorkeeper (bpf/lib/classify.h): per CPU, a fingerprint of each of this many
