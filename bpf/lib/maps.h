@@ -190,8 +190,9 @@ struct {
  * flows that come faster than that still each get a bucket of their own rather than their
  * policy's. The next load takes it as its tcm_flows_prev, whose flows move into the new table
  * at their next packet. A hash map: it takes memory as flows come (its size: what the next table
- * holds beyond this one), and an inner hash map's size is not part of its template. Empty otherwise: one
- * lookup, on the path of a flow the table lacks. */
+ * holds beyond this one, at most 131072: userspace/daemon/flow_passes.cpp), and an inner hash
+ * map's size is not part of its template. Empty otherwise: one lookup, on the path of a flow
+ * the table lacks. */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
     __uint(max_entries, 1);
