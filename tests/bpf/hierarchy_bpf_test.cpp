@@ -375,8 +375,7 @@ TEST_F(HierDatapathTest, TwoCpusOnAThreeLevelChainNeverOverAdmit) {
     conns += conn_agg;
     EXPECT_EQ(users, passed(c[1]))
         << "table_full " << g.table_full << " lock_timeouts " << g.lock_timeouts << " user agg "
-        << dp->policy_state(2).counters.bytes[TCM_GREEN] << "/"
-        << dp->policy_state(2).counters.bytes[TCM_YELLOW] << " flows " << dp->flows().size();
+        << user_agg << " flows " << dp->flows().size();
     EXPECT_EQ(conns, passed(c[1]))
         << "lock_timeouts " << g.lock_timeouts << " conn agg " << conn_agg;
     EXPECT_EQ(passed(c[2]), passed(c[1]));

@@ -104,27 +104,27 @@ size_t count_keys(int fd) {
 
 } // namespace
 
+// Both walk the cache as the counters' reads walk theirs (detail::for_each_entry: batched).
 size_t Datapath::class_cache_entries() const {
-    const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
-    const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
-    std::vector<tcm_class_cache_entry> v(
-        static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
+    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
     size_t n = 0;
-    for (uint32_t i = 0; i < slots; ++i)
-        if (bpf_map_lookup_elem(fd, &i, v.data()) == 0)
-            for (const auto &e : v)
-                n += (e.answer & TCM_CLASS_CACHED) != 0;
+    detail::for_each_entry<uint32_t, tcm_class_cache_entry>(
+        impl_->fd(impl_->skel->maps.tcm_class_cache), cpus,
+        [&](uint32_t, const tcm_class_cache_entry *v) {
+            for (size_t k = 0; k < cpus; ++k)
+                n += (v[k].answer & TCM_CLASS_CACHED) != 0;
+        });
     return n;
 }
 
 std::vector<tcm_class_cache_entry> Datapath::class_cache_of_cpu(int cpu) const {
-    const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
-    const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
     const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
-    std::vector<tcm_class_cache_entry> v(cpus), out(slots);
-    for (uint32_t i = 0; i < slots; ++i)
-        if (bpf_map_lookup_elem(fd, &i, v.data()) == 0)
-            out[i] = v.at(static_cast<size_t>(cpu));
+    if (cpu < 0 || static_cast<size_t>(cpu) >= cpus)
+        throw std::out_of_range(fmt::format("no CPU {} of {}", cpu, cpus));
+    std::vector<tcm_class_cache_entry> out(bpf_map__max_entries(impl_->skel->maps.tcm_class_cache));
+    detail::for_each_entry<uint32_t, tcm_class_cache_entry>(
+        impl_->fd(impl_->skel->maps.tcm_class_cache), cpus,
+        [&](uint32_t slot, const tcm_class_cache_entry *v) { out.at(slot) = v[cpu]; });
     return out;
 }
 
