@@ -44,6 +44,9 @@ hostname tricolor-guest 2>/dev/null
 
 echo "guest: $(uname -r), $(nproc) CPUs"
 cd "$(cat "$RUN/cwd")" || cd "$REPO"
+# From here the command may have changed things: the host boots again only a guest that died
+# before this line (guest.sh).
+: >"$RUN/started"
 eval "$(cat "$RUN/cmd")" </dev/null
 echo $? >"$RUN/rc"
 sync
