@@ -212,6 +212,143 @@ __u32 bench_slot_seed[6] = {0x9e3779b9u, 0x85ebca6bu, 0xc2b2ae35u,
 BENCH_SLOTS(bench_flow_slots, 1, 21)
 BENCH_SLOTS(bench_flow_slots_one, 0, 10)
 
+/* BENCH_SLOTS in a table of any size (@nslots; home by multiply-shift, no division) filled to
+ * 2^20 / @nslots, up to @probes probed: how a table kept at least two thirds full (memory
+ * within 1.5x its flows' slots) would cost a packet. */
+#define BENCH_SLOTS_N(name, nslots, probes)                                                        \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
+        __uint(max_entries, (nslots));                                                             \
+        __type(key, __u32);                                                                        \
+        __type(value, struct bench_slot);                                                          \
+    } name##_map SEC(".maps");                                                                     \
+    __u32 name##_counter = 0;                                                                      \
+    SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
+        __u64 x = ctx->data_end - ctx->data;                                                       \
+        __u32 k[5] = {1, 0x0a000000 | (name##_counter++ * 2654435761u & 0xfffff)};                 \
+        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
+        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
+                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
+        h ^= h >> 33;                                                                              \
+        h *= 0xff51afd7ed558ccdull;                                                                \
+        h ^= h >> 33;                                                                              \
+        __u32 idx = (__u32)(((h & 0xffffffffu) * (nslots)) >> 32);                                 \
+        struct tcm_flow *f = NULL;                                                                 \
+        for (__u32 i = 0; i < (probes); i++) {                                                     \
+            struct bench_slot *s = bpf_map_lookup_elem(&name##_map, &idx);                         \
+            if (!s)                                                                                \
+                break;                                                                             \
+            if (((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |                    \
+                 (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                                  \
+                f = &s->flow;                                                                      \
+                break;                                                                             \
+            }                                                                                      \
+            if (s->key[0] == 0 && __sync_val_compare_and_swap(&s->key[0], 0, k[0]) == 0) {         \
+                s->key[1] = k[1];                                                                  \
+                break;                                                                             \
+            }                                                                                      \
+            idx = idx + 1 < (nslots) ? idx + 1 : 0;                                                \
+        }                                                                                          \
+        if (f) {                                                                                   \
+            BENCH_FLOW_METER(f, 0)                                                                 \
+        }                                                                                          \
+        bench_sink += x;                                                                           \
+        return XDP_PASS;                                                                           \
+    }
+BENCH_SLOTS_N(bench_flow_slots_l50, 2097152, 128)
+BENCH_SLOTS_N(bench_flow_slots_l67, 1572864, 128)
+BENCH_SLOTS_N(bench_flow_slots_l80, 1310720, 128)
+
+/* BENCH_SLOTS's flows behind an index: an open-addressed array of 8-byte entries (a 32-bit
+ * fingerprint of the key's hash, the flow's place in a dense store) at most half full, and the
+ * flows (key and state, as bench_slot) in a dense store that a daemon could grow a chunk at a
+ * time: either one flat array (@chunked 0) or chunks of 4096 in an array of maps (@chunked 1).
+ * A packet pays the index's line and then the flow's: what memory that grows with the flows
+ * would cost (docs/datapath.md, "The flow table: an index"). A measurement, not a design. */
+struct bench_chunk {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, struct bench_slot);
+};
+#define BENCH_INDEX(name, spread, log2_index, chunked)                                             \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
+        __uint(max_entries, 1u << (log2_index));                                                   \
+        __type(key, __u32);                                                                        \
+        __type(value, __u64);                                                                      \
+    } name##_index SEC(".maps");                                                                   \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
+        __uint(max_entries, (chunked) ? 1 : 1u << 20);                                             \
+        __type(key, __u32);                                                                        \
+        __type(value, struct bench_slot);                                                          \
+    } name##_flat SEC(".maps");                                                                    \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);                                                  \
+        __uint(max_entries, 256);                                                                  \
+        __type(key, __u32);                                                                        \
+        __array(values, struct bench_chunk);                                                       \
+    } name##_chunks SEC(".maps");                                                                  \
+    __u32 name##_counter = 0, name##_next = 0;                                                     \
+    static __always_inline struct bench_slot *name##_entry(__u32 e) {                              \
+        if (!(chunked))                                                                            \
+            return bpf_map_lookup_elem(&name##_flat, &e);                                          \
+        __u32 c = e >> 12, o = e & 4095;                                                           \
+        void *chunk = bpf_map_lookup_elem(&name##_chunks, &c);                                     \
+        return chunk ? bpf_map_lookup_elem(chunk, &o) : NULL;                                      \
+    }                                                                                              \
+    SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
+        __u64 x = ctx->data_end - ctx->data;                                                       \
+        __u32 k[5] = {1, 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0)};  \
+        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
+        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
+                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
+        h ^= h >> 33;                                                                              \
+        h *= 0xff51afd7ed558ccdull;                                                                \
+        h ^= h >> 33;                                                                              \
+        __u32 fp = (__u32)(h >> 32) | 1;                                                           \
+        struct tcm_flow *f = NULL;                                                                 \
+        for (__u32 i = 0; i < 16; i++) {                                                           \
+            __u32 idx = ((__u32)h + i) & ((1u << (log2_index)) - 1);                               \
+            __u64 *ie = bpf_map_lookup_elem(&name##_index, &idx);                                  \
+            if (!ie)                                                                               \
+                break;                                                                             \
+            __u64 v = *ie;                                                                         \
+            if (v == 0) {                                                                          \
+                /* Placed in a scrambled order (a bijection of 20 bits): flows come in an          \
+                 * order of their own, never the order of the packets measured. */                 \
+                __u32 e = __sync_fetch_and_add(&name##_next, 1) & 0xfffff;                         \
+                e ^= e >> 10;                                                                      \
+                e = (e * 0x5bd1e995u) & 0xfffff;                                                   \
+                e ^= e >> 7;                                                                       \
+                e = (e * 0x27d4eb2fu) & 0xfffff;                                                   \
+                struct bench_slot *s = name##_entry(e);                                            \
+                if (s) {                                                                           \
+                    s->key[0] = k[0];                                                              \
+                    s->key[1] = k[1];                                                              \
+                    __sync_val_compare_and_swap(ie, 0, (__u64)e << 32 | fp);                       \
+                }                                                                                  \
+                break; /* created: metered from its next packet, as BENCH_FLOW's */                \
+            }                                                                                      \
+            if ((__u32)v != fp)                                                                    \
+                continue;                                                                          \
+            struct bench_slot *s = name##_entry((__u32)(v >> 32));                                 \
+            if (s && ((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |               \
+                      (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                             \
+                f = &s->flow;                                                                      \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+        if (f) {                                                                                   \
+            BENCH_FLOW_METER(f, 0)                                                                 \
+        }                                                                                          \
+        bench_sink += x;                                                                           \
+        return XDP_PASS;                                                                           \
+    }
+BENCH_INDEX(bench_flow_index, 1, 21, 0)
+BENCH_INDEX(bench_flow_index_chunked, 1, 21, 1)
+
 /* The meters tricolor's hot path is measured against (docs/datapath.md, "Against a plain
  * meter"). Both are two-rate (trTCM-like: a P and a C bucket), colour-blind, 64-bit tokens in
  * bytes, and take no decision beyond green or not.

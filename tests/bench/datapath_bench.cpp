@@ -268,6 +268,15 @@ void chain_over_admission(const std::vector<uint8_t> &frame) {
 // same scattered order (bench_hash_2e20), for each key kind and family: one data path each,
 // every flow created by a first pass, then rounds alternating the baseline and the subjects.
 void million_flows(bench *b) {
+    // BENCH_INDEX's chunks: 256 of 4096 flows, made here as a daemon would add them.
+    for (uint32_t c = 0; c < 256; ++c) {
+        int chunk = bpf_map_create(BPF_MAP_TYPE_ARRAY, "bench_chunk", 4, 24 + sizeof(tcm_flow),
+                                   4096, nullptr);
+        int outer = bpf_map__fd(b->maps.bench_flow_index_chunked_chunks);
+        if (chunk < 0 || bpf_map_update_elem(outer, &c, &chunk, 0) != 0)
+            throw std::runtime_error("cannot make BENCH_INDEX's chunks");
+        close(chunk);
+    }
     int empty_fd = bpf_program__fd(b->progs.bench_empty);
     int bare_fd = bpf_program__fd(b->progs.bench_hash_2e20);
     // Steps from the bare hash towards tcm_flows' layout, one change each (bpf/bench.bpf.c).
@@ -286,6 +295,13 @@ void million_flows(bench *b) {
         {"flow_k8", b->progs.bench_flow_k8},
         // The 20-byte key in an array of slots probed by our own hash (BENCH_SLOTS).
         {"flow_slots", b->progs.bench_flow_slots},
+        // The same behind an index of 8-byte entries, the flows in a dense store (BENCH_INDEX).
+        {"flow_index", b->progs.bench_flow_index},
+        {"flow_index_chunked", b->progs.bench_flow_index_chunked},
+        // The slots at a half, two thirds and four fifths full, in tables of any size.
+        {"flow_slots_l50", b->progs.bench_flow_slots_l50},
+        {"flow_slots_l67", b->progs.bench_flow_slots_l67},
+        {"flow_slots_l80", b->progs.bench_flow_slots_l80},
         // The same with work before or after the lookup, and on one key (BENCH_FLOW's @work).
         {"flow_k44_one", b->progs.bench_flow_k44_one},
         {"flow_k44_pre", b->progs.bench_flow_k44_pre},
@@ -380,7 +396,9 @@ void million_flows(bench *b) {
     std::printf("RESULT name=per_src_v4_2e20_split misses_ns=%.1f plain_misses_ns=%.1f "
                 "one_flow_ns=%.1f plain_one_ns=%.1f\n",
                 src - one, plain - plain_one, one, plain_one);
-    for (const char *k : {"flow_k44", "flow_k20", "flow_k8", "flow_slots"})
+    for (const char *k :
+         {"flow_k44", "flow_k20", "flow_k8", "flow_slots", "flow_index", "flow_index_chunked",
+          "flow_slots_l50", "flow_slots_l67", "flow_slots_l80"})
         std::printf("RESULT name=%s_2e20_vs_plain_meter ratio=%.2f\n", k, median(ns[k]) / plain);
     // What work costs on one key and at 2^20 keys: the mock's added before and after its lookup,
     // and the plain meter's beyond the mock's (its spin lock, divisions and compares).
