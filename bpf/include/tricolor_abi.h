@@ -507,10 +507,14 @@ struct tcm_flow {
 };
 
 /* The per-key flow table, tcm_flow_slots (bpf/lib/flow.h): an open-addressed table in an array
- * of 2^k slots, at least twice the flows it may hold, each slot a flow's id and its tcm_flow side
- * by side, so that a packet's flow is one array access at its home slot (TCM_SLOT_HOME) where
- * the kernel's hash map reads a bucket and then an element elsewhere (docs/datapath.md, "The
- * flow table"). A flow sits in the first free slot at or after its home, at most
+ * of slots, each slot a flow's id and its tcm_flow side by side, so that a packet's flow is one
+ * array access at its home slot (TCM_SLOT_HOME) where the kernel's hash map reads a bucket and
+ * then an element elsewhere (docs/datapath.md, "The flow table"). The slots are any number, at
+ * least TCM_SLOT_LOAD_DEN / TCM_SLOT_LOAD_NUM times the flows the table may hold (its capacity:
+ * four fifths full at most), so that memory follows the flows (docs/daemon.md, "The flow
+ * table"): the probes past a flow's home run on in the lines after it, which cost a packet
+ * about what its home's own line does (docs/datapath.md, "The flow table: as full as it may
+ * be"). A flow sits in the first free slot at or after its home (wrapping at the end), at most
  * TCM_FLOW_PROBES - 1 after it; a lookup stops at an empty slot. Deleted flows leave their slot
  * dying (no packet finds it, none may take it) and, once no packet can still hold it (an RCU
  * grace period), free: a new flow may take it, a lookup passes over it, so the probe sequences
@@ -520,7 +524,11 @@ struct tcm_flow {
 #define TCM_SLOT_DYING 0xfffffffeu   /* deleted; packets that found it before may still hold it */
 #define TCM_SLOT_FREE 0xffffffffu    /* deleted, and free for a new flow */
 #define TCM_SLOT_LIVE(head) ((head) != TCM_SLOT_EMPTY && (head) < TCM_SLOT_CLAIMED)
-#define TCM_FLOW_PROBES 32
+/* At four fifths full, 45 of a million flows find no free slot within 128 probes, 9546 within
+ * 32 (tests/bench/flow_slots_sim.py). */
+#define TCM_FLOW_PROBES 128
+#define TCM_SLOT_LOAD_NUM 4 /* a table's capacity: 4/5 of its slots */
+#define TCM_SLOT_LOAD_DEN 5
 struct tcm_flow_slot {
     struct tcm_flow flow;  /* first: a slot's address is its flow's, with no offset that a
                               compiler may add before the lookup's NULL check (the verifier
@@ -542,21 +550,26 @@ struct tcm_slot_scratch {
 };
 
 /* tcm_flow_meta: what the table's layout depends on, kept with its pin (and, for the data path,
- * in its .rodata as tcm_slot_mask and tcm_slot_seed), and the flows it holds. */
+ * in its .rodata as tcm_slot_count, tcm_slot_shift and tcm_slot_seed), and the flows it holds. */
 #define TCM_SLOT_SEED_WORDS 6
 struct tcm_flow_meta {
     __u64 live;     /* flows in the table: added to by the data path, taken from by user space */
     __u32 capacity; /* at most this many live flows (a new one beyond: table_full) */
-    __u32 slots;    /* a power of two, >= 2 * capacity */
+    __u32 slots;    /* >= capacity * TCM_SLOT_LOAD_DEN / TCM_SLOT_LOAD_NUM, >= TCM_FLOW_PROBES (a
+                       power of two >= 2 * capacity in tables made before 2026-11-30) */
     __u32 seed[TCM_SLOT_SEED_WORDS]; /* the secret of TCM_SLOT_HOME */
     __u32 pad[2];
 };
 
-/* The home slot of a flow id under @k (the seed) and @mask (slots - 1): an NH hash of its five
- * words under a secret (a packet chooses its flow's id, so it must not be able to choose where
- * it lands: a flood of ids of one home would make every probe long), finished by MurmurHash3's
- * mix. Shared by the data path and user space: they must agree. */
-#define TCM_SLOT_HOME(id, k, mask)                                                                 \
+/* The home slot of a flow id under @k (the seed) in a table of @n slots, @shift being the bits of
+ * n - 1 (TCM_SLOT_SHIFT): an NH hash of its five words under a secret (a packet chooses its
+ * flow's id, so it must not be able to choose where it lands: a flood of ids of one home would
+ * make every probe long), finished by MurmurHash3's mix, and its low @shift bits scaled to
+ * [0, n) by a multiply and a shift, not a division (the per-packet path has none). For n a power
+ * of two that is the low bits themselves, as tables made before any number of slots was allowed
+ * placed their flows: their pins are read by the same code. Shared by the data path and user
+ * space: they must agree. */
+#define TCM_SLOT_HOME(id, k, n, shift)                                                             \
     ({                                                                                             \
         __u64 h_ = (__u64)(__u32)((id)->head + (k)[0]) * (__u32)((id)->w[0] + (k)[1]) +            \
                    (__u64)(__u32)((id)->w[1] + (k)[2]) * (__u32)((id)->w[2] + (k)[3]) +            \
@@ -564,8 +577,12 @@ struct tcm_flow_meta {
         h_ ^= h_ >> 33;                                                                            \
         h_ *= 0xff51afd7ed558ccdull;                                                               \
         h_ ^= h_ >> 33;                                                                            \
-        (__u32)(h_ & (mask));                                                                      \
+        (__u32)(((h_ & ((1ull << (shift)) - 1)) * (__u64)(n)) >> (shift));                         \
     })
+/* The bits of @n - 1: 2^shift is the least power of two >= @n. */
+#define TCM_SLOT_SHIFT(n) ((n) <= 1 ? 0 : 32 - __builtin_clz((__u32)(n)-1))
+/* The slot after @i in a table of @n: the probe sequence wraps at the end. */
+#define TCM_SLOT_NEXT(i, n) ((i) + 1 < (n) ? (i) + 1 : 0)
 
 /* Per-CPU counters of traffic that no policy metered. */
 struct tcm_global_counters {

@@ -105,13 +105,15 @@ __attribute__((noinline)) int flow_note_tuple(const struct tcm_class_key *key,
 }
 
 /* The flow table's layout, from tcm_flow_meta (datapath_load.cpp), frozen at load. */
-const volatile __u32 tcm_slot_mask = 63;
-const volatile __u32 tcm_slot_capacity = 32;
+const volatile __u32 tcm_slot_count = 256;
+const volatile __u32 tcm_slot_shift = 8;
+const volatile __u32 tcm_slot_capacity = 204;
 const volatile __u32 tcm_slot_seed[TCM_SLOT_SEED_WORDS] = {};
 
 /* The layout of the table of slots of before a resize (tcm_flow_slots_prev), set at load with
  * TCM_MOVING_SLOTS. */
-const volatile __u32 tcm_prev_slot_mask = 63;
+const volatile __u32 tcm_prev_slot_count = 256;
+const volatile __u32 tcm_prev_slot_shift = 8;
 const volatile __u32 tcm_prev_slot_seed[TCM_SLOT_SEED_WORDS] = {};
 
 /* Whether slot @s holds the flow @id: head and words, compared without a branch per word. */
@@ -140,10 +142,9 @@ static __always_inline void flow_slot_publish(struct tcm_flow_slot *s,
  * lookup could be matched with the old words. x86 keeps loads in order.) A bounded loop, not
  * unrolled: its callers are global functions, each verified once. */
 static __always_inline int flow_slot_lookup(const struct tcm_flow_id *id) {
-    __u32 home = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_mask);
+    __u32 idx = TCM_SLOT_HOME(id, tcm_slot_seed, tcm_slot_count, tcm_slot_shift);
 
-    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
-        __u32 idx = (home + i) & tcm_slot_mask;
+    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++, idx = TCM_SLOT_NEXT(idx, tcm_slot_count)) {
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &idx);
         if (!s)
             return -1;
@@ -153,6 +154,13 @@ static __always_inline int flow_slot_lookup(const struct tcm_flow_id *id) {
             return (int)idx;
     }
     return -1;
+}
+
+/* flow_slot_lookup as a global function, for a program that finds a flow on one of many paths
+ * (sock_ops, shape.h): its loop of TCM_FLOW_PROBES probes is then verified once, not once per
+ * path that reaches it. */
+__attribute__((noinline)) int flow_slot_find(const struct tcm_flow_id *id) {
+    return id ? flow_slot_lookup(id) : -1;
 }
 
 /* The flow in slot @got (flow_slot_lookup's, or flow_slot_get's, result): NULL unless @got is a
@@ -314,8 +322,8 @@ __attribute__((noinline)) int flow_slot_scan(void) {
         return 0;
     sk->found = -1;
     sk->claimed = -1;
-    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
-        sk->idx = (sk->home + i) & tcm_slot_mask;
+    sk->idx = sk->home;
+    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++, sk->idx = TCM_SLOT_NEXT(sk->idx, tcm_slot_count)) {
         struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->idx);
         if (!s)
             break;
@@ -348,9 +356,10 @@ __attribute__((noinline)) int flow_prev_scan(void) {
     void *before = bpf_map_lookup_elem(&tcm_flow_slots_prev, &zero);
     if (!before)
         return 0;
-    __u32 home = TCM_SLOT_HOME(&sk->id, tcm_prev_slot_seed, tcm_prev_slot_mask);
-    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++) {
-        sk->prev_idx = (home + i) & tcm_prev_slot_mask;
+    sk->prev_idx =
+        TCM_SLOT_HOME(&sk->id, tcm_prev_slot_seed, tcm_prev_slot_count, tcm_prev_slot_shift);
+    for (__u32 i = 0; i < TCM_FLOW_PROBES;
+         i++, sk->prev_idx = TCM_SLOT_NEXT(sk->prev_idx, tcm_prev_slot_count)) {
         struct tcm_flow_slot *s = bpf_map_lookup_elem(before, &sk->prev_idx);
         if (!s || s->id.head == TCM_SLOT_EMPTY)
             break;
@@ -408,7 +417,7 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
     __builtin_memset(&sk->id, 0, sizeof(sk->id));
     if (flow_key_of(pol, key, &sk->id) < 0)
         return TCM_SLOT_ERROR;
-    sk->home = TCM_SLOT_HOME(&sk->id, tcm_slot_seed, tcm_slot_mask);
+    sk->home = TCM_SLOT_HOME(&sk->id, tcm_slot_seed, tcm_slot_count, tcm_slot_shift);
     struct tcm_flow_slot *hs = bpf_map_lookup_elem(&tcm_flow_slots, &sk->home);
     if (!hs)
         return TCM_SLOT_ERROR;

@@ -217,7 +217,7 @@ static __always_inline void shape_sock_repace(struct bpf_sock_ops *skops, struct
         /* keyed 1: set up by a program whose flow key was 44 bytes; paced under the share
          * until the share is read again. */
         struct tcm_flow *f = sp->keyed == TCM_PACE_KEYED
-                                 ? flow_slot_flow(flow_slot_lookup(&sp->key))
+                                 ? flow_slot_flow(flow_slot_find(&sp->key))
                              : sp->keyed == 0 ? bpf_map_lookup_elem(&tcm_policy_state, &id)
                                               : NULL;
         __u64 tokens = f ? *(volatile __u64 *)&f->meter.c_tokens : 0;

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,7 +40,7 @@ std::vector<uint8_t> from(uint32_t addr, uint32_t l3 = 1000) {
 
 class FlowSlotsTest : public DatapathFixture {
   protected:
-    uint32_t flow_capacity() const override { return 16; } // 64 slots
+    uint32_t flow_capacity() const override { return 16; } // 256 slots (the least)
     void SetUp() override {
         DatapathFixture::SetUp();
         int fd = map_of_prog(dp->xdp_prog_fd(), "tcm_flow_meta");
@@ -47,17 +49,21 @@ class FlowSlotsTest : public DatapathFixture {
         ASSERT_EQ(bpf_map_lookup_elem(fd, &zero, &meta), 0);
         close(fd);
         ASSERT_EQ(meta.capacity, flow_capacity());
-        ASSERT_GE(meta.slots, 2 * flow_capacity());
+        ASSERT_EQ(meta.slots, Datapath::flow_slots_for(flow_capacity()));
+        ASSERT_GE(uint64_t{meta.slots} * TCM_SLOT_LOAD_NUM,
+                  uint64_t{flow_capacity()} * TCM_SLOT_LOAD_DEN);
     }
     uint32_t home(const tcm_flow_id &id) const {
-        return TCM_SLOT_HOME(&id, meta.seed, meta.slots - 1);
+        return TCM_SLOT_HOME(&id, meta.seed, meta.slots, TCM_SLOT_SHIFT(meta.slots));
     }
-    // Sources in 198.18.0.0/16 whose flows under policy 1 have the home slot of the first: @n.
-    std::vector<uint32_t> sharing_a_home(size_t n) const {
+    // Sources in 198.18.0.0/16 whose flows under policy 1 have the home slot of the first (or
+    // @at): @n.
+    std::vector<uint32_t> sharing_a_home(size_t n, std::optional<uint32_t> at = {}) const {
         std::vector<uint32_t> out;
         for (uint32_t i = 1; i < 65536 && out.size() < n; ++i) {
             uint32_t addr = htonl(0xc6120000u | i);
-            if (out.empty() || home(src_id(1, addr)) == home(src_id(1, out[0])))
+            uint32_t h = home(src_id(1, addr));
+            if (at ? h == *at : out.empty() || h == home(src_id(1, out[0])))
                 out.push_back(addr);
         }
         return out;
@@ -117,12 +123,47 @@ TEST_F(FlowSlotsTest, AFreedSlotHidesNoFlowBeyondItAndIsTakenAgain) {
     EXPECT_EQ(dp->global_counters().table_full, 0u);
 }
 
+// A table of any number of slots (1250 for 1000 flows: not a power of two): every home is one of
+// them, the last one's probe sequence goes on at slot 0, and a flow placed there is found again
+// (its second packet meters in its own bucket: red, where a fresh one would be green).
+class FlowSlotsOddTest : public FlowSlotsTest {
+  protected:
+    uint32_t flow_capacity() const override { return 1000; }
+};
+
+TEST_F(FlowSlotsOddTest, TheLastSlotsProbesGoOnAtTheFirst) {
+    ASSERT_EQ(meta.slots, 1250u);
+    Policy p = policy(1, "per-src", Algo::srtcm, 8000, 1500, 0); // 1000 B/s, 1500 B
+    p.per = TCM_PER_SRC;
+    apply({p});
+    auto srcs = sharing_a_home(2, meta.slots - 1);
+    ASSERT_EQ(srcs.size(), 2u) << "no two sources of the last home";
+    for (uint32_t s : srcs)
+        EXPECT_EQ(dp->run_xdp(from(s)).retval, XDP_PASS);
+    auto flows = by_source();
+    ASSERT_EQ(flows.size(), 2u);
+    EXPECT_EQ(flows.find(srcs[0])->second.slot, meta.slots - 1);
+    EXPECT_EQ(flows.find(srcs[1])->second.slot, 0u);
+    EXPECT_EQ(dp->run_xdp(from(srcs[1])).retval, XDP_DROP); // 500 tokens left: its own bucket
+    flows = by_source();
+    ASSERT_EQ(flows.count(srcs[1]), 1u);
+    EXPECT_EQ(flows.find(srcs[1])->second.state.counters.packets[TCM_RED], 1u);
+    // The homes of 65535 sources cover the slots, none beyond the last.
+    std::vector<bool> seen(meta.slots);
+    for (uint32_t i = 1; i < 65536; ++i) {
+        uint32_t h = home(src_id(1, htonl(0xc6120000u | i)));
+        ASSERT_LT(h, meta.slots);
+        seen[h] = true;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), meta.slots);
+}
+
 // A home whose probe sequence is full (TCM_FLOW_PROBES flows of that home before it) has no
 // room for one more even though the table does: that flow is metered in the aggregate bucket
 // and counted in table_full, as when the table is full.
 class FlowSlotsBigTest : public FlowSlotsTest {
   protected:
-    uint32_t flow_capacity() const override { return 40; } // 128 slots: room for the 33rd
+    uint32_t flow_capacity() const override { return 160; } // 256 slots: room for the 129th
 };
 
 TEST_F(FlowSlotsBigTest, AFullProbeSequenceSendsANewFlowToTheAggregate) {

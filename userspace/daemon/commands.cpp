@@ -443,6 +443,7 @@ json Daemon::cmd_status(const json &) {
                  {"capacity", dp_->flow_capacity()},
                  {"max", options_.max_flows},
                  {"grown", grown_},
+                 {"shrunk", shrunk_},
                  {"reclaimed", reclaimed_total_},
                  // A resize's table of before still holds flows to move (moments at most).
                  {"moving", dp_->moving_flows_of_before()},

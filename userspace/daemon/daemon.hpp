@@ -299,6 +299,12 @@ class Daemon {
     // table of before (grow_flow_table_if_needed).
     std::optional<std::chrono::steady_clock::time_point> grow_failed_at_;
     std::chrono::steady_clock::time_point moved_at_;
+    // The live flows a second or so ago and when (new flows a second: rate_), the last resize
+    // of the flow table and how long its load took: a growth sizes the table for the flows that
+    // will come while it loads, and a shrink waits a while after any resize.
+    std::chrono::steady_clock::time_point rate_mark_at_, resized_at_;
+    uint64_t rate_mark_live_ = 0;
+    double rate_ = 0, resize_seconds_ = 1;
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their
     // handlers (handle_locked: under mu_).
@@ -340,6 +346,7 @@ class Daemon {
     uint64_t reclaimed_total_ = 0;
     uint64_t moved_total_ = 0; // flows moved from a table of before by this daemon
     uint64_t grown_ = 0;       // times the flow table grew while this daemon ran
+    uint64_t shrunk_ = 0;      // times it shrank (flows gone)
     mutable int journal_fd_ = -1;
     mutable off_t journal_before_ = 0; // its size before the last record
     mutable size_t journal_records_ = 0;

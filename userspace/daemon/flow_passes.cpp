@@ -4,6 +4,7 @@
 // --top's heavy hitters.
 #include "daemon.hpp"
 #include "daemon_internal.hpp"
+#include "tricolor/flow_sizing.hpp"
 
 #include <chrono>
 #include <iostream>
@@ -94,33 +95,64 @@ bool Daemon::grow_flow_table_if_needed() {
             return false;
     }
     const uint32_t capacity = dp_->flow_capacity();
-    if (capacity >= options_.max_flows || dp_->live_flows() * 2 < capacity ||
-        (grow_failed_at_ && now - *grow_failed_at_ < 10s))
+    const uint64_t live = dp_->live_flows();
+    // New flows a second: over the last tenth of a second or more, or since its start, for a
+    // burst that began after it.
+    auto rate_since_mark = [&] {
+        const double seconds = std::chrono::duration<double>(now - rate_mark_at_).count();
+        return live > rate_mark_live_ ? static_cast<double>(live - rate_mark_live_) / seconds : 0;
+    };
+    const double rate = now - rate_mark_at_ >= 10ms ? std::max(rate_, rate_since_mark()) : rate_;
+    if (now - rate_mark_at_ >= 100ms) {
+        rate_ = rate_since_mark();
+        rate_mark_at_ = now;
+        rate_mark_live_ = live;
+    }
+    if (grow_failed_at_ && now - *grow_failed_at_ < 10s)
         return false;
-    const auto next =
-        static_cast<uint32_t>(std::min<uint64_t>(options_.max_flows, uint64_t{capacity} * 4));
-    // New flows that come faster than the load takes go into a table of the growth's own, made
-    // now, rather than into their policy's bucket (a table of before still moving: not yet). It
-    // holds what the grown table has room for beyond this one's, up to kSpillFlows: a hash map's
-    // bucket array (16 bytes a possible entry) is made whole and stays with the programs until
-    // the next growth, 16 MiB after the last one had it held 786432 flows. 131072 are the new
-    // flows of 1.3 s at 10^5/s beyond the half of the table still free when it grows; the load
-    // takes about one.
-    constexpr uint32_t kSpillFlows = 131072;
-    try {
-        dp_->open_spill(std::min(next - capacity, kSpillFlows));
-    } catch (const std::exception &e) {
-        std::cerr << "tricolord: " << e.what() << std::endl;
+    // The least table: the capacity the daemon started with (--flows), and TCM_START_FLOWS
+    // whatever it was: a table that small is within the goal's constant (flow_sizing.hpp).
+    const uint32_t least =
+        std::min(std::max<uint32_t>(options_.flow_capacity, TCM_START_FLOWS), options_.max_flows);
+    uint32_t next = capacity;
+    if (capacity < options_.max_flows && flow_table_grows(capacity, live)) {
+        // Sized for what it holds and what will come while the programs load (twice the last
+        // load, a second at least, at the rate of late): 70% of its slots then.
+        const double coming = rate * std::max(1.0, 2 * resize_seconds_);
+        next = flow_capacity_for(live + static_cast<uint64_t>(coming), least, options_.max_flows);
+    } else if (now - resized_at_ >= 30s && rate == 0) {
+        // Flows gone (reclaimed): a table whose slots are under two thirds full gives the rest
+        // back, half a minute after any resize and while no flows come.
+        next = flow_capacity_shrunk(capacity, live, least);
+    }
+    if (next == capacity)
+        return false;
+    if (next > capacity) {
+        // New flows that come faster than the load takes go into a table of the growth's own,
+        // made now, rather than into their policy's bucket (a table of before still moving: not
+        // yet). It holds what the grown table has room for beyond this one's, up to
+        // kSpillFlows: a hash map's bucket array (16 bytes a possible entry) is made whole and
+        // stays with the programs until the next growth. 131072 are the new flows of 1.3 s at
+        // 10^5/s; the load takes about one.
+        constexpr uint32_t kSpillFlows = 131072;
+        try {
+            dp_->open_spill(std::min(next - capacity, kSpillFlows));
+        } catch (const std::exception &e) {
+            std::cerr << "tricolord: " << e.what() << std::endl;
+        }
     }
     grow_flow_table(next);
-    if (dp_->flow_capacity() == capacity)
+    if (dp_->flow_capacity() == capacity) {
         grow_failed_at_ = now;
-    else
+    } else {
         grow_failed_at_.reset();
+        resized_at_ = std::chrono::steady_clock::now();
+        resize_seconds_ = std::chrono::duration<double>(resized_at_ - now).count();
+    }
     return !grow_failed_at_;
 }
 
-// As a restart with a bigger table does, within this process: the programs loaded again on the
+// As a restart with another capacity does, within this process: the programs loaded again on the
 // same pins (the table of before set aside), put on every hook over the ones of before (each an
 // atomic replace: no packet passes unmetered), the policies applied to them as they are, the
 // programs of before let go and their table's flows moved. The fleet agent writes no lease
@@ -141,8 +173,8 @@ void Daemon::grow_flow_table(uint32_t capacity) {
         dp_->grow(capacity);
         loaded_ms = ms();
     } catch (const std::exception &e) {
-        log(fmt::format("cannot grow the flow table from {} to {} flows: {}", before, capacity,
-                        e.what()));
+        log(fmt::format("cannot {} the flow table from {} to {} flows: {}",
+                        capacity > before ? "grow" : "shrink", before, capacity, e.what()));
         return;
     }
     std::vector<std::string> problems;
@@ -151,12 +183,13 @@ void Daemon::grow_flow_table(uint32_t capacity) {
     else if (auto r = dp_->apply(prep->policies); !r)
         problems.push_back(r.error());
     reattach_everything(problems);
-    ++grown_;
+    ++(capacity > before ? grown_ : shrunk_);
     moved_at_ = std::chrono::steady_clock::now();
     const auto moved = move_flows_of_before(false);
-    log(fmt::format("the flow table grew from {} to {} flows (at most {}) in {:.0f} ms (the "
+    log(fmt::format("the flow table {} from {} to {} flows (at most {}; {} live) in {:.0f} ms (the "
                     "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
-                    before, capacity, options_.max_flows, ms(), loaded_ms, moved.moved,
+                    capacity > before ? "grew" : "shrank", before, capacity, dp_->live_flows(),
+                    options_.max_flows, ms(), loaded_ms, moved.moved,
                     moved.dropped ? "" : ", the rest at the next passes",
                     problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
 }

@@ -91,8 +91,10 @@ std::optional<int> parse_command_line(int argc, char **argv, CommandLine &cl) {
     app.add_option("--pin-dir", o.pin_dir, "bpffs directory for the pinned maps")
         ->capture_default_str();
     app.add_option("--flows", o.flow_capacity,
-                   "Flow table capacity at the start; it grows 4x whenever it is half full, up "
-                   "to --max-flows, its flows moved with their tokens and counters")
+                   "Flow table capacity at the start, and the least it shrinks to; it grows "
+                   "when 39/40 full, for what it holds and what comes while it loads, up to "
+                   "--max-flows, and shrinks when flows are gone (its slots under two thirds "
+                   "full), its flows moved with their tokens and counters")
         ->capture_default_str()
         ->check(CLI::Range(1u, 1u << 26));
     app.add_option("--max-flows", cl.max_flows,

@@ -42,10 +42,8 @@ bool unchanged_since(const tcm_flow &now, const tcm_flow &then) {
 // The slot of the live flow @id in the table @slots of layout @m, or -1 (as flow_slot_lookup in
 // bpf/lib/flow.h finds it).
 int64_t find_in(const tcm_flow_slot *slots, const tcm_flow_meta &m, const tcm_flow_id &id) {
-    const uint32_t mask = m.slots - 1;
-    const uint32_t home = TCM_SLOT_HOME(&id, m.seed, mask);
-    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
-        const uint32_t idx = (home + i) & mask;
+    uint32_t idx = TCM_SLOT_HOME(&id, m.seed, m.slots, TCM_SLOT_SHIFT(m.slots));
+    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i, idx = TCM_SLOT_NEXT(idx, m.slots)) {
         const tcm_flow_slot *s = &slots[idx];
         const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
         if (head == TCM_SLOT_EMPTY)

@@ -264,13 +264,15 @@ namespace detail {
 template <typename Rodata>
 void set_flow_layout(Rodata *ro, const tcm_flow_meta &layout, uint8_t moving,
                      const std::optional<tcm_flow_meta> &before) {
-    ro->tcm_slot_mask = layout.slots - 1;
+    ro->tcm_slot_count = layout.slots;
+    ro->tcm_slot_shift = TCM_SLOT_SHIFT(layout.slots);
     ro->tcm_slot_capacity = layout.capacity;
     for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
         ro->tcm_slot_seed[i] = layout.seed[i];
     ro->tcm_flows_moving = moving;
     if (before) {
-        ro->tcm_prev_slot_mask = before->slots - 1;
+        ro->tcm_prev_slot_count = before->slots;
+        ro->tcm_prev_slot_shift = TCM_SLOT_SHIFT(before->slots);
         for (int i = 0; i < TCM_SLOT_SEED_WORDS; ++i)
             ro->tcm_prev_slot_seed[i] = before->seed[i];
     }

@@ -78,6 +78,12 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
 // of half the capacity (RSS spreads the flows; the table grows when half full), a power of two,
 // within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES: about 28 bytes a flow of
 // capacity in all, whatever the CPUs, an eighth of the flow table's.
+uint32_t Datapath::flow_slots_for(uint32_t capacity) {
+    const uint64_t slots =
+        (uint64_t{capacity} * TCM_SLOT_LOAD_DEN + TCM_SLOT_LOAD_NUM - 1) / TCM_SLOT_LOAD_NUM;
+    return static_cast<uint32_t>(std::max<uint64_t>(slots, 2 * TCM_FLOW_PROBES));
+}
+
 uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {
     const uint32_t cpus = static_cast<uint32_t>(std::max(libbpf_num_possible_cpus(), 1));
     const uint32_t want = std::max<uint32_t>(flow_capacity / 2 / cpus, 1);
@@ -205,8 +211,10 @@ std::optional<tcm_flow_meta> set_aside_resized_table(const std::string &pin_path
     return prev;
 }
 
-// The flow table's layout for @capacity flows: a power of two of slots, at least twice as many,
-// and a new secret; or, if the table is pinned at @pin_path, what it was made with.
+// The flow table's layout for @capacity flows: slots for it at four fifths full
+// (TCM_SLOT_LOAD_NUM / TCM_SLOT_LOAD_DEN), any number of them, and a new secret; or, if the table
+// is pinned at @pin_path, what it was made with (a table of before 2026-11-30: a power of two of
+// slots, twice its capacity at least, which TCM_SLOT_HOME reads as it was written).
 tcm_flow_meta flow_table_layout(const std::string &pin_path, uint32_t capacity) {
     if (!pin_path.empty())
         if (auto m = pinned_flow_layout(pin_path + "/tcm_flow_meta"))
@@ -216,9 +224,7 @@ tcm_flow_meta flow_table_layout(const std::string &pin_path, uint32_t capacity) 
         throw std::runtime_error(
             fmt::format("a flow table of {} flows is more than {}", capacity, 1u << 30));
     m.capacity = capacity;
-    m.slots = 64;
-    while (m.slots < 2 * static_cast<uint64_t>(capacity))
-        m.slots *= 2;
+    m.slots = Datapath::flow_slots_for(capacity);
     if (getrandom(m.seed, sizeof(m.seed), 0) != static_cast<ssize_t>(sizeof(m.seed)))
         throw std::runtime_error(
             fmt::format("cannot draw the flow table's secret: {}", errno_text(errno)));

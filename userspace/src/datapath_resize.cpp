@@ -70,10 +70,10 @@ void Datapath::Impl::hand_over_table_of_before() {
 // slot's guard (the caller's): in the first free slot of its probe sequence, or, if a packet made
 // it there too, its counts joined to that one's. 1: done; -1: a lock held, or no room.
 int Datapath::Impl::place_moved(const tcm_flow_id &id, const tcm_flow &state, uint32_t home) {
-    const uint32_t mask = meta->slots - 1;
+    const uint32_t n = meta->slots;
     int64_t found = -1, claimed = -1;
-    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i) {
-        const uint32_t at = (home + i) & mask;
+    uint32_t at = home;
+    for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i, at = TCM_SLOT_NEXT(at, n)) {
         tcm_flow_slot *s = &slots[at];
         uint32_t h = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);
         if (h == id.head && std::memcmp(s->id.w, id.w, sizeof(id.w)) == 0) {
@@ -144,7 +144,7 @@ int Datapath::Impl::move_slot_of_before(uint32_t idx) {
         release_before(0); // deleted meanwhile (a reclaim)
         return 0;
     }
-    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots - 1);
+    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots, TCM_SLOT_SHIFT(meta->slots));
     if (!take(&slots[home].guard)) {
         release_before(0);
         return -1;
@@ -189,7 +189,8 @@ void Datapath::Impl::move_hash_of_before(MoveResult &r) {
         prev, 1, [&](const tcm_flow_id &k, const tcm_flow *) { keys.push_back(k); });
     size_t left = 0;
     for (const auto &id : keys) {
-        const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots - 1);
+        const uint32_t home =
+            TCM_SLOT_HOME(&id, meta->seed, meta->slots, TCM_SLOT_SHIFT(meta->slots));
         if (!take(&slots[home].guard)) {
             ++left;
             continue;
