@@ -119,7 +119,8 @@ bool Daemon::grow_flow_table_if_needed() {
         // Sized for what it holds and what will come while the programs load (twice the last
         // load, a second at least, at the rate of late): 70% of its slots then.
         const double coming = rate * std::max(1.0, 2 * resize_seconds_);
-        next = flow_capacity_for(live + static_cast<uint64_t>(coming), least, options_.max_flows);
+        next = flow_capacity_for(capacity, live + static_cast<uint64_t>(coming), least,
+                                 options_.max_flows);
     } else if (now - resized_at_ >= 30s && rate == 0) {
         // Flows gone (reclaimed): a table whose slots are under two thirds full gives the rest
         // back, half a minute after any resize and while no flows come.
@@ -188,8 +189,8 @@ void Daemon::grow_flow_table(uint32_t capacity) {
     const auto moved = move_flows_of_before(false);
     log(fmt::format("the flow table {} from {} to {} flows (at most {}; {} live) in {:.0f} ms (the "
                     "programs loaded in {:.0f}): {} flows moved with their tokens and counters{}{}",
-                    capacity > before ? "grew" : "shrank", before, capacity, dp_->live_flows(),
-                    options_.max_flows, ms(), loaded_ms, moved.moved,
+                    capacity > before ? "grew" : "shrank", before, capacity, options_.max_flows,
+                    dp_->live_flows(), ms(), loaded_ms, moved.moved,
                     moved.dropped ? "" : ", the rest at the next passes",
                     problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
 }

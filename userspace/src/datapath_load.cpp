@@ -3,6 +3,7 @@
 // pinned) and loading the objects, and the handles the loaded programs expose (their fds, clock,
 // runtime switches).
 #include "datapath_impl.hpp"
+#include "tricolor/flow_sizing.hpp"
 #include "tricolor/bpf_load.hpp"
 #include "tricolor/text.hpp"
 
@@ -79,9 +80,7 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
 // within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES: about 28 bytes a flow of
 // capacity in all, whatever the CPUs, an eighth of the flow table's.
 uint32_t Datapath::flow_slots_for(uint32_t capacity) {
-    const uint64_t slots =
-        (uint64_t{capacity} * TCM_SLOT_LOAD_DEN + TCM_SLOT_LOAD_NUM - 1) / TCM_SLOT_LOAD_NUM;
-    return static_cast<uint32_t>(std::max<uint64_t>(slots, 2 * TCM_FLOW_PROBES));
+    return tricolor::flow_slots_for(capacity);
 }
 
 uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 // flow_sizing.hpp: how big tricolord keeps the flow table (docs/daemon.md, "The flow table"), in
 // flows of capacity, the slots being TCM_SLOT_LOAD_DEN / TCM_SLOT_LOAD_NUM of that
-// (Datapath::flow_slots_for). The goal (docs/spec.md §15): the table's memory within 1.5x its
-// flows' slots plus a constant, i.e. its slots at least two thirds full once it is bigger than
-// the least table. So it grows once its slots are 78% full, to 70% full with what it holds then
-// and what will come while the programs load, and shrinks, when they are under two thirds full,
-// to 72%. (At 4/5 full, its capacity, 45 new flows in a million find no free slot within
-// TCM_FLOW_PROBES: tests/bench/flow_slots_sim.py.)
+// (flow_slots_for). The goal (docs/spec.md §15): the table's memory within 1.5x its flows' slots
+// plus a constant, the least table's (TCM_START_FLOWS flows: 2 MiB). So it grows once 39/40 full
+// (its slots 78% full), or with 4096 flows of room left in a smaller table, to its slots 70% full
+// with what it holds then and what will come while the programs load, by 9/8 at least; and
+// shrinks, once flows have gone and it is not within the goal, to 72%. (At 4/5 full, its
+// capacity, 45 new flows in a million find no free slot within TCM_FLOW_PROBES:
+// tests/bench/flow_slots_sim.py.)
 #pragma once
 
 #include <algorithm>
@@ -16,27 +17,45 @@
 
 namespace tricolor {
 
-// Whether a table of @capacity flows that holds @live grows now: 39/40 of its capacity (its
-// slots 78% full; the last 1/40 and the growth's own table take the flows that come while the
-// programs load).
+// Whether a table of @capacity flows that holds @live grows now: at 39/40 of its capacity, or
+// 4096 flows short of it (the room for 40 ms of flows at 10^5/s, while the daemon sees it and
+// opens the growth's own table) in a table of under 163840, or at half in a table of under
+// 8192.
 constexpr bool flow_table_grows(uint32_t capacity, uint64_t live) {
-    return live * 40 >= uint64_t{capacity} * 39;
+    const uint64_t c = capacity, room = std::min(std::max<uint64_t>(c / 40, 4096), c / 2);
+    return live >= c - room;
 }
 
-// The capacity of a table for @want flows with its slots 70% full (capacity 8/7 of @want), in
-// [@least, @most].
-constexpr uint32_t flow_capacity_for(uint64_t want, uint32_t least, uint32_t most) {
-    const uint64_t c = (want * 8 + 6) / 7;
+// The capacity a table of @capacity flows grows to for @want flows: its slots 70% full with
+// them (capacity 8/7 of @want), 9/8 of @capacity at least (a growth is a load of the programs),
+// in [@least, @most].
+constexpr uint32_t flow_capacity_for(uint32_t capacity, uint64_t want, uint32_t least,
+                                     uint32_t most) {
+    const uint64_t c = std::max((want * 8 + 6) / 7, (uint64_t{capacity} * 9 + 7) / 8);
     return static_cast<uint32_t>(std::clamp<uint64_t>(c, least, std::max(least, most)));
 }
 
-// What a table of @capacity flows that holds @live shrinks to, or @capacity if it does not:
-// its slots under two thirds full (@live under 5/6 of @capacity) and bigger than @least, to
-// 72% full (capacity 10/9 of @live), at least @least.
+// The slots of a table of @capacity flows: four fifths full at capacity (TCM_SLOT_LOAD_NUM /
+// TCM_SLOT_LOAD_DEN), 2 * TCM_FLOW_PROBES at least.
+constexpr uint32_t flow_slots_for(uint32_t capacity) {
+    const uint64_t slots =
+        (uint64_t{capacity} * TCM_SLOT_LOAD_DEN + TCM_SLOT_LOAD_NUM - 1) / TCM_SLOT_LOAD_NUM;
+    return static_cast<uint32_t>(std::max<uint64_t>(slots, 2 * TCM_FLOW_PROBES));
+}
+
+// Whether a table of @capacity flows that holds @live is within the goal: its slots at most 1.5
+// a flow plus those of the least table (of @least flows).
+constexpr bool flow_table_within_goal(uint32_t capacity, uint64_t live, uint32_t least) {
+    return uint64_t{flow_slots_for(capacity)} * 2 <= 3 * live + 2 * uint64_t{flow_slots_for(least)};
+}
+
+// What a table of @capacity flows that holds @live shrinks to, or @capacity if it does not: once
+// it is not within the goal (flows gone), to its slots 72% full (capacity 10/9 of @live) and
+// 4096 flows of room at least (flow_table_grows), @least at least.
 constexpr uint32_t flow_capacity_shrunk(uint32_t capacity, uint64_t live, uint32_t least) {
-    if (capacity <= least || live * 6 >= uint64_t{capacity} * 5)
+    if (capacity <= least || flow_table_within_goal(capacity, live, least))
         return capacity;
-    const uint64_t c = (live * 10 + 8) / 9;
+    const uint64_t c = std::max((live * 10 + 8) / 9, live + 4097);
     return static_cast<uint32_t>(std::clamp<uint64_t>(c, least, capacity));
 }
 
