@@ -293,9 +293,25 @@ mutant spill-hash-not-moved userspace/src/datapath_resize.cpp \
     "flow table growth: the daemon leaves the growth's table's flows to their next packet (its pin, and the next growth's, wait)" \
     "$SPILL_BPF"
 mutant grow-never userspace/daemon/flow_passes.cpp \
-    's/dp_->live_flows\(\) \* 2 < capacity/true/' \
+    's/flow_table_grows\(capacity, live\)/false/' \
     "flow table growth: the table never grows" \
     "e2e:FlowTable.GrowsUnderTrafficAndEveryPacketIsMeteredByItsOwnFlow"
+mutant shrink-never userspace/daemon/flow_passes.cpp \
+    's/next = flow_capacity_shrunk\(capacity, live, least\);/(void)least;/' \
+    "flow table: flows gone never give the table's memory back" \
+    "e2e:FlowTable.FlowsGoneShrinkTheTableAndTheRestMoveWhole"
+mutant sizing-loose userspace/include/tricolor/flow_sizing.hpp \
+    's/\(want \* 8 \+ 6\) \/ 7/(want * 4 + 2) \/ 3/' \
+    "flow table: a growth sizes the table for its flows at 3/5 of its slots (memory beyond 1.5 slots a flow)" \
+    "unit:FlowSizing.*"
+mutant slot-probe-no-wrap bpf/include/tricolor_abi.h \
+    's/#define TCM_SLOT_NEXT\(i, n\) \(\(i\) \+ 1 < \(n\) \? \(i\) \+ 1 : 0\)/#define TCM_SLOT_NEXT(i, n) ((i) + 1)/' \
+    "flow table: the last slots' probes run off the end of the table instead of going on at the first" \
+    "bpf:FlowSlotsOddTest.*"
+mutant slot-home-unscaled bpf/include/tricolor_abi.h \
+    's/\(__u32\)\(\(\(h_ & \(\(1ull << \(shift\)\) - 1\)\) \* \(__u64\)\(n\)\) >> \(shift\)\)/(__u32)(h_ \& ((1ull << (shift)) - 1))/' \
+    "flow table: a home is the hash's low bits, beyond the last slot of a table of any size" \
+    "bpf:FlowSlotsOddTest.*"
 mutant grow-not-reattached userspace/daemon/flow_passes.cpp \
     's/if \(auto r = do_attach\(a\); !r\)/if (auto r = Result<AttachResult>(); false)/' \
     "flow table growth: the hooks keep the programs of before (and their table)" \
