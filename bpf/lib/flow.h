@@ -310,68 +310,73 @@ static long flow_guard_try(__u32 index, void *arg) {
     return __sync_val_compare_and_swap(ctx->guard, 0, 1) == 0;
 }
 
-/* flow_slot_create's probes under the guard, on its scratch state (tcm_slot_key): the slot of
- * the flow if another packet made it meanwhile (found), else the first free slot of the probe
- * sequence, claimed with a cmpxchg on its head (another home's creator may want it too). A
- * global function of its own: its loop's registers are not flow_slot_create's, whose frame then
- * stays small (Linux 6.1 counts each frame as a multiple of 32 bytes). */
-__attribute__((noinline)) int flow_slot_scan(void) {
+/* One probe of flow_slot_create's scan under the guard, on its scratch state (tcm_slot_key):
+ * the slot of the flow if another packet made it meanwhile (found), else the first free slot
+ * of the probe sequence, claimed with a cmpxchg on its head (another home's creator may want it
+ * too). A bpf_loop callback, verified once whatever TCM_FLOW_PROBES is (a bounded loop is
+ * walked once per probe, which took Linux 6.1's count for the tc program past its million
+ * with clang 16 and 17 at 128 probes), its state in the scratch (Linux 6.1 counts each frame as
+ * a multiple of 32 bytes: flow_slot_create's has no room for more). 1 ends the scan. */
+static long flow_scan_step(__u32 index, void *arg) {
     __u32 zero = 0;
     struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
     if (!sk)
-        return 0;
-    sk->found = -1;
-    sk->claimed = -1;
-    sk->idx = sk->home;
-    for (__u32 i = 0; i < TCM_FLOW_PROBES; i++, sk->idx = TCM_SLOT_NEXT(sk->idx, tcm_slot_count)) {
-        struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->idx);
-        if (!s)
-            break;
-        __u32 head = s->id.head;
-        if (flow_slot_holds(s, &sk->id)) {
-            sk->found = (int)sk->idx;
-            break;
-        }
-        if (sk->claimed < 0 && (head == TCM_SLOT_EMPTY || head == TCM_SLOT_FREE) &&
-            __sync_val_compare_and_swap(&s->id.head, head, TCM_SLOT_CLAIMED) == head)
-            sk->claimed = (int)sk->idx;
-        /* Nothing of this home lies beyond a slot that was empty (another's claim of it
-         * since changes nothing: ours is excluded by the guard). */
-        if (head == TCM_SLOT_EMPTY)
-            break;
+        return 1;
+    struct tcm_flow_slot *s = bpf_map_lookup_elem(&tcm_flow_slots, &sk->idx);
+    if (!s)
+        return 1;
+    __u32 head = s->id.head;
+    if (flow_slot_holds(s, &sk->id)) {
+        sk->found = (int)sk->idx;
+        return 1;
     }
+    if (sk->claimed < 0 && (head == TCM_SLOT_EMPTY || head == TCM_SLOT_FREE) &&
+        __sync_val_compare_and_swap(&s->id.head, head, TCM_SLOT_CLAIMED) == head)
+        sk->claimed = (int)sk->idx;
+    /* Nothing of this home lies beyond a slot that was empty (another's claim of it since
+     * changes nothing: ours is excluded by the guard). */
+    if (head == TCM_SLOT_EMPTY)
+        return 1;
+    sk->idx = TCM_SLOT_NEXT(sk->idx, tcm_slot_count);
     return 0;
 }
 
-/* The slot of the flow being made (tcm_slot_key's id) in the table of slots of before a resize,
- * under that table's layout, into the scratch's prev (-1: not there). Under the new home's
- * guard, as flow_slot_scan: user space moving the same flow takes that guard too. A global
- * function of its own, for the same reason. */
-__attribute__((noinline)) int flow_prev_scan(void) {
+static __always_inline void flow_slot_scan(struct tcm_slot_scratch *sk) {
+    sk->found = -1;
+    sk->claimed = -1;
+    sk->idx = sk->home;
+    bpf_loop(TCM_FLOW_PROBES, flow_scan_step, NULL, 0);
+}
+
+/* One probe for the flow being made (tcm_slot_key's id) in the table of slots of before a
+ * resize, under that table's layout, into the scratch's prev (-1: not there). Under the new
+ * home's guard, as flow_scan_step: user space moving the same flow takes that guard too. A
+ * bpf_loop callback, for the same reasons. */
+static long flow_prev_step(__u32 index, void *arg) {
     __u32 zero = 0;
     struct tcm_slot_scratch *sk = bpf_map_lookup_elem(&tcm_slot_key, &zero);
-    if (!sk)
-        return 0;
-    sk->prev = -1;
     void *before = bpf_map_lookup_elem(&tcm_flow_slots_prev, &zero);
-    if (!before)
-        return 0;
+    if (!sk || !before)
+        return 1;
+    struct tcm_flow_slot *s = bpf_map_lookup_elem(before, &sk->prev_idx);
+    if (!s || s->id.head == TCM_SLOT_EMPTY)
+        return 1;
+    /* Moved already (and since reclaimed from the slots, or this would not be asked): not
+     * there, or its next packet would wait on a lock no one releases. */
+    if (flow_slot_holds(s, &sk->id)) {
+        if (s->flow.lock != TCM_FLOW_MOVED)
+            sk->prev = (int)sk->prev_idx;
+        return 1;
+    }
+    sk->prev_idx = TCM_SLOT_NEXT(sk->prev_idx, tcm_prev_slot_count);
+    return 0;
+}
+
+static __always_inline void flow_prev_scan(struct tcm_slot_scratch *sk) {
+    sk->prev = -1;
     sk->prev_idx =
         TCM_SLOT_HOME(&sk->id, tcm_prev_slot_seed, tcm_prev_slot_count, tcm_prev_slot_shift);
-    for (__u32 i = 0; i < TCM_FLOW_PROBES;
-         i++, sk->prev_idx = TCM_SLOT_NEXT(sk->prev_idx, tcm_prev_slot_count)) {
-        struct tcm_flow_slot *s = bpf_map_lookup_elem(before, &sk->prev_idx);
-        if (!s || s->id.head == TCM_SLOT_EMPTY)
-            break;
-        /* Moved already (and since reclaimed from the slots, or this would not be asked):
-         * not there, or its next packet would wait on a lock no one releases. */
-        if (flow_slot_holds(s, &sk->id)) {
-            if (s->flow.lock != TCM_FLOW_MOVED)
-                sk->prev = (int)sk->prev_idx;
-            break;
-        }
-    }
-    return 0;
+    bpf_loop(TCM_FLOW_PROBES, flow_prev_step, NULL, 0);
 }
 
 #ifndef EEXIST
@@ -426,14 +431,14 @@ __attribute__((noinline)) int flow_slot_create(const struct tcm_policy *pol,
         if (bpf_loop(TCM_LOCK_SPINS, flow_guard_try, &g, 0) >= TCM_LOCK_SPINS)
             return TCM_SLOT_STUCK;
     }
-    flow_slot_scan();
+    flow_slot_scan(sk);
     /* A growth under way: a flow made in its table while this one had no room is there, not
      * here, though this one may have room again (flows reclaimed). Made there only when this
      * one has none (below). */
     const int spilled = sk->found < 0 ? flow_spill_get(0) : TCM_SLOT_FULL;
     if ((tcm_flows_moving & TCM_MOVING_SLOTS) && sk->found < 0 && sk->claimed >= 0 &&
         spilled != TCM_SLOT_SPILLED)
-        flow_prev_scan();
+        flow_prev_scan(sk);
     /* A slot claimed but not used is freed again, never emptied: another home's flow may have
      * been placed beyond it meanwhile, which an empty slot would hide. */
     int ret = sk->found, release = sk->found >= 0 ? sk->claimed : -1;

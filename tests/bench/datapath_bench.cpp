@@ -14,6 +14,7 @@
 #include "bench_meters.h"
 #include "packet.hpp"
 #include "test_util.hpp"
+#include "tricolor/flow_sizing.hpp"
 #include "tricolor/datapath.hpp"
 #include "tricolor/replay.hpp"
 
@@ -413,7 +414,7 @@ void million_flows(bench *b) {
 
 // Green per source by the flows the table holds (docs/benchmarks.md, "Footprint"): 1, 10^3,
 // 10^5 and 2^20 sources in a scattered order, each in a data path whose table has the capacity
-// the daemon's would have grown to for that many (from 16384, 4x at half full, at most 2^20),
+// the daemon's settles at for that many (flow_capacity_settled: from 16384, at most 2^20),
 // against the plain eBPF meter over as many keys in the same order, alternated.
 void flows_by_count() {
     auto v4 = Packet().ipv4("198.18.0.1", "198.19.0.1").udp(1000, 2000).l3_size(64).build();
@@ -421,9 +422,7 @@ void flows_by_count() {
                 "ns/packet", "plain ns", "ratio");
     for (auto [flows, name] : {std::pair{1u, "1"}, std::pair{1000u, "1e3"},
                                std::pair{100000u, "1e5"}, std::pair{1u << 20, "2e20"}}) {
-        uint32_t capacity = TCM_START_FLOWS;
-        while (2ull * flows >= capacity && capacity < (1u << 20))
-            capacity *= 4;
+        const uint32_t capacity = flow_capacity_settled(flows, TCM_START_FLOWS, 1u << 20);
         DatapathOptions o;
         o.flow_capacity = capacity;
         o.bench_spread = flows > 1 ? 1 : 0;

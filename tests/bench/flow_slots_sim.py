@@ -5,7 +5,7 @@
 # table's linear probing with homes drawn at random (what a keyed hash gives keys a sender cannot
 # choose). Prints one RESULT line a load: the flows that found no slot per million inserted.
 #
-#   tests/bench/flow_slots_sim.py [LOG2_SLOTS] [PROBES]   (defaults 20 and 32; a minute or so)
+#   tests/bench/flow_slots_sim.py [LOG2_SLOTS] [PROBES]   (defaults 20 and 128; a few minutes)
 import random
 import sys
 
@@ -30,11 +30,11 @@ def fill(log2_slots, probes, load, rng):
 
 def main():
     log2_slots = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    probes = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+    probes = int(sys.argv[2]) if len(sys.argv) > 2 else 128
     rng = random.Random(1)
-    # 0.5: a table at its capacity (slots are at least twice the capacity); 0.25: the least a
-    # full table can be (a capacity just over a power of two); 0.75: for comparison.
-    for load in (0.25, 0.5, 0.75):
+    # 0.8: a table at its capacity (5/4 slots a flow); 0.7: one just grown; 0.5: the tables of
+    # before 2026-11-30 at theirs (a power of two of slots, twice the capacity at least).
+    for load in (0.5, 0.7, 0.8):
         n, failed = fill(log2_slots, probes, load, rng)
         print(f"RESULT name=flow_slots_full_probe_load{int(load * 100)} "
               f"per_million={failed * 1e6 / n:.1f} flows={n} probes={probes}")

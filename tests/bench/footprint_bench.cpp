@@ -3,7 +3,10 @@
 // benchmarks.md, "Footprint"). A real daemon with its defaults (a flow table of 16384 flows that
 // grows to 2^20) and its own pin directory, one per-source policy; flows made by running its XDP
 // program through BPF_PROG_TEST_RUN, one packet per IPv6 source of 2001:db8::/64 (nothing is sent
-// anywhere), waiting for the table to grow whenever it is nearly half full. At each count:
+// anywhere), waiting for the table to grow whenever it is about to, and at each count for it to
+// settle (a growth sizes it for the flows that come while it loads, at the rate it saw: here,
+// made as fast as a CPU runs the program, more than come; it shrinks back half a minute on,
+// flow_sizing.hpp). At each count:
 //   the kernel memory of every map its programs use (memlock, as bpftool shows it), the flow
 //   table's share of it (slots, tuples, meta, the last growth's own table), what each CPU of
 //   the host adds to it (the per-CPU maps' memory divided by the CPUs, but the classification
@@ -12,9 +15,11 @@
 //   memory:
 //   RESULT name=footprint_<flows> flows=<in the table> capacity=<the table's> map_mib=<all maps>
 //          flow_table_mib=<its part> per_cpu_kib=<a CPU's share> class_cache_kib=<all CPUs'>
-//          rss_mib=<the daemon's>
+//          rss_mib=<the daemon's> slots_mib=<the table's slots'>
+//          goal_mib=<what spec §15 allows them: 1.5 a flow plus the least table's>
 //          [target_map_mib=16 target_rss_mib=32]
 #include "bench_daemon.hpp"
+#include "tricolor/flow_sizing.hpp"
 #include "packet.hpp"
 #include "test_util.hpp"
 
@@ -142,12 +147,17 @@ int main() {
                         static_cast<unsigned long long>(meta ? meta->live : 0),
                         meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
                         cache_kib, mib(rss));
+            // The slots against the goal (spec §15): 1.5 a flow plus the least table's.
+            const uint64_t live = meta ? meta->live : 0;
+            const double slots_mib = mib(uint64_t{meta ? meta->slots : 0} * sizeof(tcm_flow_slot));
+            const double goal_mib =
+                mib((3 * live / 2 + flow_slots_for(TCM_START_FLOWS)) * sizeof(tcm_flow_slot));
             std::printf("RESULT name=footprint_%s flows=%llu capacity=%u map_mib=%.1f "
                         "flow_table_mib=%.1f per_cpu_kib=%.1f class_cache_kib=%.1f "
-                        "rss_mib=%.1f%s\n",
-                        name, static_cast<unsigned long long>(meta ? meta->live : 0),
-                        meta ? meta->capacity : 0, mib(f.maps), mib(f.flow_table), cpu_kib,
-                        cache_kib, mib(rss), idle ? " target_map_mib=16 target_rss_mib=32" : "");
+                        "rss_mib=%.1f slots_mib=%.1f goal_mib=%.1f%s\n",
+                        name, static_cast<unsigned long long>(live), meta ? meta->capacity : 0,
+                        mib(f.maps), mib(f.flow_table), cpu_kib, cache_kib, mib(rss), slots_mib,
+                        goal_mib, idle ? " target_map_mib=16 target_rss_mib=32" : "");
         };
         std::printf("%-10s %10s %10s %12s %12s %12s %12s %10s\n", "", "flows", "capacity",
                     "maps MiB", "flow tbl MiB", "KiB a CPU", "cache KiB", "RSS MiB");
@@ -169,11 +179,11 @@ int main() {
         for (auto [target, name] :
              {std::pair{1000u, "1e3"}, std::pair{100000u, "1e5"}, std::pair{1u << 20, "2e20"}}) {
             for (; made < target; ++made) {
-                // Nearly half full: the daemon grows the table (programs loaded again); the
-                // flows made meanwhile would go to the policy's bucket, so wait for it.
+                // About to grow: the daemon grows the table (programs loaded again); the flows
+                // made meanwhile would go to the policy's bucket, so wait for it.
                 if (made % 1024 == 0) {
                     auto meta = Datapath::pinned_flow_table(d.pin);
-                    if (meta && meta->live + 2048 >= meta->capacity / 2 &&
+                    if (meta && flow_table_grows(meta->capacity, meta->live + 2048) &&
                         meta->capacity < (1u << 20)) {
                         const uint32_t before = meta->capacity;
                         for (int i = 0; i < 500; ++i) {
@@ -193,15 +203,24 @@ int main() {
                 frame[37] = made;
                 bench::run_once(prog, frame);
             }
-            // The program of before let go, its table dropped at the daemon's next look.
+            // The table settled: within the goal for its flows (a growth that sized it for more
+            // shrunk back), no table of before left.
             close(prog);
+            for (int i = 0; i < 900; ++i) {
+                auto meta = Datapath::pinned_flow_table(d.pin);
+                if (meta && flow_table_within_goal(meta->capacity, meta->live, TCM_START_FLOWS) &&
+                    !flows_status()["moving"].get<bool>())
+                    break;
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
             prog = d.xdp_prog();
             report(name, false);
         }
         close(prog);
         auto st = flows_status();
-        std::printf("grown %d times; table_full %llu\n", st["grown"].get<int>(),
+        std::printf("grown %d times, shrunk %d; table_full %llu\n", st["grown"].get<int>(),
+                    st["shrunk"].get<int>(),
                     static_cast<unsigned long long>(
                         d.ask({{"cmd", "stats"}})["table_full"].get<uint64_t>()));
     } catch (const std::exception &e) {

@@ -240,8 +240,9 @@ TEST_F(FlowTable, TheConfigsMaxFlowsBoundsTheGrowth) {
     EXPECT_EQ(stats()["table_full"], 0);
 }
 
-// A restart with another --flows resizes the pinned table, either way, and the flows move with
-// their tokens: the third packet of each is red after the restart as it would have been.
+// A restart resizes a pinned table that is not within the goal for its flows (3000 in 65536: to
+// 16384, the least) or under --flows, and the flows move with their tokens: the third packet of
+// each is red after the restart as it would have been.
 TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
     add_policy(); // the fixture's daemon: --flows 65536
     ASSERT_FALSE(HasFailure());
@@ -252,7 +253,7 @@ TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
     daemon->start();
     EXPECT_THAT(daemon->log(), HasSubstr("3000 flows moved into it"));
     auto st = status()["flows"];
-    EXPECT_EQ(st["capacity"], 8192);
+    EXPECT_EQ(st["capacity"], TCM_START_FLOWS);
     EXPECT_EQ(st["moving"], false);
     EXPECT_FALSE(std::filesystem::exists(
         fmt::format("{}/abi{}/tcm_flow_slots_prev", daemon->pin_dir(), TCM_ABI_VERSION)));
@@ -267,9 +268,9 @@ TEST_F(FlowTable, ARestartWithAnotherSizeMovesEveryFlowWhole) {
     } catch (const std::runtime_error &e) {
         EXPECT_THAT(e.what(), HasSubstr("it holds 3000"));
     }
-    daemon_with({"--flows", "8192"});
+    daemon_with({"--flows", "32768"});
     daemon->start();
-    EXPECT_EQ(status()["flows"]["capacity"], 8192);
+    EXPECT_EQ(status()["flows"]["capacity"], 32768) << "under --flows: made to it";
     expect_each_flow_two_green_one_red(n);
 }
 

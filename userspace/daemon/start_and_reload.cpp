@@ -3,6 +3,7 @@
 // file, whichever is newer) and on SIGHUP (the config, all or nothing).
 #include "daemon_internal.hpp"
 #include "tricolor/control.hpp"
+#include "tricolor/flow_sizing.hpp"
 
 #include "tricolor/shape.hpp"
 #include "tricolor/text.hpp"
@@ -98,21 +99,22 @@ Result<StartChoice> choose_start(const DaemonOptions &o, const std::string &jour
 }
 
 // The flow table's capacity at this start: --flows for a new one; a pinned one's own, unless it
-// is over --max-flows or more than 4x what its flows need (an upgrade from a table allocated
-// whole, or a spike long gone): then what they need, on the ladder it grows by (--flows times
-// a power of 4, at most --max-flows), its flows moved into it.
+// is over --max-flows or under --flows, is not within the goal for its flows (a spike long gone),
+// would grow at once, or is of the layout of before 2026-11-30 (a power of two of slots, twice
+// its capacity): then one made for its flows (flow_capacity_settled), its flows moved into it
+// with their tokens and counters.
 uint32_t start_capacity(const DaemonOptions &o) {
     const uint32_t first = std::min(o.flow_capacity, o.max_flows);
     auto pinned = Datapath::pinned_flow_table(o.pin_dir);
     if (!pinned)
         return first;
-    uint64_t want = first;
-    while (want < 2 * pinned->live && want < o.max_flows)
-        want *= 4;
-    want = std::min<uint64_t>(want, o.max_flows);
-    if (pinned->capacity > o.max_flows || pinned->capacity > 4 * want || pinned->capacity < first)
-        return static_cast<uint32_t>(want);
-    return pinned->capacity;
+    const uint32_t least =
+        std::min(std::max<uint32_t>(o.flow_capacity, TCM_START_FLOWS), o.max_flows);
+    const uint32_t c = pinned->capacity;
+    if (c > o.max_flows || c < first || pinned->slots != flow_slots_for(c) ||
+        !flow_table_within_goal(c, pinned->live, least) || flow_table_grows(c, pinned->live))
+        return std::max(first, flow_capacity_settled(pinned->live, least, o.max_flows));
+    return c;
 }
 
 } // namespace

@@ -6,7 +6,7 @@
 // (its slots 78% full), or with 4096 flows of room left in a smaller table, to its slots 70% full
 // with what it holds then and what will come while the programs load, by 9/8 at least; and
 // shrinks, once flows have gone and it is not within the goal, to 72%. (At 4/5 full, its
-// capacity, 45 new flows in a million find no free slot within TCM_FLOW_PROBES:
+// capacity, 76 new flows in a million find no free slot within TCM_FLOW_PROBES:
 // tests/bench/flow_slots_sim.py.)
 #pragma once
 
@@ -49,14 +49,20 @@ constexpr bool flow_table_within_goal(uint32_t capacity, uint64_t live, uint32_t
     return uint64_t{flow_slots_for(capacity)} * 2 <= 3 * live + 2 * uint64_t{flow_slots_for(least)};
 }
 
+// The capacity of a table made for @live flows (a shrink, a start on pins): its slots 72% full
+// (capacity 10/9 of @live) and 4096 flows of room at least (so that it does not grow at once:
+// flow_table_grows), in [@least, @most].
+constexpr uint32_t flow_capacity_settled(uint64_t live, uint32_t least, uint32_t most) {
+    const uint64_t c = std::max((live * 10 + 8) / 9, live + 4097);
+    return static_cast<uint32_t>(std::clamp<uint64_t>(c, least, std::max(least, most)));
+}
+
 // What a table of @capacity flows that holds @live shrinks to, or @capacity if it does not: once
-// it is not within the goal (flows gone), to its slots 72% full (capacity 10/9 of @live) and
-// 4096 flows of room at least (flow_table_grows), @least at least.
+// it is not within the goal (flows gone), to flow_capacity_settled.
 constexpr uint32_t flow_capacity_shrunk(uint32_t capacity, uint64_t live, uint32_t least) {
     if (capacity <= least || flow_table_within_goal(capacity, live, least))
         return capacity;
-    const uint64_t c = std::max((live * 10 + 8) / 9, live + 4097);
-    return static_cast<uint32_t>(std::clamp<uint64_t>(c, least, capacity));
+    return std::min(capacity, flow_capacity_settled(live, least, capacity));
 }
 
 } // namespace tricolor
