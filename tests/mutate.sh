@@ -292,6 +292,10 @@ mutant spill-hash-not-moved userspace/src/datapath_resize.cpp \
     's/        im.move_hash_of_before\(r\);/        (void)r;/' \
     "flow table growth: the daemon leaves the growth's table's flows to their next packet (its pin, and the next growth's, wait)" \
     "$SPILL_BPF"
+mutant leftovers-not-handed userspace/src/datapath_resize.cpp \
+    's/if \(bpf_map_update_elem\(im\.fd\(im\.skel->maps\.tcm_flow_spill\), &zero, &fd, 0\) != 0\)\s*fail\("cannot hand the table of the flows left to the programs"\);//' \
+    "flow table: the flows of before that found no room are put in a table the programs never see" \
+    "bpf:DatapathPinning.FlowsOfBeforeWithNoRoomGoIntoTheGrowthsTableWhole"
 mutant grow-never userspace/daemon/flow_passes.cpp \
     's/flow_table_grows\(capacity, live\)/false/' \
     "flow table growth: the table never grows" \

@@ -585,6 +585,66 @@ TEST_F(DatapathPinning, FlowsBeyondAFullTableGoIntoTheGrowthsTableAndMoveWhole) 
     EXPECT_TRUE(a.open_spill(1024));
 }
 
+// New flows that fill a grown table before the flows of before move in (faster than the growth
+// sized it for): the flows of before that then find no room wait for a growth that does not
+// start while they wait. spill_flows_of_before puts them in a table of the growth's own, whole:
+// the table of before goes, each of them meters on in its own bucket, and the next growth moves
+// them into its table.
+TEST_F(DatapathPinning, FlowsOfBeforeWithNoRoomGoIntoTheGrowthsTableWhole) {
+    Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0); // 1000 B/s, 3000 B
+    ps.per = TCM_PER_SRC;
+    auto src = [](int i) { return fmt::format("198.18.{}.{}", i / 200, i % 200 + 1); };
+    auto send = [&](Datapath &d, int i) { return d.run_xdp(from(src(i).c_str())).retval; };
+    Datapath a(o);
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.grow(200); // 256 slots (the least)
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.release_previous_programs({});
+    a.retire_previous();
+    a.move_flows_of_before();
+    ASSERT_FALSE(a.moving_flows_of_before());
+    a.set_clock(5000000000);
+    for (int i = 0; i < 200; ++i)
+        ASSERT_EQ(send(a, i), XDP_PASS) << i; // 2000 left each
+    a.grow(201);                              // 256 slots, as before: room for 230 flows moved in
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.release_previous_programs({});
+    a.retire_previous();
+    for (int i = 1000; i < 1201; ++i)
+        ASSERT_EQ(send(a, i), XDP_PASS) << i; // 201 new flows: the table at its capacity
+    const uint64_t full = a.global_counters().table_full;
+    auto r = a.move_flows_of_before();
+    EXPECT_GT(r.left, 100u) << r.moved << " moved";
+    EXPECT_TRUE(a.moving_flows_of_before());
+    EXPECT_EQ(a.spill_flows_of_before(64), r.left);
+    EXPECT_EQ(a.spilled_flows(), r.left);
+    r = a.move_flows_of_before();
+    EXPECT_EQ(r.left, 0u);
+    EXPECT_FALSE(a.moving_flows_of_before()) << "the table of before dropped";
+    for (int i = 0; i < 200; ++i) {
+        EXPECT_EQ(send(a, i), XDP_PASS) << i;
+        EXPECT_EQ(send(a, i), XDP_PASS) << i;
+        EXPECT_EQ(send(a, i), XDP_DROP) << i << ": its own tokens, not a fresh bucket";
+    }
+    EXPECT_EQ(a.global_counters().table_full, full) << "none in the policy's bucket";
+    a.grow(1024);
+    ASSERT_TRUE(a.apply({ps}).has_value());
+    a.release_previous_programs({});
+    a.retire_previous();
+    a.move_flows_of_before();
+    EXPECT_FALSE(a.moving_flows_of_before());
+    size_t ours = 0;
+    for (const auto &f : a.flows()) {
+        EXPECT_TRUE(Flow::in_table(f.slot)) << f.slot;
+        if ((ntohl(f.key.src[3]) & 0xffff) <= 200) {
+            ++ours;
+            EXPECT_EQ(f.state.counters.packets[TCM_GREEN], 3u);
+            EXPECT_EQ(f.state.counters.packets[TCM_RED], 1u);
+        }
+    }
+    EXPECT_EQ(ours, 200u);
+}
+
 TEST_F(DatapathPinning, ARunningDataPathGrowsItsTableAndEveryFlowMovesWhole) {
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
     Policy ps = policy(4, "per-src", Algo::srtcm, 8000, 3000, 0);

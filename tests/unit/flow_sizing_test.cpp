@@ -91,5 +91,36 @@ TEST(FlowSizing, SlotsAreFourFifthsFullAtCapacity) {
     EXPECT_EQ(Datapath::flow_slots_for(16), 2u * TCM_FLOW_PROBES);
 }
 
+// A table of a power of two of slots places a flow where the tables of before 2026-11-30 did
+// (the hash under the mask of its slots), so that one pinned by an earlier tricolor is read as
+// it was written; in a table of any size every home is a slot of it.
+TEST(FlowSizing, TheHomeOfAPowerOfTwoIsTheMaskOfBefore) {
+    auto home_before = [](const tcm_flow_id *id, const uint32_t *k, uint32_t mask) {
+        uint64_t h = uint64_t{id->head + k[0]} * uint32_t(id->w[0] + k[1]) +
+                     uint64_t{uint32_t(id->w[1] + k[2])} * uint32_t(id->w[2] + k[3]) +
+                     uint64_t{uint32_t(id->w[3] + k[4])} * k[5];
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        return static_cast<uint32_t>(h & mask);
+    };
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    auto next = [&] { return static_cast<uint32_t>((x = x * 6364136223846793005ull + 1) >> 33); };
+    for (int i = 0; i < 100000; ++i) {
+        tcm_flow_id id{};
+        id.head = next();
+        for (auto &w : id.w)
+            w = next();
+        uint32_t k[TCM_SLOT_SEED_WORDS];
+        for (auto &w : k)
+            w = next();
+        const uint32_t shift = 6 + i % 20, n = 1u << shift;
+        ASSERT_EQ(TCM_SLOT_SHIFT(n), shift);
+        ASSERT_EQ(TCM_SLOT_HOME(&id, k, n, shift), home_before(&id, k, n - 1)) << n;
+        const uint32_t odd = flow_slots_for(1000 + next() % 2000000);
+        ASSERT_LT(TCM_SLOT_HOME(&id, k, odd, TCM_SLOT_SHIFT(odd)), odd);
+    }
+}
+
 } // namespace
 } // namespace tricolor

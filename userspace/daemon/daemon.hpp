@@ -304,6 +304,7 @@ class Daemon {
     // will come while it loads, and a shrink waits a while after any resize.
     std::chrono::steady_clock::time_point rate_mark_at_, resized_at_;
     uint64_t rate_mark_live_ = 0;
+    int stuck_moves_ = 0; // tries in a row that left flows of a table of before
     double rate_ = 0, resize_seconds_ = 1;
 
     // commands.cpp: the control protocol's commands, one row each in commands(), and their

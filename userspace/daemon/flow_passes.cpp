@@ -90,9 +90,27 @@ bool Daemon::grow_flow_table_if_needed() {
         if (now - moved_at_ < 1s)
             return false;
         moved_at_ = now;
-        move_flows_of_before(false);
+        const auto r = move_flows_of_before(false);
+        // Flows left three tries running while the table needs to grow: new flows filled it
+        // before they moved, and no growth starts while they wait for room that only a growth
+        // makes. They go into a table of the growth's own, and the growth starts.
+        stuck_moves_ = r.left > 0 ? stuck_moves_ + 1 : 0;
+        if (dp_->moving_flows_of_before() && stuck_moves_ >= 3 &&
+            flow_table_grows(dp_->flow_capacity(), dp_->live_flows())) {
+            try {
+                const size_t n = dp_->spill_flows_of_before(131072);
+                std::cerr << "tricolord: " << n
+                          << " flows of the table of before found no room in the table: moved "
+                             "into a table of the growth's own"
+                          << std::endl;
+                move_flows_of_before(false);
+            } catch (const std::exception &e) {
+                std::cerr << "tricolord: " << e.what() << std::endl;
+            }
+        }
         if (dp_->moving_flows_of_before())
             return false;
+        stuck_moves_ = 0;
     }
     const uint32_t capacity = dp_->flow_capacity();
     const uint64_t live = dp_->live_flows();

@@ -104,7 +104,13 @@ int Datapath::Impl::place_moved(const tcm_flow_id &id, const tcm_flow &state, ui
             ret = 1;
         }
     } else if (claimed >= 0) {
-        if (__atomic_fetch_add(&meta->live, 1, __ATOMIC_SEQ_CST) >= meta->capacity) {
+        // Beyond the capacity if need be (up to 9/10 of the slots): a flow of before is one the
+        // table was sized for, and new flows may have filled it meanwhile (a growth sizes it for
+        // those it expects). Refused, the move would wait for room that only the next growth
+        // makes, and no growth starts while a table of before has flows left; over its capacity,
+        // the table grows once they have all moved.
+        const uint64_t most = uint64_t{meta->slots} * 9 / 10;
+        if (__atomic_fetch_add(&meta->live, 1, __ATOMIC_SEQ_CST) >= most) {
             __atomic_fetch_sub(&meta->live, 1, __ATOMIC_SEQ_CST);
         } else {
             tcm_flow_slot *s = &slots[claimed];
@@ -266,6 +272,73 @@ bool Datapath::open_spill(uint32_t capacity) {
     }
     im.spill_fd = fd;
     return true;
+}
+
+// The flows of the table of before that found no room in the table (new flows filled it before
+// they moved: a growth sizes it for the rate it saw; then a flow whose 128 probes are all taken
+// waits for a growth, which does not start while the table of before has flows): into a table
+// of the growth's own, made now as open_spill makes it, with @room beyond them. Each flow under
+// its lock from the copy until it is marked moved (a packet meanwhile meets the lock: its
+// policy's bucket, counted), and the table handed to the programs before the marks: a packet
+// after it finds its flow there (flow_spill_get), whole. The table of before is then empty of
+// flows and goes at the next move; the growth takes this one as its table of before.
+size_t Datapath::spill_flows_of_before(uint32_t room) {
+    auto &im = *impl_;
+    const std::string pin = im.pin_path + "/" + kSpillPin;
+    if (im.pin_path.empty() || im.spill_fd >= 0 || !im.prev_slots ||
+        (im.flows_moving & ~TCM_MOVING_SLOTS) || access(pin.c_str(), F_OK) == 0)
+        return 0;
+    std::vector<uint32_t> held;
+    auto release = [&](uint32_t to) {
+        for (uint32_t i : held)
+            __atomic_store_n(&im.prev_slots[i].flow.lock, to, __ATOMIC_SEQ_CST);
+    };
+    for (uint32_t i = 0; i < im.prev_layout->slots; ++i) {
+        tcm_flow_slot *ps = &im.prev_slots[i];
+        const uint32_t head = __atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE);
+        if (!TCM_SLOT_LIVE(head) || !take(&ps->flow.lock, TCM_FLOW_MOVED))
+            continue;
+        if (__atomic_load_n(&ps->id.head, __ATOMIC_ACQUIRE) != head) {
+            __atomic_store_n(&ps->flow.lock, 0u, __ATOMIC_SEQ_CST);
+            continue;
+        }
+        held.push_back(i);
+    }
+    if (held.empty())
+        return 0;
+    try {
+        LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+        int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "tcm_flows_prev", sizeof(tcm_flow_id),
+                                sizeof(tcm_flow), static_cast<uint32_t>(held.size()) + room, &opts);
+        if (fd < 0)
+            throw std::runtime_error(fmt::format("cannot make a table for {} flows left: {}",
+                                                 held.size(), errno_text(errno)));
+        auto fail = [&](const std::string &what) {
+            int e = errno;
+            unlink(pin.c_str());
+            close(fd);
+            throw std::runtime_error(fmt::format("{}: {}", what, errno_text(e)));
+        };
+        for (uint32_t i : held) {
+            tcm_flow_id id;
+            std::memcpy(&id, &im.prev_slots[i].id, sizeof(id));
+            tcm_flow state = im.prev_slots[i].flow;
+            state.lock = 0;
+            if (bpf_map_update_elem(fd, &id, &state, BPF_NOEXIST) != 0)
+                fail("cannot put a flow left into its table");
+        }
+        const uint32_t zero = 0;
+        if (bpf_obj_pin(fd, pin.c_str()) != 0)
+            fail("cannot pin the table of the flows left");
+        if (bpf_map_update_elem(im.fd(im.skel->maps.tcm_flow_spill), &zero, &fd, 0) != 0)
+            fail("cannot hand the table of the flows left to the programs");
+        im.spill_fd = fd;
+    } catch (...) {
+        release(0);
+        throw;
+    }
+    release(TCM_FLOW_MOVED);
+    return held.size();
 }
 
 size_t Datapath::spilled_flows() const {

@@ -256,6 +256,11 @@ class Datapath {
     // as its table of before (tcm_flows_prev), whose flows move at their next packet. False if
     // there is one already or a table of before is still there; throws if it cannot be made.
     bool open_spill(uint32_t capacity);
+    // A table of before whose last flows found no room in the table (move_flows_of_before left
+    // them): they go into such a table, with @room beyond them, so that the table of before can
+    // go and a growth start (which takes it as open_spill's). How many; 0 if there were none or
+    // a table of the growth's own is open already; throws, changing nothing, if it cannot.
+    size_t spill_flows_of_before(uint32_t room);
     // Flows made in that table so far (0: none open).
     size_t spilled_flows() const;
     // Resizes the flow table of a running data path (pinned maps only): loads its programs
