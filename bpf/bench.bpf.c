@@ -170,52 +170,45 @@ __u32 bench_slot_seed[6] = {0x9e3779b9u, 0x85ebca6bu, 0xc2b2ae35u,
 #define BENCH_SLOT_PROBES 8
 #define BENCH_SLOT_NH(a, b, i)                                                                     \
     ((__u64)(__u32)((a) + bench_slot_seed[i]) * (__u32)((b) + bench_slot_seed[(i) + 1]))
-#define BENCH_SLOTS(name, spread, log2_slots)                                                      \
-    struct {                                                                                       \
-        __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
-        __uint(max_entries, 1u << (log2_slots));                                                   \
-        __type(key, __u32);                                                                        \
-        __type(value, struct bench_slot);                                                          \
-    } name##_map SEC(".maps");                                                                     \
-    __u32 name##_counter = 0;                                                                      \
-    SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
-        __u64 x = ctx->data_end - ctx->data;                                                       \
-        __u32 k[5] = {1, 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0)};  \
-        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
-        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
-                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
-        h ^= h >> 33;                                                                              \
-        h *= 0xff51afd7ed558ccdull;                                                                \
-        h ^= h >> 33;                                                                              \
-        struct tcm_flow *f = NULL;                                                                 \
-        for (__u32 i = 0; i < BENCH_SLOT_PROBES; i++) {                                            \
-            __u32 idx = ((__u32)h + i) & ((1u << (log2_slots)) - 1);                               \
-            struct bench_slot *s = bpf_map_lookup_elem(&name##_map, &idx);                         \
-            if (!s)                                                                                \
-                break;                                                                             \
-            if (((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |                    \
-                 (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                                  \
-                f = &s->flow;                                                                      \
-                break;                                                                             \
-            }                                                                                      \
-            if (s->key[0] == 0 && __sync_val_compare_and_swap(&s->key[0], 0, k[0]) == 0) {         \
-                s->key[1] = k[1];                                                                  \
-                break; /* created: metered from its next packet, as BENCH_FLOW's */                \
-            }                                                                                      \
-        }                                                                                          \
-        if (f) {                                                                                   \
-            BENCH_FLOW_METER(f, 0)                                                                 \
-        }                                                                                          \
-        bench_sink += x;                                                                           \
-        return XDP_PASS;                                                                           \
+/* A packet's key (@spread 0: one key, the same every packet; else the next of 2^20 in a
+ * scattered order) and its home hash, @x and @k and @h in the program's scope. */
+#define BENCH_SLOT_KEY(name, spread)                                                               \
+    __u64 x = ctx->data_end - ctx->data;                                                           \
+    __u32 k[5] = {1, 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0)};      \
+    k[1] ^= (__u32)(x & bench_flow_zero);                                                          \
+    __u64 h =                                                                                      \
+        BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) + BENCH_SLOT_NH(k[4], 0, 4);   \
+    h ^= h >> 33;                                                                                  \
+    h *= 0xff51afd7ed558ccdull;                                                                    \
+    h ^= h >> 33;
+static __always_inline int bench_slot_holds(const struct bench_slot *s, const __u32 *k) {
+    return ((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) | (s->key[3] ^ k[3]) |
+            (s->key[4] ^ k[4])) == 0;
+}
+/* The end of a slot program: the flow found metered green, the packet passed. */
+#define BENCH_SLOT_DONE(f)                                                                         \
+    if (f) {                                                                                       \
+        BENCH_FLOW_METER(f, 0)                                                                     \
+    }                                                                                              \
+    bench_sink += x;                                                                               \
+    return XDP_PASS;
+/* A probe of slot @s for key @k: its flow into @f if it holds @k, or the slot claimed for @k if
+ * it is empty (the flow metered from its next packet, as BENCH_FLOW's); 1 ends the probes. */
+static __always_inline int bench_slot_visit(struct bench_slot *s, const __u32 *k,
+                                            struct tcm_flow **f) {
+    if (bench_slot_holds(s, k)) {
+        *f = &s->flow;
+        return 1;
     }
-BENCH_SLOTS(bench_flow_slots, 1, 21)
-BENCH_SLOTS(bench_flow_slots_one, 0, 10)
-
-/* BENCH_SLOTS in a table of any size (@nslots; home by multiply-shift, no division) filled to
- * 2^20 / @nslots, up to @probes probed: how a table kept at least two thirds full (memory
- * within 1.5x its flows' slots) would cost a packet. */
-#define BENCH_SLOTS_N(name, nslots, probes)                                                        \
+    if (s->key[0] == 0 && __sync_val_compare_and_swap(&s->key[0], 0, k[0]) == 0) {
+        s->key[1] = k[1];
+        return 1;
+    }
+    return 0;
+}
+/* A table of @nslots slots probed from @home (an expression of h) to @next (of idx), @probes at
+ * most. */
+#define BENCH_SLOTS_OF(name, spread, nslots, probes, home, next)                                   \
     struct {                                                                                       \
         __uint(type, BPF_MAP_TYPE_ARRAY);                                                          \
         __uint(max_entries, (nslots));                                                             \
@@ -224,37 +217,30 @@ BENCH_SLOTS(bench_flow_slots_one, 0, 10)
     } name##_map SEC(".maps");                                                                     \
     __u32 name##_counter = 0;                                                                      \
     SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
-        __u64 x = ctx->data_end - ctx->data;                                                       \
-        __u32 k[5] = {1, 0x0a000000 | (name##_counter++ * 2654435761u & 0xfffff)};                 \
-        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
-        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
-                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
-        h ^= h >> 33;                                                                              \
-        h *= 0xff51afd7ed558ccdull;                                                                \
-        h ^= h >> 33;                                                                              \
-        __u32 idx = (__u32)(((h & 0xffffffffu) * (nslots)) >> 32);                                 \
+        BENCH_SLOT_KEY(name, spread)                                                               \
+        __u32 idx = (home);                                                                        \
         struct tcm_flow *f = NULL;                                                                 \
-        for (__u32 i = 0; i < (probes); i++) {                                                     \
+        for (__u32 i = 0; i < (probes); i++, idx = (next)) {                                       \
             struct bench_slot *s = bpf_map_lookup_elem(&name##_map, &idx);                         \
             if (!s)                                                                                \
                 break;                                                                             \
-            if (((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |                    \
-                 (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                                  \
-                f = &s->flow;                                                                      \
+            if (bench_slot_visit(s, k, &f))                                                        \
                 break;                                                                             \
-            }                                                                                      \
-            if (s->key[0] == 0 && __sync_val_compare_and_swap(&s->key[0], 0, k[0]) == 0) {         \
-                s->key[1] = k[1];                                                                  \
-                break;                                                                             \
-            }                                                                                      \
-            idx = idx + 1 < (nslots) ? idx + 1 : 0;                                                \
         }                                                                                          \
-        if (f) {                                                                                   \
-            BENCH_FLOW_METER(f, 0)                                                                 \
-        }                                                                                          \
-        bench_sink += x;                                                                           \
-        return XDP_PASS;                                                                           \
+        BENCH_SLOT_DONE(f)                                                                         \
     }
+#define BENCH_SLOTS(name, spread, log2_slots)                                                      \
+    BENCH_SLOTS_OF(name, spread, 1u << (log2_slots), BENCH_SLOT_PROBES,                            \
+                   (__u32)h & ((1u << (log2_slots)) - 1), (idx + 1) & ((1u << (log2_slots)) - 1))
+BENCH_SLOTS(bench_flow_slots, 1, 21)
+BENCH_SLOTS(bench_flow_slots_one, 0, 10)
+
+/* BENCH_SLOTS in a table of any size (@nslots; home by multiply-shift, no division) filled to
+ * 2^20 / @nslots, up to @probes probed: how a table kept at least two thirds full (memory
+ * within 1.5x its flows' slots) would cost a packet. */
+#define BENCH_SLOTS_N(name, nslots, probes)                                                        \
+    BENCH_SLOTS_OF(name, 1, nslots, probes, (__u32)(((h & 0xffffffffu) * (nslots)) >> 32),         \
+                   idx + 1 < (nslots) ? idx + 1 : 0)
 BENCH_SLOTS_N(bench_flow_slots_l50, 2097152, 128)
 BENCH_SLOTS_N(bench_flow_slots_l67, 1572864, 128)
 BENCH_SLOTS_N(bench_flow_slots_l80, 1310720, 128)
@@ -299,14 +285,7 @@ struct bench_chunk {
         return chunk ? bpf_map_lookup_elem(chunk, &o) : NULL;                                      \
     }                                                                                              \
     SEC("xdp") int name(struct xdp_md *ctx) {                                                      \
-        __u64 x = ctx->data_end - ctx->data;                                                       \
-        __u32 k[5] = {1, 0x0a000000 | ((spread) ? name##_counter++ * 2654435761u & 0xfffff : 0)};  \
-        k[1] ^= (__u32)(x & bench_flow_zero);                                                      \
-        __u64 h = BENCH_SLOT_NH(k[0], k[1], 0) + BENCH_SLOT_NH(k[2], k[3], 2) +                    \
-                  BENCH_SLOT_NH(k[4], 0, 4);                                                       \
-        h ^= h >> 33;                                                                              \
-        h *= 0xff51afd7ed558ccdull;                                                                \
-        h ^= h >> 33;                                                                              \
+        BENCH_SLOT_KEY(name, spread)                                                               \
         __u32 fp = (__u32)(h >> 32) | 1;                                                           \
         struct tcm_flow *f = NULL;                                                                 \
         for (__u32 i = 0; i < 16; i++) {                                                           \
@@ -334,17 +313,12 @@ struct bench_chunk {
             if ((__u32)v != fp)                                                                    \
                 continue;                                                                          \
             struct bench_slot *s = name##_entry((__u32)(v >> 32));                                 \
-            if (s && ((s->key[0] ^ k[0]) | (s->key[1] ^ k[1]) | (s->key[2] ^ k[2]) |               \
-                      (s->key[3] ^ k[3]) | (s->key[4] ^ k[4])) == 0) {                             \
+            if (s && bench_slot_holds(s, k)) {                                                     \
                 f = &s->flow;                                                                      \
                 break;                                                                             \
             }                                                                                      \
         }                                                                                          \
-        if (f) {                                                                                   \
-            BENCH_FLOW_METER(f, 0)                                                                 \
-        }                                                                                          \
-        bench_sink += x;                                                                           \
-        return XDP_PASS;                                                                           \
+        BENCH_SLOT_DONE(f)                                                                         \
     }
 BENCH_INDEX(bench_flow_index, 1, 21, 0)
 BENCH_INDEX(bench_flow_index_chunked, 1, 21, 1)
