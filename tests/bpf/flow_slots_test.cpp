@@ -3,6 +3,7 @@
 // flow.h): flows that share a home slot, a freed slot in the middle of their probe sequence, and
 // two CPUs creating the same flows at once.
 #include "datapath_fixture.hpp"
+#include "tricolor/flow_sizing.hpp"
 
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -49,7 +50,7 @@ class FlowSlotsTest : public DatapathFixture {
         ASSERT_EQ(bpf_map_lookup_elem(fd, &zero, &meta), 0);
         close(fd);
         ASSERT_EQ(meta.capacity, flow_capacity());
-        ASSERT_EQ(meta.slots, Datapath::flow_slots_for(flow_capacity()));
+        ASSERT_EQ(meta.slots, flow_slots_for(flow_capacity()));
         ASSERT_GE(uint64_t{meta.slots} * TCM_SLOT_LOAD_NUM,
                   uint64_t{flow_capacity()} * TCM_SLOT_LOAD_DEN);
     }

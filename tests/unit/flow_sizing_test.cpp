@@ -14,8 +14,8 @@ constexpr uint32_t kLeast = TCM_START_FLOWS, kMost = TCM_DEFAULT_FLOWS;
 
 // The goal: the slots within 1.5 a flow plus the least table's.
 bool within_goal(uint32_t capacity, uint64_t live) {
-    return uint64_t{Datapath::flow_slots_for(capacity)} * 2 <=
-           3 * live + 2 * uint64_t{Datapath::flow_slots_for(kLeast)};
+    return uint64_t{flow_slots_for(capacity)} * 2 <=
+           3 * live + 2 * uint64_t{flow_slots_for(kLeast)};
 }
 
 // Flows that come one at a time from none to the most: the table grows when the rules say, by
@@ -36,7 +36,7 @@ TEST(FlowSizing, FlowsThatComeKeepTheSlotsWithinOneAndAHalfAFlow) {
         ASSERT_LE(live, capacity);
         ASSERT_TRUE(within_goal(capacity, live)) << live << " in " << capacity;
         if (live > 100000) {
-            ASSERT_LE(Datapath::flow_slots_for(capacity), 1.5 * static_cast<double>(live))
+            ASSERT_LE(flow_slots_for(capacity), 1.5 * static_cast<double>(live))
                 << live << " in " << capacity;
         }
     }
@@ -85,10 +85,10 @@ TEST(FlowSizing, FlowsThatGoShrinkTheTableToWhereItStays) {
 }
 
 TEST(FlowSizing, SlotsAreFourFifthsFullAtCapacity) {
-    EXPECT_EQ(Datapath::flow_slots_for(16384), 20480u);
-    EXPECT_EQ(Datapath::flow_slots_for(1u << 20), 1310720u);
-    EXPECT_EQ(Datapath::flow_slots_for(1001), 1252u); // rounded up
-    EXPECT_EQ(Datapath::flow_slots_for(16), 2u * TCM_FLOW_PROBES);
+    EXPECT_EQ(flow_slots_for(16384), 20480u);
+    EXPECT_EQ(flow_slots_for(1u << 20), 1310720u);
+    EXPECT_EQ(flow_slots_for(1001), 1252u); // rounded up
+    EXPECT_EQ(flow_slots_for(16), 2u * TCM_FLOW_PROBES);
 }
 
 // A table of a power of two of slots places a flow where the tables of before 2026-11-30 did

@@ -19,6 +19,14 @@
 namespace tricolor {
 using namespace daemon_internal;
 
+namespace {
+// The most flows a table of a growth's own holds (Datapath::open_spill) beyond those it takes
+// from a table of before: a hash map's bucket array (16 bytes a possible entry) is made whole and
+// stays with the programs until the next growth. 131072 are the new flows of 1.3 s at 10^5/s; a
+// load takes about one.
+constexpr uint32_t kSpillFlows = 131072;
+} // namespace
+
 size_t Daemon::reclaim_idle_flows() {
     return flow_pass(true);
 }
@@ -98,7 +106,7 @@ bool Daemon::grow_flow_table_if_needed() {
         if (dp_->moving_flows_of_before() && stuck_moves_ >= 3 &&
             flow_table_grows(dp_->flow_capacity(), dp_->live_flows())) {
             try {
-                const size_t n = dp_->spill_flows_of_before(131072);
+                const size_t n = dp_->spill_flows_of_before(kSpillFlows);
                 std::cerr << "tricolord: " << n
                           << " flows of the table of before found no room in the table: moved "
                              "into a table of the growth's own"
@@ -116,22 +124,19 @@ bool Daemon::grow_flow_table_if_needed() {
     const uint64_t live = dp_->live_flows();
     // New flows a second: over the last tenth of a second or more, or since its start, for a
     // burst that began after it.
-    auto rate_since_mark = [&] {
-        const double seconds = std::chrono::duration<double>(now - rate_mark_at_).count();
-        return live > rate_mark_live_ ? static_cast<double>(live - rate_mark_live_) / seconds : 0;
-    };
-    const double rate = now - rate_mark_at_ >= 10ms ? std::max(rate_, rate_since_mark()) : rate_;
+    const double since_mark = std::chrono::duration<double>(now - rate_mark_at_).count();
+    const double recent = now - rate_mark_at_ >= 10ms && live > rate_mark_live_
+                              ? static_cast<double>(live - rate_mark_live_) / since_mark
+                              : 0;
+    const double rate = std::max(rate_, recent);
     if (now - rate_mark_at_ >= 100ms) {
-        rate_ = rate_since_mark();
+        rate_ = recent;
         rate_mark_at_ = now;
         rate_mark_live_ = live;
     }
     if (grow_failed_at_ && now - *grow_failed_at_ < 10s)
         return false;
-    // The least table: the capacity the daemon started with (--flows), and TCM_START_FLOWS
-    // whatever it was: a table that small is within the goal's constant (flow_sizing.hpp).
-    const uint32_t least =
-        std::min(std::max<uint32_t>(options_.flow_capacity, TCM_START_FLOWS), options_.max_flows);
+    const uint32_t least = flow_least_capacity(options_.flow_capacity, options_.max_flows);
     uint32_t next = capacity;
     if (capacity < options_.max_flows && flow_table_grows(capacity, live)) {
         // Sized for what it holds and what will come while the programs load (twice the last
@@ -150,10 +155,7 @@ bool Daemon::grow_flow_table_if_needed() {
         // New flows that come faster than the load takes go into a table of the growth's own,
         // made now, rather than into their policy's bucket (a table of before still moving: not
         // yet). It holds what the grown table has room for beyond this one's, up to
-        // kSpillFlows: a hash map's bucket array (16 bytes a possible entry) is made whole and
-        // stays with the programs until the next growth. 131072 are the new flows of 1.3 s at
-        // 10^5/s; the load takes about one.
-        constexpr uint32_t kSpillFlows = 131072;
+        // kSpillFlows.
         try {
             dp_->open_spill(std::min(next - capacity, kSpillFlows));
         } catch (const std::exception &e) {

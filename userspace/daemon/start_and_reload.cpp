@@ -108,8 +108,7 @@ uint32_t start_capacity(const DaemonOptions &o) {
     auto pinned = Datapath::pinned_flow_table(o.pin_dir);
     if (!pinned)
         return first;
-    const uint32_t least =
-        std::min(std::max<uint32_t>(o.flow_capacity, TCM_START_FLOWS), o.max_flows);
+    const uint32_t least = flow_least_capacity(o.flow_capacity, o.max_flows);
     const uint32_t c = pinned->capacity;
     if (c > o.max_flows || c < first || pinned->slots != flow_slots_for(c) ||
         !flow_table_within_goal(c, pinned->live, least) || flow_table_grows(c, pinned->live))

@@ -42,7 +42,7 @@ bool unchanged_since(const tcm_flow &now, const tcm_flow &then) {
 // The slot of the live flow @id in the table @slots of layout @m, or -1 (as flow_slot_lookup in
 // bpf/lib/flow.h finds it).
 int64_t find_in(const tcm_flow_slot *slots, const tcm_flow_meta &m, const tcm_flow_id &id) {
-    uint32_t idx = TCM_SLOT_HOME(&id, m.seed, m.slots, TCM_SLOT_SHIFT(m.slots));
+    uint32_t idx = detail::slot_home(id, m);
     for (uint32_t i = 0; i < TCM_FLOW_PROBES; ++i, idx = TCM_SLOT_NEXT(idx, m.slots)) {
         const tcm_flow_slot *s = &slots[idx];
         const uint32_t head = __atomic_load_n(&s->id.head, __ATOMIC_ACQUIRE);

@@ -258,6 +258,12 @@ struct Datapath::Impl {
 
 namespace detail {
 
+// The home slot of @id in a table of layout @m, as the data path finds it (TCM_SLOT_HOME, its
+// shift from the slots).
+inline uint32_t slot_home(const tcm_flow_id &id, const tcm_flow_meta &m) {
+    return TCM_SLOT_HOME(&id, m.seed, m.slots, TCM_SLOT_SHIFT(m.slots));
+}
+
 // The flow table's layout, the tables of before (TCM_MOVING_*) and how a flow's lock is released
 // (tcm_store_release) in the .rodata of a program that finds flows (the data path's, the cgroup
 // ingress program's): frozen at its load.

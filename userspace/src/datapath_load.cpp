@@ -76,13 +76,9 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
 } // namespace
 
 // The classification cache's slots per CPU for a flow table of @flow_capacity: each CPU's share
-// of half the capacity (RSS spreads the flows; the table grows when half full), a power of two,
+// of half the capacity (RSS spreads the flows), a power of two,
 // within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES: about 28 bytes a flow of
 // capacity in all, whatever the CPUs, an eighth of the flow table's.
-uint32_t Datapath::flow_slots_for(uint32_t capacity) {
-    return tricolor::flow_slots_for(capacity);
-}
-
 uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {
     const uint32_t cpus = static_cast<uint32_t>(std::max(libbpf_num_possible_cpus(), 1));
     const uint32_t want = std::max<uint32_t>(flow_capacity / 2 / cpus, 1);
@@ -223,7 +219,7 @@ tcm_flow_meta flow_table_layout(const std::string &pin_path, uint32_t capacity) 
         throw std::runtime_error(
             fmt::format("a flow table of {} flows is more than {}", capacity, 1u << 30));
     m.capacity = capacity;
-    m.slots = Datapath::flow_slots_for(capacity);
+    m.slots = flow_slots_for(capacity);
     if (getrandom(m.seed, sizeof(m.seed), 0) != static_cast<ssize_t>(sizeof(m.seed)))
         throw std::runtime_error(
             fmt::format("cannot draw the flow table's secret: {}", errno_text(errno)));

@@ -150,7 +150,7 @@ int Datapath::Impl::move_slot_of_before(uint32_t idx) {
         release_before(0); // deleted meanwhile (a reclaim)
         return 0;
     }
-    const uint32_t home = TCM_SLOT_HOME(&id, meta->seed, meta->slots, TCM_SLOT_SHIFT(meta->slots));
+    const uint32_t home = detail::slot_home(id, *meta);
     if (!take(&slots[home].guard)) {
         release_before(0);
         return -1;
@@ -195,8 +195,7 @@ void Datapath::Impl::move_hash_of_before(MoveResult &r) {
         prev, 1, [&](const tcm_flow_id &k, const tcm_flow *) { keys.push_back(k); });
     size_t left = 0;
     for (const auto &id : keys) {
-        const uint32_t home =
-            TCM_SLOT_HOME(&id, meta->seed, meta->slots, TCM_SLOT_SHIFT(meta->slots));
+        const uint32_t home = detail::slot_home(id, *meta);
         if (!take(&slots[home].guard)) {
             ++left;
             continue;

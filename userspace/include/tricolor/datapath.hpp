@@ -286,9 +286,6 @@ class Datapath {
     // The flows in the table now (the data path's own count) and its capacity.
     uint64_t live_flows() const;
     uint32_t flow_capacity() const;
-    // The slots of a flow table of @capacity flows: four fifths full at its capacity
-    // (TCM_SLOT_LOAD_NUM / TCM_SLOT_LOAD_DEN), 2 * TCM_FLOW_PROBES at least.
-    static uint32_t flow_slots_for(uint32_t capacity);
     // The classification cache's size (entries) for a flow table of @flow_capacity.
     static uint32_t class_cache_size(uint32_t flow_capacity);
     // The layout and count of the flow table pinned under @pin_dir, if there is one.

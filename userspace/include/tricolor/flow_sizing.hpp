@@ -17,6 +17,13 @@
 
 namespace tricolor {
 
+// The least table tricolord keeps: the capacity it started with (--flows, @start), and
+// TCM_START_FLOWS whatever that was (a table that small is within the goal's constant), at most
+// @most (--max-flows).
+constexpr uint32_t flow_least_capacity(uint32_t start, uint32_t most) {
+    return std::min(std::max<uint32_t>(start, TCM_START_FLOWS), most);
+}
+
 // Whether a table of @capacity flows that holds @live grows now: at 39/40 of its capacity, or
 // 4096 flows short of it (the room for 40 ms of flows at 10^5/s, while the daemon sees it and
 // opens the growth's own table) in a table of under 163840, or at half in a table of under
