@@ -165,9 +165,15 @@ PLATFORM_E2E='E2E\.(TrafficIsColouredCountedAndRedDropped|TcEgressAndIpv6OnXdpIn
 # without one, the kernel-side deadline); the others check the fold's arithmetic, the same
 # bytecode on every kernel (7 cases, 140 s of TCG), as the pin replacement checks libbpf's.
 # So do the counter arrays of every id set aside and the warm-up states made by a growth: user
-# space's sizes and pins, which the growth case that does run there covers on 6.1 too.
+# space's sizes and pins, which the growth case that does run there covers on 6.1 too; and so
+# do the counters of before carried, the policy tables shrunk, a restart with another flow
+# capacity, flows of before moved by the daemon into a growth's own table or reclaimed after a
+# move (the programs' part, a flow moved at its next packet and the growth's own table read,
+# runs there in the other flow table cases), a cgroup glob followed, a cgroup's bucket
+# reclaimed, the ingress program swapped by a growth (a restart swaps it there too) and bad
+# interface patterns refused: 6 of the guest's 32 minutes (CI's run of f83123f took 87).
 GUEST_CASES="^(bpf|cli)\\.|^e2e\\.($PLATFORM_E2E)"
-GUEST_EXCLUDE='^e2e\.(Fleet|WhatIfE2E)\.|^e2e\.Shape\.StartsThatMeetRed|^e2e\.E2E\.(TheDaemonReclaimsIdleFlows|TcpThroughADropRedPolicyStaysWithinTheBound)$|^e2e\.HierE2E\.|^bpf\.(PolicySetsTest|RankOrder|ClassCacheTest|FlowTopTest|FlowTopPinned|SmallHotMapTest|ReclaimPassTest)\.|^bpf\.WhatIfTest\.(Suggest|Totals|ThePlot|BadCaptures|Stamps|Runts|Microsecond)|^cli\.(WhatIfCli|HierReplayCli)\.|^e2e\.Cgroups\.BadCgroup|^bpf\.FleetDatapathTest\.(CIsCapped|ARateChange|SrtcmEarnings|ARenewalAfter|RandomLeases|PerKeyFleet|AFreshPolicyId)|^bpf\.DatapathPinning\.(AFleetMap|CounterArraysOfTheWholeIdRange|TheWarmUpAndQuotaStates)'
+GUEST_EXCLUDE='^e2e\.(Fleet|WhatIfE2E)\.|^e2e\.Shape\.StartsThatMeetRed|^e2e\.E2E\.(TheDaemonReclaimsIdleFlows|TcpThroughADropRedPolicyStaysWithinTheBound)$|^e2e\.HierE2E\.|^bpf\.(PolicySetsTest|RankOrder|ClassCacheTest|FlowTopTest|FlowTopPinned|SmallHotMapTest|ReclaimPassTest)\.|^bpf\.WhatIfTest\.(Suggest|Totals|ThePlot|BadCaptures|Stamps|Runts|Microsecond)|^cli\.(WhatIfCli|HierReplayCli)\.|^e2e\.Cgroups\.BadCgroup|^bpf\.FleetDatapathTest\.(CIsCapped|ARateChange|SrtcmEarnings|ARenewalAfter|RandomLeases|PerKeyFleet|AFreshPolicyId)|^bpf\.DatapathPinning\.(AFleetMap|CounterArraysOfTheWholeIdRange|TheWarmUpAndQuotaStates|TheCountersOfBeforeAGrowth|PoliciesGoneShrink|AnotherCapacityResizes|FlowsOfBeforeWithNoRoom|AFlowMovedThenReclaimed)|^e2e\.Cgroups\.(PerCgroupGlob|ARemovedCgroupsBucket|AFlowTableGrowthSwaps)|^e2e\.InterfacePatterns\.BadPatterns'
 # CI's machine took 49 minutes (ctest's own time) for the 6.1 run with one case at a time.
 GUEST_TIMEOUT=3300
 
