@@ -304,6 +304,18 @@ mutant shrink-never userspace/daemon/flow_passes.cpp \
     's/next = flow_capacity_shrunk\(capacity, live, least\);/(void)least;/' \
     "flow table: flows gone never give the table's memory back" \
     "e2e:FlowTable.FlowsGoneShrinkTheTableAndTheRestMoveWhole"
+mutant tables-shrink-never userspace/daemon/flow_passes.cpp \
+    's/const TableSizes want = dp_->tables_for_shrink\(\);/const TableSizes want = dp_->table_sizes();/' \
+    "policy tables: policies gone never give the tables' memory back" \
+    "e2e:PolicyTables.PoliciesGoneShrinkTheTablesAndEveryPacketIsMeteredOnce"
+mutant tables-shrink-other-set userspace/src/datapath_load.cpp \
+    's/if \(smaller && set != active\)/if (smaller \&\& set == active)/' \
+    "policy tables: a shrink carries the inactive set's configs and rules, not the active one's" \
+    "bpf:DatapathPinning.PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsCounters"
+mutant tables-shrink-unchecked userspace/src/datapath_load.cpp \
+    's/if \(!active\.empty\(\) && active\.rbegin\(\)->first >= sizes\.policy_slots\)/if (false)/' \
+    "policy tables: a shrink below the highest id held is not refused" \
+    "bpf:DatapathPinning.PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsCounters"
 mutant sizing-loose userspace/include/tricolor/flow_sizing.hpp \
     's/\(want \* 8 \+ 6\) \/ 7/(want * 4 + 2) \/ 3/' \
     "flow table: a growth sizes the table for its flows at 3/5 of its slots (memory beyond 1.5 slots a flow)" \

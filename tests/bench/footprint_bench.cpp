@@ -18,6 +18,9 @@
 //          rss_mib=<the daemon's> slots_mib=<the table's slots'>
 //          goal_mib=<what spec §15 allows them: 1.5 a flow plus the least table's>
 //          [target_map_mib=16 target_rss_mib=32]
+// Then the policy tables, in a daemon of their own: none, 16384 policies (one with a quota),
+// and one left once they have shrunk:
+//   RESULT name=footprint_policies_<none|all|gone> policies= slots= rule_slots= map_mib= rss_mib=
 #include "bench_daemon.hpp"
 #include "tricolor/flow_sizing.hpp"
 #include "packet.hpp"
@@ -223,6 +226,51 @@ int main() {
                     st["shrunk"].get<int>(),
                     static_cast<unsigned long long>(
                         d.ask({{"cmd", "stats"}})["table_full"].get<uint64_t>()));
+        // The policy tables: a daemon of its own, 16384 policies of one rule each (the most a
+        // set holds), then one: the tables grow, then shrink back half a minute after the
+        // growth (docs/daemon.md), the warm-up and quota states with them.
+        bench::BenchDaemon p("footprint_policies", {"--reclaim-interval", "0"});
+        auto tables = [&] { return p.ask({{"cmd", "status"}})["policies"]; };
+        auto report_policies = [&](const char *name) {
+            auto f = footprint(p.pin);
+            auto t = tables();
+            std::printf("%-10s %10u %10u %12.1f %10.1f\n", name, t["used"].get<uint32_t>(),
+                        t["slots"].get<uint32_t>(), mib(f.maps), mib(rss_bytes(p.pid)));
+            std::printf("RESULT name=footprint_policies_%s policies=%u slots=%u rule_slots=%u "
+                        "map_mib=%.1f rss_mib=%.1f\n",
+                        name, t["used"].get<uint32_t>(), t["slots"].get<uint32_t>(),
+                        t["rule_slots"].get<uint32_t>(), mib(f.maps), mib(rss_bytes(p.pid)));
+        };
+        auto spec = [](uint32_t i) {
+            json q = {{"name", fmt::format("p{}", i)},
+                      {"algo", "srtcm"},
+                      {"cir", "1mbit"},
+                      {"cbs", "16k"},
+                      {"match", {{"dst", fmt::format("2001:db8:1::{:x}/128", i + 1)}}}};
+            if (i == 0) // a quota: the warm-up and quota states made
+                q["quota"] = "1g/1d";
+            return q;
+        };
+        std::printf("\n%-10s %10s %10s %12s %10s\n", "", "policies", "slots", "maps MiB",
+                    "RSS MiB");
+        report_policies("none");
+        json all = json::array();
+        for (uint32_t i = 0; i < TCM_MAX_POLICIES; ++i)
+            all.push_back(spec(i));
+        if (auto r = p.ask({{"cmd", "apply"}, {"policies", all}}); !r.value("ok", false))
+            throw std::runtime_error("apply of 16384 policies: " + r.dump());
+        report_policies("all");
+        const auto shrink_from = std::chrono::steady_clock::now();
+        if (auto r = p.ask({{"cmd", "apply"}, {"policies", json::array({spec(1)})}});
+            !r.value("ok", false))
+            throw std::runtime_error("apply of one policy: " + r.dump());
+        for (int i = 0; i < 600 && tables()["shrunk"].get<int>() == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (tables()["shrunk"].get<int>() == 0)
+            throw std::runtime_error("the policy tables did not shrink within a minute");
+        std::printf("shrunk %.0f s after the set went to one policy\n",
+                    bench::ms_since(shrink_from) / 1000);
+        report_policies("gone");
     } catch (const std::exception &e) {
         std::fprintf(stderr, "footprint_bench: %s\n", e.what());
         return 1;

@@ -836,7 +836,7 @@ TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     }
 }
 
-// The policy tables grow while the data path runs (grow_tables): the configs and rules of both
+// The policy tables grow while the data path runs (resize_tables): the configs and rules of both
 // sets carried into bigger tables, a child's parent found at its new place, the buckets and
 // counters (in tables of their own) untouched; a set that did not fit fits after, and a later
 // data path on the pins adopts the sizes they have.
@@ -881,7 +881,7 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
         del.removes = {3};
         EXPECT_EQ(a.tables_needed(add), (TableSizes{64, 64}));
         EXPECT_EQ(a.tables_needed(del), (TableSizes{4, 64}));
-        a.grow_tables(need);
+        a.resize_tables(need);
         a.retire_previous();
         EXPECT_EQ(a.table_sizes(), need);
         EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS); // the set as it was
@@ -903,6 +903,94 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
     b.set_clock(6000000000);
     EXPECT_EQ(b.run_xdp(to_q7).retval, XDP_PASS);
     EXPECT_EQ(packets(b.policy_counters(), 7), 2u);
+}
+
+// Policies gone, the tables shrink (resize_tables to tables_for_shrink: room for twice the set's
+// highest id and rules, from the sizes first asked for): the active set carried whole, its
+// counters read on and carried, the other set written whole by the next change; smaller tables
+// that would not hold the set are refused, changing nothing; the warm-up and quota states go
+// once no policy has either.
+TEST_F(DatapathPinning, PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsCounters) {
+    Datapath::remove_pins(pin);
+    DatapathOptions small = o;
+    small.tables = {4, 64, false};
+    const std::string states = fmt::format("{}/abi{}/tcm_meter_ext", pin, TCM_ABI_VERSION);
+    auto packets = [](const Datapath &d, uint32_t id) {
+        auto c = d.policy_counters();
+        auto it = c.find(id);
+        return it == c.end() ? uint64_t{0}
+                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
+                                   it->second.packets[TCM_RED];
+    };
+    Policy parent = policy(1, "parent", Algo::srtcm, 8000, 100000, 0);
+    parent.only_parent = true;
+    Policy child = policy(3, "child", Algo::srtcm, 8000, 100000, 0);
+    child.parent = "parent";
+    child.match.src = prefix("198.18.0.0/24");
+    std::vector<Policy> more = {parent, child};
+    for (uint32_t i = 4; i < 44; ++i) {
+        Policy q = policy(i, fmt::format("q{}", i));
+        q.match.dst = prefix(fmt::format("198.19.{}.0/24", i).c_str());
+        if (i == 43) { // a quota: the warm-up and quota states made
+            q.meter.quota_bytes = 1u << 30;
+            q.meter.quota_period_ns = 3600ull * 1000000000;
+        }
+        more.push_back(q);
+    }
+    const auto to_child =
+        Packet().ipv4("198.18.0.1", "198.19.200.1").udp(1, 2).l3_size(100).build();
+    const auto to_q7 = Packet().ipv4("198.18.9.1", "198.19.7.1").udp(1, 2).l3_size(100).build();
+    const auto to_q5 = Packet().ipv4("198.18.9.1", "198.19.5.1").udp(1, 2).l3_size(100).build();
+    {
+        Datapath a(small);
+        a.resize_tables(Datapath::tables_needed(more, a.table_sizes()));
+        a.retire_previous();
+        a.fold_counters_of_before();
+        ASSERT_EQ(a.table_sizes(), (TableSizes{64, 256, true}));
+        ASSERT_TRUE(a.apply(more).has_value());
+        EXPECT_EQ(a.tables_for_shrink(), a.table_sizes()) << "the set needs them";
+        a.set_clock(5000000000);
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
+        EXPECT_EQ(a.run_xdp(to_q7).retval, XDP_PASS);
+        ASSERT_TRUE(a.apply({parent, child}).has_value());
+        const TableSizes want = a.tables_for_shrink();
+        EXPECT_EQ(want, (TableSizes{16, 64, false})) << "ids to 3 and one rule, twice over";
+        EXPECT_THAT(
+            [&] {
+                a.resize_tables({2, 64, false});
+            },
+            ::testing::ThrowsMessage<std::runtime_error>(
+                ::testing::HasSubstr("policy id 3 is held")));
+        EXPECT_EQ(a.table_sizes(), (TableSizes{64, 256, true})) << "refused: nothing changed";
+        a.resize_tables(want);
+        a.retire_previous();
+        EXPECT_EQ(a.table_sizes(), want);
+        EXPECT_FALSE(std::filesystem::exists(states)) << "no policy has a warm-up or quota";
+        EXPECT_EQ(packets(a, 3), 1u) << "the counters of before read";
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS); // the active set, carried
+        EXPECT_EQ(packets(a, 3), 2u);
+        EXPECT_EQ(packets(a, 1), 2u) << "the parent, at its place in the smaller table";
+        EXPECT_EQ(a.fold_counters_of_before(), 2u);
+        EXPECT_EQ(packets(a, 3), 2u) << "carried: neither lost nor twice";
+        const uint64_t unclassified = a.global_counters().unclassified_packets;
+        EXPECT_EQ(a.run_xdp(to_q7).retval, XDP_PASS);
+        EXPECT_EQ(a.global_counters().unclassified_packets, unclassified + 1) << "q7 is gone";
+        // A change after the shrink: the other set, not carried, written whole.
+        ASSERT_TRUE(a.apply({parent, child, more[3]}).has_value()); // q5
+        EXPECT_EQ(a.run_xdp(to_q5).retval, XDP_PASS);
+        EXPECT_EQ(packets(a, 5), 1u);
+        EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
+        EXPECT_EQ(packets(a, 3), 3u);
+        EXPECT_EQ(a.global_counters().unclassified_packets, unclassified + 1);
+        // The set back to its size: refused until grown again, as before.
+        EXPECT_THAT(a.apply(more).error(), ::testing::HasSubstr("grown first"));
+    }
+    Datapath b(small); // the pins' sizes hold
+    EXPECT_TRUE(b.adopted());
+    EXPECT_EQ(b.table_sizes(), (TableSizes{16, 64, false}));
+    b.set_clock(6000000000);
+    EXPECT_EQ(b.run_xdp(to_child).retval, XDP_PASS);
+    EXPECT_EQ(packets(b, 3), 4u);
 }
 
 // The per-CPU counter arrays are sized by the policy slots. A growth makes new ones: the arrays of
@@ -933,7 +1021,7 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
         a.set_clock(5000000000);
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS);
-        a.grow_tables({16, 64});
+        a.resize_tables({16, 64});
         EXPECT_EQ(pinned_map_info(stats)->max_entries, 16u);
         EXPECT_EQ(pinned_map_info(dir + "/tcm_tcp_stats")->max_entries, 16u);
         ASSERT_TRUE(pinned_map_info(prev));
@@ -945,7 +1033,7 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
         EXPECT_EQ(count(a, 3), 3u);
         EXPECT_THAT(
             [&] {
-                a.grow_tables({64, 64});
+                a.resize_tables({64, 64});
             },
             ::testing::ThrowsMessage<std::runtime_error>(
                 ::testing::HasSubstr("are not carried over yet")));
@@ -960,7 +1048,7 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
         EXPECT_EQ(a.policy_counter(3).packets[TCM_GREEN], 3u);
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_DROP);
         EXPECT_EQ(count(a, 3), 4u);
-        a.grow_tables({64, 64}); // folded: it may grow again
+        a.resize_tables({64, 64}); // folded: it may grow again
         a.retire_previous();
         EXPECT_EQ(count(a, 3), 4u);
         kept = bpf_obj_get(prev.c_str());
@@ -1049,7 +1137,7 @@ TEST_F(DatapathPinning, TheWarmUpAndQuotaStatesAreMadeWithTheFirstPolicyThatHasO
         SetChange add;
         add.upserts = {q};
         EXPECT_EQ(a.tables_needed(add), need);
-        a.grow_tables(need);
+        a.resize_tables(need);
         a.retire_previous();
         ASSERT_TRUE(pinned_map_info(states));
         EXPECT_EQ(pinned_map_info(states)->max_entries, uint32_t{TCM_EXT_STATES});

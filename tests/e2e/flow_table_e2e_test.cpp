@@ -406,6 +406,71 @@ TEST_F(PolicyTables, GrowBeforeTheChangeThatNeedsThemAndEveryPacketIsMetered) {
     expect_tables(4 * TCM_START_POLICY_SLOTS, 1, 1);
 }
 
+// Policies gone give the policy tables back: 2100 policies grow them (to 4096 ids and 8192
+// classifier entries); all but "busy" (id 0) removed, the tables shrink to the start's half a
+// minute after the growth, while UDP runs to busy: every datagram metered once, its counts
+// neither lost nor carried twice. A restart on grown tables the set no longer needs shrinks
+// them at its first look.
+TEST_F(PolicyTables, PoliciesGoneShrinkTheTablesAndEveryPacketIsMeteredOnce) {
+    ok({"attach", lab->host_if});
+    ok({"policy", "add", "busy", "--algo", "srtcm", "--cir", "8mbit", "--cbs", "16k", "--ebs", "0",
+        "--match", "dst", lab->host_v4 + "/32"});
+    auto send = [&](int n, int rate) {
+        return lab->in_ns({udp_tool_path(), "send", lab->host_v4, "9", std::to_string(n), "100",
+                           std::to_string(rate)});
+    };
+    ASSERT_EQ(send(50, 1000).exit_code, 0);
+    const std::string file = daemon->config() + ".big";
+    std::ofstream(file) << yaml(2100, false);
+    ok({"apply", "-f", file});
+    const auto grown_at = std::chrono::steady_clock::now();
+    ASSERT_EQ(tables()["slots"], 4 * TCM_START_POLICY_SLOTS) << tables().dump();
+    std::ofstream(file) << yaml(0, false);
+    ok({"apply", "-f", file});
+    EXPECT_EQ(tables()["shrunk"], 0) << "not within half a minute of the growth";
+    // 15000 datagrams at 1000/s from 20 s after the growth: the shrink (30 s after it, looked
+    // for each second) comes while they run.
+    std::this_thread::sleep_until(grown_at + std::chrono::seconds(20));
+    RunResult sent = send(15000, 1000);
+    ASSERT_EQ(sent.exit_code, 0) << sent.err;
+    json t;
+    for (int i = 0; i < 100; ++i) {
+        t = tables();
+        if (t["shrunk"] == 1)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(t["shrunk"], 1) << t.dump() << daemon->log();
+    EXPECT_EQ(t["slots"], TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(t["rule_slots"], TCM_START_RULE_SLOTS / 2) << t.dump();
+    EXPECT_THAT(daemon->log(), HasSubstr("the policy tables shrank from 4096 to 1024 policies and "
+                                         "from 8192 to 2048 classifier entries"));
+    EXPECT_EQ(packets_of("busy"), 15050u) << "every datagram metered, once";
+    // The counter arrays of before the shrink carried into the pinned counts (moments after it).
+    const std::string prev =
+        fmt::format("{}/abi{}/tcm_policy_stats_prev", daemon->pin_dir(), TCM_ABI_VERSION);
+    for (int i = 0; i < 50 && std::filesystem::exists(prev); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(std::filesystem::exists(prev));
+    ASSERT_EQ(send(10, 1000).exit_code, 0);
+    EXPECT_EQ(packets_of("busy"), 15060u);
+
+    // Grown again, the set small again, and a restart before the half minute: the pinned sizes
+    // are adopted, and the first look of the new daemon (a second on) shrinks them.
+    std::ofstream(file) << yaml(2100, false);
+    ok({"apply", "-f", file});
+    std::ofstream(file) << yaml(0, false);
+    ok({"apply", "-f", file});
+    daemon->terminate();
+    daemon->start();
+    for (int i = 0; i < 50 && tables()["shrunk"] != 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    t = tables();
+    EXPECT_EQ(t["shrunk"], 1) << t.dump();
+    EXPECT_EQ(t["slots"], TCM_START_POLICY_SLOTS) << t.dump();
+    EXPECT_EQ(packets_of("busy"), 15060u);
+}
+
 // Pins of a daemon whose counter arrays were made for every id (TCM_MAX_POLICIES, per CPU)
 // beside policy tables of 1024: the next start sets them aside, reads them, and carries them
 // over once its programs run on every hook; the policy counts on from there.

@@ -56,9 +56,9 @@ int run_status(Context &ctx) {
                              s["policies"]["capacity"].get<uint64_t>());
     // The tables as loaded (an older daemon does not say).
     if (s["policies"].contains("slots"))
-        std::cout << fmt::format(" (tables for {} and {} classifier entries now; they grow)",
-                                 s["policies"]["slots"].get<uint64_t>(),
-                                 s["policies"].value("rule_slots", uint64_t{0}));
+        std::cout << fmt::format(
+            " (tables for {} and {} classifier entries now; they grow and shrink)",
+            s["policies"]["slots"].get<uint64_t>(), s["policies"].value("rule_slots", uint64_t{0}));
     std::cout << "\n";
     std::cout << fmt::format(
         "flows       {} of {} (as of the last pass; grows to {}), {} idle "

@@ -153,7 +153,7 @@ void Daemon::fold_counters_when_safe() {
     try {
         const size_t n = dp_->fold_counters_of_before();
         std::cerr << fmt::format("tricolord: the counters of {} {} carried over from the "
-                                 "counter arrays of before the policy tables grew",
+                                 "counter arrays of before the policy tables' resize",
                                  n, n == 1 ? "policy" : "policies")
                   << std::endl;
     } catch (const std::exception &e) {

@@ -431,12 +431,14 @@ json Daemon::cmd_status(const json &) {
                {"policies",
                 {{"used", policies_.size()},
                  {"capacity", TCM_MAX_POLICIES},
-                 // The policy tables as loaded now (they grow before a change needs more).
+                 // The policy tables as loaded now (they grow before a change needs more, and
+                 // shrink once the policies that needed them are gone).
                  {"slots", dp_->table_sizes().policy_slots},
                  {"rule_slots", dp_->table_sizes().rule_slots / 2},
                  // tcm_meter_ext, made with the first warm-up or quota (a growth).
                  {"ext_states", dp_->table_sizes().ext_states},
-                 {"grown", tables_grown_}}},
+                 {"grown", tables_grown_},
+                 {"shrunk", tables_shrunk_}}},
                {"flows",
                 {{"used", dp_->counted_flows()}, // as of the last pass: a walk takes 0.5 s
                  {"live", dp_->live_flows()},    // the data path's own count, now

@@ -203,15 +203,24 @@ class Daemon {
                                    const std::function<Result<void>()> &change);
     // The policy tables made @need (Datapath::tables_needed), under mu_: grown now where that
     // is safe (tables_grow_now_), else nothing changed, room_wanted_ set and an error returned,
-    // for the caller to grow (grow_tables, under walk_mu_) and try again.
+    // for the caller to grow (resize_tables, under walk_mu_) and try again.
     Result<void> make_room(const TableSizes &need);
-    Result<void> grow_tables(const TableSizes &sizes);
+    Result<void> resize_tables(const TableSizes &sizes);
+    // The policy tables shrunk to what the active set leaves room for (Datapath::
+    // tables_for_shrink) half a minute after they last changed size, nothing else under way
+    // (the periodic look of grow_flow_table_if_needed; walk_mu_ and mu_ are its).
+    void shrink_policy_tables_if_unused(std::chrono::steady_clock::time_point now);
     // Every hook, the root cgroup's programs and the data path's settings on the data path just
     // loaded (a growth), the programs of before let go and retired; what fails in @problems.
     void reattach_everything(std::vector<std::string> &problems);
     bool tables_grow_now_ = false;
     std::optional<TableSizes> room_wanted_;
     uint64_t tables_grown_ = 0; // times the policy tables grew while this daemon ran
+    uint64_t tables_shrunk_ = 0;
+    // When the policy tables last changed size (a shrink waits 30 s after) and when a shrink
+    // last failed (tried again 30 s on); none yet: the start's tables may shrink at once.
+    std::optional<std::chrono::steady_clock::time_point> tables_resized_at_;
+    std::chrono::steady_clock::time_point tables_looked_at_;
     // Readies --shape sockets before a shaping policy goes live: the egress interfaces it
     // paces on, and the sock_ops program on the root cgroup.
     Result<void> start_socket_shaping();

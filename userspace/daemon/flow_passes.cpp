@@ -149,8 +149,10 @@ bool Daemon::grow_flow_table_if_needed() {
         // back, half a minute after any resize and while no flows come.
         next = flow_capacity_shrunk(capacity, live, least);
     }
-    if (next == capacity)
+    if (next == capacity) {
+        shrink_policy_tables_if_unused(now);
         return false;
+    }
     if (next > capacity) {
         // New flows that come faster than the load takes go into a table of the growth's own,
         // made now, rather than into their policy's bucket (a table of before still moving: not
@@ -231,28 +233,32 @@ Result<void> Daemon::make_room(const TableSizes &need) {
     if (need == dp_->table_sizes())
         return {};
     if (tables_grow_now_)
-        return grow_tables(need);
+        return resize_tables(need);
     room_wanted_ = need;
     return std::unexpected(std::string("the policy tables must grow first"));
 }
 
 // As a flow table growth, without the policies applied in between: the new programs read the
 // tables carried over, and the change that needed the room is made once no packet can read
-// the tables of before (their set halves are not written again). The fleet agent writes no
-// lease meanwhile; walk_mu_ and mu_ are the caller's.
-Result<void> Daemon::grow_tables(const TableSizes &sizes) {
+// the tables of before (their set halves are not written again). A shrink is the same with
+// smaller tables, the other set written whole by the set applied again. The fleet agent writes
+// no lease meanwhile; walk_mu_ and mu_ are the caller's.
+Result<void> Daemon::resize_tables(const TableSizes &sizes) {
     auto log = [](const std::string &line) { std::cerr << "tricolord: " << line << std::endl; };
     std::unique_lock<std::mutex> hold;
     if (fleet_)
         hold = fleet_->hold();
     const TableSizes before = dp_->table_sizes();
+    const bool grows = sizes.policy_slots > before.policy_slots ||
+                       sizes.rule_slots > before.rule_slots || sizes.ext_states > before.ext_states;
     const auto t0 = std::chrono::steady_clock::now();
+    tables_resized_at_ = t0;
     try {
-        dp_->grow_tables(sizes);
+        dp_->resize_tables(sizes);
     } catch (const std::exception &e) {
         return std::unexpected(fmt::format(
-            "cannot grow the policy tables to {} policies and {} classifier entries: {}",
-            sizes.policy_slots, sizes.rule_slots / 2, e.what()));
+            "cannot {} the policy tables to {} policies and {} classifier entries: {}",
+            grows ? "grow" : "shrink", sizes.policy_slots, sizes.rule_slots / 2, e.what()));
     }
     std::vector<std::string> problems;
     reattach_everything(problems);
@@ -267,15 +273,36 @@ Result<void> Daemon::grow_tables(const TableSizes &sizes) {
         problems.push_back(prep.error());
     else if (auto r = dp_->apply(prep->policies); !r)
         problems.push_back(r.error());
-    ++tables_grown_;
+    ++(grows ? tables_grown_ : tables_shrunk_);
+    const char *ext = sizes.ext_states == before.ext_states ? ""
+                      : sizes.ext_states                    ? ", the warm-up and quota states made"
+                                         : ", the warm-up and quota states dropped";
     log(fmt::format(
-        "the policy tables grew from {} to {} policies and from {} to {} classifier "
-        "entries{} in {:.0f} ms{}",
-        before.policy_slots, sizes.policy_slots, before.rule_slots / 2, sizes.rule_slots / 2,
-        sizes.ext_states && !before.ext_states ? ", the warm-up and quota states made" : "",
+        "the policy tables {} from {} to {} policies and from {} to {} classifier entries{} in "
+        "{:.0f} ms{}",
+        grows ? "grew" : "shrank", before.policy_slots, sizes.policy_slots, before.rule_slots / 2,
+        sizes.rule_slots / 2, ext,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
         problems.empty() ? "" : fmt::format("; {}", fmt::join(problems, "; "))));
     return {};
+}
+
+void Daemon::shrink_policy_tables_if_unused(std::chrono::steady_clock::time_point now) {
+    using namespace std::chrono_literals;
+    // A look a second: the set's highest id and rules are a walk of its policies.
+    if ((tables_resized_at_ && now - *tables_resized_at_ < 30s) || now - tables_looked_at_ < 1s)
+        return;
+    tables_looked_at_ = now;
+    // Not while a resize's aftermath is under way: programs of before on a hook, their counter
+    // arrays not yet carried, a flow table of before, a change waiting for room.
+    if (room_wanted_ || dp_->holds_previous_programs() || dp_->holds_counters_of_before() ||
+        dp_->moving_flows_of_before())
+        return;
+    const TableSizes want = dp_->tables_for_shrink();
+    if (want == dp_->table_sizes())
+        return;
+    if (auto r = resize_tables(want); !r)
+        std::cerr << "tricolord: " << r.error() << " (tried again in 30 s)" << std::endl;
 }
 
 } // namespace tricolor

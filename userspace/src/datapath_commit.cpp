@@ -49,7 +49,7 @@ Result<void> Datapath::apply(const std::vector<Policy> &policies) {
     if (const TableSizes need = tables_needed(policies, impl_->tables); need != impl_->tables)
         return std::unexpected(fmt::format(
             "the policies need tables of {} policy slots and {} classifier slots{}; this data "
-            "path has {} and {}{} (its tables are grown first: grow_tables)",
+            "path has {} and {}{} (its tables are grown first: resize_tables)",
             need.policy_slots, need.rule_slots, need.ext_states ? " and warm-up/quota states" : "",
             impl_->tables.policy_slots, impl_->tables.rule_slots,
             impl_->tables.ext_states ? "" : ", no warm-up/quota states"));

@@ -39,7 +39,7 @@ inline constexpr const char *kOfBefore = "_prev";
 // open_spill's table: the pin a flow table of before keyed by tcm_flow_id had, which the next
 // load sets aside as tcm_flows_prev (set_aside_old_flow_tables).
 inline constexpr const char *kSpillPin = "tcm_flows";
-// The policy tables' pins; while grow_tables loads bigger ones, the tables of before are pinned
+// The policy tables' pins; while resize_tables loads others, the tables of before are pinned
 // with kOfBefore appended (a daemon killed meanwhile finds them there: Datapath::load).
 inline constexpr std::array<const char *, 2> kPolicyTablePins = {"tcm_policy_cfg",
                                                                  "tcm_rule_table"};
@@ -160,13 +160,18 @@ struct Datapath::Impl {
     std::map<uint64_t, std::string> cgroup_paths;
     CgroupRules cgroup_rules[TCM_NR_SETS];
     bool cgroup_rules_known[TCM_NR_SETS] = {true, true};
-    // The policy tables' sizes as loaded, and (grow_tables) the tables of before, whose configs
-    // and rules load() carries into this data path's before it adopts the active set.
+    // The policy tables' sizes as loaded, and (resize_tables) the tables of before, whose
+    // configs and rules load() carries into this data path's before it adopts the active set.
     TableSizes tables;
     struct TablesOfBefore {
         int cfg_fd = -1, rules_fd = -1;
-        uint32_t policy_slots = 0;
+        uint32_t policy_slots = 0, rule_slots = 0;
     };
+    // The sizes the first load was asked for: the least a shrink goes to (tables_for_shrink).
+    TableSizes least_tables;
+    // resize_tables to tables without the warm-up and quota states: their pin goes at the
+    // load, whatever it holds (no active policy has a warm-up or quota).
+    bool drop_ext_states = false;
     std::optional<TablesOfBefore> tables_of_before;
     void carry_tables_of_before();
     // A pinned tcm_cgroup_rules of before (preallocated), its entries carried into this data

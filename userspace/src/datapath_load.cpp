@@ -295,6 +295,7 @@ void Datapath::Impl::map_flow_table(const tcm_flow_meta &layout) {
 }
 
 Datapath::Datapath(const DatapathOptions &o) : impl_(std::make_unique<Impl>()) {
+    impl_->least_tables = o.tables;
     load(o);
 }
 
@@ -307,18 +308,41 @@ void Datapath::grow(uint32_t capacity) {
     reload(o, false);
 }
 
-// Bigger policy tables: the same, with new configs and classifier tables (their pins of before
-// removed, the maps kept by fd until load() has carried their contents over).
-void Datapath::grow_tables(const TableSizes &sizes) {
+// Other policy tables: the same, with new configs and classifier tables (their pins of before
+// removed, the maps kept by fd until load() has carried their contents over). Smaller ones
+// must hold the active set: what is beyond them is only the other set's, which the next change
+// writes whole (PolicySets, known: false), and no packet reads it meanwhile.
+void Datapath::resize_tables(const TableSizes &sizes) {
     const TableSizes now = impl_->tables;
-    if (sizes.policy_slots < now.policy_slots || sizes.rule_slots < now.rule_slots ||
-        sizes.ext_states < now.ext_states)
-        throw std::runtime_error("the policy tables only grow");
     if (sizes == now)
         return;
+    const auto &active = impl_->active;
+    if (sizes.policy_slots < now.policy_slots || sizes.rule_slots < now.rule_slots ||
+        sizes.ext_states < now.ext_states) {
+        if (!impl_->in_sync)
+            throw std::runtime_error(
+                "the policy tables cannot shrink before the active set is written whole");
+        if (!active.empty() && active.rbegin()->first >= sizes.policy_slots)
+            throw std::runtime_error(
+                fmt::format("the policy tables cannot shrink to {} policies: policy id {} is held",
+                            sizes.policy_slots, active.rbegin()->first));
+        if (const size_t rules = impl_->sets->entries(); rules > sizes.rule_slots / 2)
+            throw std::runtime_error(fmt::format(
+                "the policy tables cannot shrink to {} classifier entries: the set has {}",
+                sizes.rule_slots / 2, rules));
+        if (!sizes.ext_states && now.ext_states)
+            for (const auto &[id, p] : active)
+                if (p.meter.has_warmup_or_quota())
+                    throw std::runtime_error(fmt::format(
+                        "the warm-up and quota states cannot go: policy {} has a warm-up or quota",
+                        p.name));
+    }
     DatapathOptions o = impl_->options;
     o.tables = sizes;
     o.flow_capacity = impl_->meta->capacity;
+    // The states of policies gone: their pin goes with the tables of before (load keeps a
+    // pinned map that holds anything).
+    impl_->drop_ext_states = now.ext_states && !sizes.ext_states;
     reload(o, true);
 }
 
@@ -329,11 +353,14 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
     auto before = std::move(impl_);
     before->retired.reset(); // one data path of before at most
     impl_ = std::make_unique<Impl>();
+    impl_->least_tables = before->least_tables;
+    impl_->drop_ext_states = std::exchange(before->drop_ext_states, false);
     const std::string pins = before->pin_path;
     if (tables) {
-        impl_->tables_of_before = Impl::TablesOfBefore{
-            dup(before->fd(before->skel->maps.tcm_policy_cfg)),
-            dup(before->fd(before->skel->maps.tcm_rule_table)), before->tables.policy_slots};
+        impl_->tables_of_before =
+            Impl::TablesOfBefore{dup(before->fd(before->skel->maps.tcm_policy_cfg)),
+                                 dup(before->fd(before->skel->maps.tcm_rule_table)),
+                                 before->tables.policy_slots, before->tables.rule_slots};
         // Set aside, not unpinned: a daemon killed before the new tables are whole takes these
         // back at its start (load), as the undo below does.
         for (const char *name : kPolicyTablePins) {
@@ -427,15 +454,35 @@ TableSizes Datapath::tables_needed(const SetChange &c) const {
     return grown_for(impl_->tables, ids, static_cast<size_t>(std::max(rules, 0L)), ext);
 }
 
-// The configs and rules of the tables of before (both sets, as they were), at their places in
-// this data path's bigger tables: a config's parent is an index in its set's part of the table.
+TableSizes Datapath::tables_for_shrink() const {
+    const TableSizes now = impl_->tables;
+    if (!impl_->in_sync)
+        return now;
+    const auto &active = impl_->active;
+    const uint32_t ids = active.empty() ? 0 : active.rbegin()->first + 1;
+    const bool ext = std::ranges::any_of(
+        active, [](const auto &e) { return e.second.meter.has_warmup_or_quota(); });
+    TableSizes least = impl_->least_tables;
+    least.ext_states = false;
+    const TableSizes fit = grown_for(least, 2 * ids, 2 * impl_->sets->entries(), ext);
+    return {std::min(now.policy_slots, fit.policy_slots), std::min(now.rule_slots, fit.rule_slots),
+            now.ext_states && ext};
+}
+
+// The configs and rules of the tables of before (both sets, as they were; into smaller tables
+// the active set's, which resize_tables found to fit), at their places in this data path's
+// tables: a config's parent is an index in its set's part of the table.
 void Datapath::Impl::carry_tables_of_before() {
     auto &tb = *tables_of_before;
     const int cfg_fd = fd(skel->maps.tcm_policy_cfg);
     const uint32_t slots = tables.policy_slots;
+    const bool smaller = slots < tb.policy_slots || tables.rule_slots < tb.rule_slots;
+    const uint32_t active = runtime->active_set & 1;
     const tcm_policy none{};
     for (uint32_t set = 0; set < TCM_NR_SETS; ++set)
         for (uint32_t slot = 0; slot < std::min(slots, tb.policy_slots); ++slot) {
+            if (smaller && set != active)
+                break;
             uint32_t from = set * tb.policy_slots + slot, to = set * slots + slot;
             tcm_policy cfg{};
             if (bpf_map_lookup_elem(tb.cfg_fd, &from, &cfg) != 0)
@@ -451,11 +498,14 @@ void Datapath::Impl::carry_tables_of_before() {
         }
     {
         RuleTable old(tb.rules_fd);
-        for (uint32_t set = 0; set < TCM_NR_SETS; ++set)
+        for (uint32_t set = 0; set < TCM_NR_SETS; ++set) {
+            if (smaller && set != active)
+                continue;
             for (const auto &k : old.keys(set))
                 if (auto r = old.find(k); r && rules->put(k, *r) != 0)
                     throw std::runtime_error("the classifier's rules of before do not fit the "
-                                             "bigger table");
+                                             "table");
+        }
     }
     close(tb.cfg_fd);
     close(tb.rules_fd);
@@ -528,7 +578,8 @@ void Datapath::load(const DatapathOptions &o) {
         // policy with a warm-up or quota in either set), else dropped (64 MiB for nothing).
         const std::string states = impl_->pin_path + "/tcm_meter_ext";
         if (!ext && access(states.c_str(), F_OK) == 0) {
-            if (pinned_map_empty(states) && pinned_map_empty(impl_->pin_path + "/tcm_policy_ext"))
+            if (impl_->drop_ext_states ||
+                (pinned_map_empty(states) && pinned_map_empty(impl_->pin_path + "/tcm_policy_ext")))
                 unlink(states.c_str());
             else
                 ext = true;

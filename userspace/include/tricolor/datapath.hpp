@@ -270,15 +270,23 @@ class Datapath {
     // both), re-applies the policies (policies() holds the adopted ids and names, as after a
     // restart), calls release_previous_programs, retire_previous and move_flows_of_before.
     void grow(uint32_t capacity);
-    // The same for the policy tables: loaded again with @sizes, the active set's configs and
-    // rules (both sets') carried into the new tables before the new programs can run. The
+    // The same for the policy tables: loaded again with @sizes, bigger or smaller, the configs
+    // and rules of both sets carried into the new tables before the new programs can run (into
+    // smaller ones the active set's: the other is written whole by the next change). The
     // programs of before keep the tables of before: the caller puts the new programs on every
-    // hook and lets the old ones go (as above) before a change that needs the room.
-    void grow_tables(const TableSizes &sizes);
+    // hook and lets the old ones go (as above) before a change that needs the room. Smaller
+    // tables must hold the active set (its highest id, its rules at half the slots, a warm-up
+    // or quota's states): else it throws, as any failure does, changing nothing.
+    void resize_tables(const TableSizes &sizes);
     // This data path's table sizes, and what @policies need (their highest id, their rules at
     // half the slots, each a power of two at least as large as @from's; the maxima at most).
     TableSizes table_sizes() const;
     static TableSizes tables_needed(const std::vector<Policy> &policies, TableSizes from);
+    // The tables the active set would still fit at twice its highest id and its rules, grown 4x
+    // from the sizes this data path was first asked for, and its warm-up and quota states only
+    // while a policy has either: where they are smaller than these tables, the room policies
+    // removed left (TableSizes as now while a change is being written).
+    TableSizes tables_for_shrink() const;
     // What the active set after @c needs, from this data path's tables: the cost of @c's
     // policies, not the set's (adopted pins, not yet written: the set's).
     TableSizes tables_needed(const SetChange &c) const;
@@ -392,7 +400,7 @@ class Datapath {
 
   private:
     void load(const DatapathOptions &options);
-    // Loads this data path anew with @options on its pins (grow, grow_tables; @tables: new
+    // Loads this data path anew with @options on its pins (grow, resize_tables; @tables: new
     // policy tables), keeping the one of before; undone if the load fails.
     void reload(const DatapathOptions &options, bool tables);
     void adopt();
