@@ -101,12 +101,9 @@ bool Daemon::grow_flow_table_if_needed() {
         const auto r = move_flows_of_before(false);
         // Flows left three tries running while the table needs to grow: new flows filled it
         // before they moved, and no growth starts while they wait for room that only a growth
-        // makes. They go into a table of the growth's own, and the growth starts. At
-        // --max-flows no growth would take that table: they wait in the table of before (listed,
-        // each metered in its own bucket) for room that reclaimed flows make.
+        // makes. They go into a table of the growth's own, and the growth starts.
         stuck_moves_ = r.left > 0 ? stuck_moves_ + 1 : 0;
         if (dp_->moving_flows_of_before() && stuck_moves_ >= 3 &&
-            dp_->flow_capacity() < options_.max_flows &&
             flow_table_grows(dp_->flow_capacity(), dp_->live_flows())) {
             try {
                 const size_t n = dp_->spill_flows_of_before(kSpillFlows);

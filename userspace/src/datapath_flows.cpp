@@ -236,6 +236,15 @@ void Datapath::Impl::for_each_flow(F each) const {
                                                           if (v->lock != TCM_FLOW_MOVED)
                                                               each(k, nullptr, *v, Flow::kInPrev);
                                                       });
+    // Flows in a table of the growth's own not yet taken by a growth: made there while a
+    // growth loaded, or flows of before put there (spill_flows_of_before; at --max-flows no
+    // growth takes them, and they stay until a start moves them into the table).
+    if (spill_fd >= 0)
+        detail::for_each_entry<tcm_flow_id, tcm_flow>(spill_fd, 1,
+                                                      [&](const tcm_flow_id &k, const tcm_flow *v) {
+                                                          if (v->lock != TCM_FLOW_MOVED)
+                                                              each(k, nullptr, *v, Flow::kInSpill);
+                                                      });
     if (flows_moving & TCM_MOVING_OLD)
         detail::for_each_entry<tcm_flow_key, tcm_flow>(
             fd(skel->maps.tcm_flows_old), 1, [&](const tcm_flow_key &k, const tcm_flow *v) {
@@ -432,22 +441,28 @@ bool Datapath::reclaim_some(FlowPass &pass, size_t max) {
             }
             continue;
         }
-        if (f.slot < Flow::kInOld) { // in the table of slots of before a resize
+        if (f.slot < Flow::kInSpill) { // in the table of slots of before a resize
             if (im.prev_slots &&
                 im.kill_slot_of_before(f.slot - Flow::kInSlotsOfBefore, f.id, &f.state))
                 ++pass.reclaimed;
             continue;
         }
-        // In a table of before: by its key there (the whole key in tcm_flows_old).
-        const bool old = f.slot == Flow::kInOld;
-        const int in = im.fd(old ? im.skel->maps.tcm_flows_old : im.skel->maps.tcm_flows_prev);
+        // In a table of before or the growth's own: by its key there (the whole key in
+        // tcm_flows_old).
+        const bool old = f.slot == Flow::kInOld, spilled = f.slot == Flow::kInSpill;
+        if (spilled && im.spill_fd < 0)
+            continue; // taken by a growth since the walk
+        const int in =
+            spilled ? im.spill_fd
+                    : im.fd(old ? im.skel->maps.tcm_flows_old : im.skel->maps.tcm_flows_prev);
         const void *key = old ? static_cast<const void *>(&f.key) : &f.id;
         tcm_flow now{};
         if (bpf_map_lookup_elem(in, key, &now) != 0 || now.lock || !unchanged_since(now, f.state))
             continue;
         if (bpf_map_delete_elem(in, key) == 0) {
             ++pass.reclaimed;
-            --(old ? pass.old_flows : pass.prev_flows);
+            if (!spilled)
+                --(old ? pass.old_flows : pass.prev_flows);
             if (!old)
                 im.drop_flow_tuple(f.id);
         }

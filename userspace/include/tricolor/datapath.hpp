@@ -86,9 +86,11 @@ struct Flow {
     tcm_flow state;
     tcm_flow_id id{}; // its id; 0 in a flow table of before keyed by the whole key
     // Where it is: its slot in tcm_flow_slots; kInSlotsOfBefore plus its slot in the table of
-    // before a resize; or kInPrev / kInOld (not moved yet).
+    // before a resize; kInPrev / kInOld (not moved yet); or kInSpill, the table of a growth's
+    // own, open (open_spill, spill_flows_of_before).
     uint32_t slot = kInPrev;
     static constexpr uint32_t kInPrev = UINT32_MAX, kInOld = UINT32_MAX - 1,
+                              kInSpill = UINT32_MAX - 2,
                               kInSlotsOfBefore = 1u << 31; // tables of at most 2^27 slots
     static constexpr bool in_table(uint32_t slot) { return slot < kInSlotsOfBefore; }
 };
