@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include <linux/membarrier.h>
+#include <malloc.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -274,6 +275,10 @@ Result<void> Daemon::resize_tables(const TableSizes &sizes) {
     else if (auto r = dp_->apply(prep->policies); !r)
         problems.push_back(r.error());
     ++(grows ? tables_grown_ : tables_shrunk_);
+    // The model of the policies gone was freed long ago, into malloc's free lists: given back
+    // to the kernel with the tables (175 MiB resident after 16384 policies, else).
+    if (!grows)
+        malloc_trim(0);
     const char *ext = sizes.ext_states == before.ext_states ? ""
                       : sizes.ext_states                    ? ", the warm-up and quota states made"
                                          : ", the warm-up and quota states dropped";
