@@ -836,6 +836,35 @@ TEST_F(DatapathPinning, AFleetMapOfAnotherLayoutIsReplacedAndTheRestAdopted) {
     }
 }
 
+namespace {
+// Policy @id's packets of every colour (0 if it has no counters).
+uint64_t packets_of(const Datapath &d, uint32_t id) {
+    auto c = d.policy_counters();
+    auto it = c.find(id);
+    return it == c.end() ? uint64_t{0}
+                         : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
+                               it->second.packets[TCM_RED];
+}
+
+// The policy tables' cases: "parent" (id 1, only a parent), "child" (id 3, under it, from
+// 198.18.0.0/24), and 40 more, q4 to q43, one rule each (to 198.19.<i>.0/24): ids to 43 and 42
+// rules, beyond 4 slots and half of 64.
+std::vector<Policy> parent_child_and_forty() {
+    Policy parent = test::policy(1, "parent", Algo::srtcm, 8000, 100000, 0);
+    parent.only_parent = true;
+    Policy child = test::policy(3, "child", Algo::srtcm, 8000, 100000, 0);
+    child.parent = "parent";
+    child.match.src = prefix("198.18.0.0/24");
+    std::vector<Policy> all = {parent, child};
+    for (uint32_t i = 4; i < 44; ++i) {
+        Policy q = test::policy(i, fmt::format("q{}", i));
+        q.match.dst = prefix(fmt::format("198.19.{}.0/24", i).c_str());
+        all.push_back(q);
+    }
+    return all;
+}
+} // namespace
+
 // The policy tables grow while the data path runs (resize_tables): the configs and rules of both
 // sets carried into bigger tables, a child's parent found at its new place, the buckets and
 // counters (in tables of their own) untouched; a set that did not fit fits after, and a later
@@ -844,24 +873,8 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
     Datapath::remove_pins(pin);
     DatapathOptions small = o;
     small.tables = {4, 64};
-    auto packets = [](const std::map<uint32_t, tcm_counters> &c, uint32_t id) {
-        auto it = c.find(id);
-        return it == c.end() ? uint64_t{0}
-                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
-                                   it->second.packets[TCM_RED];
-    };
-    Policy parent = policy(1, "parent", Algo::srtcm, 8000, 100000, 0);
-    parent.only_parent = true;
-    Policy child = policy(3, "child", Algo::srtcm, 8000, 100000, 0);
-    child.parent = "parent";
-    child.match.src = prefix("198.18.0.0/24");
-    // 40 more, one rule each: ids to 43 and 42 rules, beyond 4 slots and half of 64.
-    std::vector<Policy> more = {parent, child};
-    for (uint32_t i = 4; i < 44; ++i) {
-        Policy q = policy(i, fmt::format("q{}", i));
-        q.match.dst = prefix(fmt::format("198.19.{}.0/24", i).c_str());
-        more.push_back(q);
-    }
+    const std::vector<Policy> more = parent_child_and_forty();
+    const Policy &parent = more[0], &child = more[1];
     const auto to_child =
         Packet().ipv4("198.18.0.1", "198.19.200.1").udp(1, 2).l3_size(100).build();
     const auto to_q7 = Packet().ipv4("198.18.9.1", "198.19.7.1").udp(1, 2).l3_size(100).build();
@@ -885,16 +898,14 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
         a.retire_previous();
         EXPECT_EQ(a.table_sizes(), need);
         EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS); // the set as it was
-        auto c = a.policy_counters();
-        EXPECT_EQ(packets(c, 3), 2u);
-        EXPECT_EQ(packets(c, 1), 2u) << "the parent, at its new place";
+        EXPECT_EQ(packets_of(a, 3), 2u);
+        EXPECT_EQ(packets_of(a, 1), 2u) << "the parent, at its new place";
         ASSERT_TRUE(a.apply(more).has_value());
         EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
         EXPECT_EQ(a.run_xdp(to_q7).retval, XDP_PASS);
-        c = a.policy_counters();
-        EXPECT_EQ(packets(c, 3), 3u);
-        EXPECT_EQ(packets(c, 1), 3u);
-        EXPECT_EQ(packets(c, 7), 1u);
+        EXPECT_EQ(packets_of(a, 3), 3u);
+        EXPECT_EQ(packets_of(a, 1), 3u);
+        EXPECT_EQ(packets_of(a, 7), 1u);
         EXPECT_EQ(a.global_counters().unclassified_packets, 0u);
     }
     Datapath b(o); // asks for the largest: the pins' sizes hold
@@ -902,7 +913,7 @@ TEST_F(DatapathPinning, ThePolicyTablesGrowAndTheSetClassifiesOnWithItsCounters)
     EXPECT_EQ(b.table_sizes(), (TableSizes{64, 256}));
     b.set_clock(6000000000);
     EXPECT_EQ(b.run_xdp(to_q7).retval, XDP_PASS);
-    EXPECT_EQ(packets(b.policy_counters(), 7), 2u);
+    EXPECT_EQ(packets_of(b, 7), 2u);
 }
 
 // Policies gone, the tables shrink (resize_tables to tables_for_shrink: room for twice the set's
@@ -915,28 +926,10 @@ TEST_F(DatapathPinning, PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsC
     DatapathOptions small = o;
     small.tables = {4, 64, false};
     const std::string states = fmt::format("{}/abi{}/tcm_meter_ext", pin, TCM_ABI_VERSION);
-    auto packets = [](const Datapath &d, uint32_t id) {
-        auto c = d.policy_counters();
-        auto it = c.find(id);
-        return it == c.end() ? uint64_t{0}
-                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
-                                   it->second.packets[TCM_RED];
-    };
-    Policy parent = policy(1, "parent", Algo::srtcm, 8000, 100000, 0);
-    parent.only_parent = true;
-    Policy child = policy(3, "child", Algo::srtcm, 8000, 100000, 0);
-    child.parent = "parent";
-    child.match.src = prefix("198.18.0.0/24");
-    std::vector<Policy> more = {parent, child};
-    for (uint32_t i = 4; i < 44; ++i) {
-        Policy q = policy(i, fmt::format("q{}", i));
-        q.match.dst = prefix(fmt::format("198.19.{}.0/24", i).c_str());
-        if (i == 43) { // a quota: the warm-up and quota states made
-            q.meter.quota_bytes = 1u << 30;
-            q.meter.quota_period_ns = 3600ull * 1000000000;
-        }
-        more.push_back(q);
-    }
+    std::vector<Policy> more = parent_child_and_forty();
+    more.back().meter.quota_bytes = 1u << 30; // q43: the warm-up and quota states made
+    more.back().meter.quota_period_ns = 3600ull * 1000000000;
+    const Policy &parent = more[0], &child = more[1];
     const auto to_child =
         Packet().ipv4("198.18.0.1", "198.19.200.1").udp(1, 2).l3_size(100).build();
     const auto to_q7 = Packet().ipv4("198.18.9.1", "198.19.7.1").udp(1, 2).l3_size(100).build();
@@ -966,21 +959,21 @@ TEST_F(DatapathPinning, PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsC
         a.retire_previous();
         EXPECT_EQ(a.table_sizes(), want);
         EXPECT_FALSE(std::filesystem::exists(states)) << "no policy has a warm-up or quota";
-        EXPECT_EQ(packets(a, 3), 1u) << "the counters of before read";
+        EXPECT_EQ(packets_of(a, 3), 1u) << "the counters of before read";
         EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS); // the active set, carried
-        EXPECT_EQ(packets(a, 3), 2u);
-        EXPECT_EQ(packets(a, 1), 2u) << "the parent, at its place in the smaller table";
+        EXPECT_EQ(packets_of(a, 3), 2u);
+        EXPECT_EQ(packets_of(a, 1), 2u) << "the parent, at its place in the smaller table";
         EXPECT_EQ(a.fold_counters_of_before(), 2u);
-        EXPECT_EQ(packets(a, 3), 2u) << "carried: neither lost nor twice";
+        EXPECT_EQ(packets_of(a, 3), 2u) << "carried: neither lost nor twice";
         const uint64_t unclassified = a.global_counters().unclassified_packets;
         EXPECT_EQ(a.run_xdp(to_q7).retval, XDP_PASS);
         EXPECT_EQ(a.global_counters().unclassified_packets, unclassified + 1) << "q7 is gone";
         // A change after the shrink: the other set, not carried, written whole.
         ASSERT_TRUE(a.apply({parent, child, more[3]}).has_value()); // q5
         EXPECT_EQ(a.run_xdp(to_q5).retval, XDP_PASS);
-        EXPECT_EQ(packets(a, 5), 1u);
+        EXPECT_EQ(packets_of(a, 5), 1u);
         EXPECT_EQ(a.run_xdp(to_child).retval, XDP_PASS);
-        EXPECT_EQ(packets(a, 3), 3u);
+        EXPECT_EQ(packets_of(a, 3), 3u);
         EXPECT_EQ(a.global_counters().unclassified_packets, unclassified + 1);
         // The set back to its size: refused until grown again, as before.
         EXPECT_THAT(a.apply(more).error(), ::testing::HasSubstr("grown first"));
@@ -990,7 +983,7 @@ TEST_F(DatapathPinning, PoliciesGoneShrinkTheTablesAndTheSetClassifiesOnWithItsC
     EXPECT_EQ(b.table_sizes(), (TableSizes{16, 64, false}));
     b.set_clock(6000000000);
     EXPECT_EQ(b.run_xdp(to_child).retval, XDP_PASS);
-    EXPECT_EQ(packets(b, 3), 4u);
+    EXPECT_EQ(packets_of(b, 3), 4u);
 }
 
 // The per-CPU counter arrays are sized by the policy slots. A growth makes new ones: the arrays of
@@ -1004,13 +997,6 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
     const std::string dir = fmt::format("{}/abi{}", pin, TCM_ABI_VERSION);
     const std::string stats = dir + "/tcm_policy_stats", prev = stats + "_prev",
                       carried = stats + "_carried";
-    auto count = [](const Datapath &d, uint32_t id) {
-        auto c = d.policy_counters();
-        auto it = c.find(id);
-        return it == c.end() ? uint64_t{0}
-                             : it->second.packets[TCM_GREEN] + it->second.packets[TCM_YELLOW] +
-                                   it->second.packets[TCM_RED];
-    };
     int kept = -1;
     {
         Datapath a(small);
@@ -1027,10 +1013,10 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
         ASSERT_TRUE(pinned_map_info(prev));
         EXPECT_EQ(pinned_map_info(prev)->max_entries, 4u);
         EXPECT_TRUE(a.holds_counters_of_before());
-        EXPECT_EQ(count(a, 3), 2u) << "the array of before read";
+        EXPECT_EQ(packets_of(a, 3), 2u) << "the array of before read";
         a.retire_previous();
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_PASS); // 0 left
-        EXPECT_EQ(count(a, 3), 3u);
+        EXPECT_EQ(packets_of(a, 3), 3u);
         EXPECT_THAT(
             [&] {
                 a.resize_tables({64, 64});
@@ -1039,22 +1025,22 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
                 ::testing::HasSubstr("are not carried over yet")));
         EXPECT_EQ(a.table_sizes(), (TableSizes{16, 64})) << "the refused growth changed nothing";
         EXPECT_EQ(pinned_map_info(stats)->max_entries, 16u);
-        EXPECT_EQ(count(a, 3), 3u);
+        EXPECT_EQ(packets_of(a, 3), 3u);
         EXPECT_EQ(a.fold_counters_of_before(), 1u);
         EXPECT_FALSE(a.holds_counters_of_before());
         EXPECT_FALSE(std::filesystem::exists(prev));
         EXPECT_TRUE(std::filesystem::exists(carried));
-        EXPECT_EQ(count(a, 3), 3u) << "carried: neither lost nor twice";
+        EXPECT_EQ(packets_of(a, 3), 3u) << "carried: neither lost nor twice";
         EXPECT_EQ(a.policy_counter(3).packets[TCM_GREEN], 3u);
         EXPECT_EQ(a.run_xdp(frame).retval, XDP_DROP);
-        EXPECT_EQ(count(a, 3), 4u);
+        EXPECT_EQ(packets_of(a, 3), 4u);
         a.resize_tables({64, 64}); // folded: it may grow again
         a.retire_previous();
-        EXPECT_EQ(count(a, 3), 4u);
+        EXPECT_EQ(packets_of(a, 3), 4u);
         kept = bpf_obj_get(prev.c_str());
         ASSERT_GE(kept, 0);
         EXPECT_EQ(a.fold_counters_of_before(), 1u);
-        EXPECT_EQ(count(a, 3), 4u);
+        EXPECT_EQ(packets_of(a, 3), 4u);
     }
     // A daemon killed after the carried counts took their pin and before the array of before's
     // pin went (the last fold's array pinned back): that array is not carried twice.
@@ -1064,11 +1050,11 @@ TEST_F(DatapathPinning, TheCountersOfBeforeAGrowthAreReadUntilCarriedAndCarriedO
     EXPECT_TRUE(b.adopted());
     EXPECT_FALSE(std::filesystem::exists(prev));
     EXPECT_FALSE(b.holds_counters_of_before());
-    EXPECT_EQ(count(b, 3), 4u);
+    EXPECT_EQ(packets_of(b, 3), 4u);
     // Id 3 given to another policy starts at zero: nothing carried for it.
     ASSERT_TRUE(b.apply({policy(5, "other")}).has_value());
     ASSERT_TRUE(b.apply({policy(3, "again")}).has_value());
-    EXPECT_EQ(count(b, 3), 0u);
+    EXPECT_EQ(packets_of(b, 3), 0u);
 }
 
 // Pins of a daemon whose counter arrays were made for TCM_MAX_POLICIES beside smaller policy
