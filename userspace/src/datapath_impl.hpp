@@ -169,8 +169,8 @@ struct Datapath::Impl {
     };
     // The sizes the first load was asked for: the least a shrink goes to (tables_for_shrink).
     TableSizes least_tables;
-    // resize_tables to tables without the warm-up and quota states: their pin goes at the
-    // load, whatever it holds (no active policy has a warm-up or quota).
+    // A reload for tables without the warm-up and quota states (reload): their pin goes at the
+    // load, whatever it holds.
     bool drop_ext_states = false;
     std::optional<TablesOfBefore> tables_of_before;
     void carry_tables_of_before();

@@ -340,9 +340,6 @@ void Datapath::resize_tables(const TableSizes &sizes) {
     DatapathOptions o = impl_->options;
     o.tables = sizes;
     o.flow_capacity = impl_->meta->capacity;
-    // The states of policies gone: their pin goes with the tables of before (load keeps a
-    // pinned map that holds anything).
-    impl_->drop_ext_states = now.ext_states && !sizes.ext_states;
     reload(o, true);
 }
 
@@ -354,7 +351,9 @@ void Datapath::reload(const DatapathOptions &o, bool tables) {
     before->retired.reset(); // one data path of before at most
     impl_ = std::make_unique<Impl>();
     impl_->least_tables = before->least_tables;
-    impl_->drop_ext_states = std::exchange(before->drop_ext_states, false);
+    // Smaller tables without the warm-up and quota states (resize_tables found no policy with
+    // either): the states of policies gone lose their pin, which load keeps if it holds anything.
+    impl_->drop_ext_states = tables && before->tables.ext_states && !o.tables.ext_states;
     const std::string pins = before->pin_path;
     if (tables) {
         impl_->tables_of_before =
