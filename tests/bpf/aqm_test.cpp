@@ -156,11 +156,7 @@ TEST_F(AqmTest, EarlyDropsNeverAfterTheBucketRefillsAndColoursAreUnchanged) {
 
     // The colours are §1's: the same packets with --aqm off colour identically.
     auto with = dp->policy_counters()[3];
-    DatapathOptions o;
-    o.testing = true;
-    o.flow_capacity = 1024;
-    dp = std::make_unique<Datapath>(o);
-    dp->set_clock(1000000000);
+    load(options());
     apply(TCM_AQM_OFF);
     drain(75);
     dp->set_clock(t1);
@@ -240,6 +236,7 @@ TEST_F(AqmTest, APacketStampedBeforeTheBucketsLastTimeKeepsTheDrainsHistory) {
 // another CPU: a sender's later departure stamp is metered at that time (bpf/lib/edt.h), and
 // the next packet, unstamped, arrives before it.
 TEST_F(AqmTest, AfterASendersLaterStampUnderShapeEdtTheDrainsHistoryStays) {
+    load_tc_too();
     apply_slow_start(TCM_AQM_ECN, 3, TCM_SHAPE_EDT);
     uint64_t t = 1000000000;
     auto send = [&](uint64_t stamp) {

@@ -22,6 +22,8 @@ namespace {
 
 class CgroupTest : public DatapathTest {
   protected:
+    // Egress cgroup rules are matched by the tc program.
+    void configure(DatapathOptions &o) const override { o.programs |= DatapathOptions::kTcProgram; }
     void SetUp() override {
         DatapathTest::SetUp();
         if (IsSkipped())

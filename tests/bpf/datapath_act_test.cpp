@@ -62,6 +62,7 @@ TEST_F(DatapathTest, DscpRemarkOnIpv6KeepsEcnAndFlowLabel) {
 }
 
 TEST_F(DatapathTest, TcMarkPriorityAndClassid) {
+    load_tc_too();
     Policy p = policy(1, "tc", Algo::srtcm, 8000, 1000, 1000);
     p.actions[TCM_GREEN] = parse_action("mark:77").value();
     p.actions[TCM_YELLOW] = parse_action("classid:1:10").value();
@@ -82,6 +83,7 @@ TEST_F(DatapathTest, TcMarkPriorityAndClassid) {
 }
 
 TEST_F(DatapathTest, TcGsoPacketIsChargedPerSegmentWithHeaders) {
+    load_tc_too();
     Policy p = policy(1, "gso", Algo::srtcm, 8000, 1000000, 0);
     apply({p});
     // A 3-segment TCP super-packet: 3 x 1000 payload, one set of headers in the buffer (a test

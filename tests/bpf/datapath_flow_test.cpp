@@ -337,6 +337,7 @@ class DatapathPinning : public ::testing::Test {
         o.testing = true;
         o.flow_capacity = 64;
         o.pin_dir = pin;
+        o.programs = DatapathOptions::kXdpProgram; // what these cases run
         Datapath a(o);
         EXPECT_FALSE(a.adopted());
         ASSERT_TRUE(a.apply({p}).has_value());

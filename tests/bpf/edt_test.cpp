@@ -21,6 +21,7 @@ constexpr uint64_t kHorizon = TCM_EDT_HORIZON_NS;
 class EdtTest : public test::DatapathFixture {
   protected:
     uint32_t flow_capacity() const override { return 1024; }
+    void configure(DatapathOptions &o) const override { o.programs |= DatapathOptions::kTcProgram; }
     // srtcm, CIR 3 Mbit/s, CBS 3000 bytes, EBS 0: three packets of 1000 bytes, then one every
     // 8000 bits / 3 Mbit/s = 2666666.67 ns, a spacing that is not a whole nanosecond.
     static constexpr uint64_t kCir = 3000000;

@@ -60,6 +60,7 @@ std::vector<Packet> templates() {
 
 class FrameFuzz : public DatapathFixture {
   protected:
+    void configure(DatapathOptions &o) const override { o.programs |= DatapathOptions::kTcProgram; }
     void SetUp() override {
         DatapathFixture::SetUp();
         if (IsSkipped() || HasFatalFailure())

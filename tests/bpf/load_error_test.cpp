@@ -3,8 +3,13 @@
 // program the verifier really refuses, on the kernel the tests run on.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "test_util.hpp"
 #include "tricolor/bpf_load.hpp"
+#include "tricolor/datapath.hpp"
 
 #include "rejected.skel.h"
 
@@ -43,6 +48,37 @@ TEST(LoadErrors, TheRunningKernelIsSupportedAndNamed) {
     EXPECT_FALSE(k.release.empty());
     EXPECT_GE(k.major * 1000 + k.minor, kMinKernelMajor * 1000 + kMinKernelMinor) << k.release;
     EXPECT_EQ(kernel_support_problem(), "");
+}
+
+// The BPF suites load the programs they run and no others (DatapathOptions::programs): one left
+// out is named when asked for, and outside testing every program loads.
+TEST(LoadErrors, AProgramLeftOutOfATestingLoadIsNamedWhenAskedFor) {
+    TRICOLOR_REQUIRE_ROOT();
+    quiet_libbpf_logging();
+    DatapathOptions o;
+    o.testing = true;
+    o.flow_capacity = 64;
+    o.programs = DatapathOptions::kXdpProgram;
+    Datapath dp(o);
+    EXPECT_GE(dp.xdp_prog_fd(), 0);
+    auto said = [](auto &&call) {
+        try {
+            call();
+        } catch (const std::logic_error &e) {
+            return std::string(e.what());
+        }
+        return std::string("nothing");
+    };
+    EXPECT_EQ(said([&] { dp.tc_prog_fd(); }),
+              "the tc program is not loaded: this testing Datapath left it out "
+              "(DatapathOptions::programs)");
+    EXPECT_NE(said([&] { dp.run_tc(std::vector<uint8_t>(64)); }).find("the tc program"),
+              std::string::npos);
+    EXPECT_NE(said([&] { dp.sockops_prog_fd(); }).find("the sock_ops program is not loaded"),
+              std::string::npos);
+    o.testing = false;
+    EXPECT_EQ(said([&] { Datapath{o}; }),
+              "DatapathOptions::programs: every program loads outside testing");
 }
 
 } // namespace

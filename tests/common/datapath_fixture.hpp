@@ -26,20 +26,34 @@ namespace tricolor::test {
 class DatapathFixture : public ::testing::Test {
   protected:
     virtual uint32_t flow_capacity() const { return 8192; }
-    // The options SetUp loads with: testing mode, flow_capacity() and what a suite adds here.
+    // The options SetUp loads with: testing mode, flow_capacity(), the XDP program alone (the
+    // verifier's time for the others is most of a load's) and what a suite adds here (a suite
+    // that runs the tc program: o.programs |= DatapathOptions::kTcProgram).
     virtual void configure(DatapathOptions &) const {}
     DatapathOptions options() const {
         DatapathOptions o;
         o.testing = true;
         o.flow_capacity = flow_capacity();
+        o.programs = DatapathOptions::kXdpProgram;
         configure(o);
         return o;
     }
     void SetUp() override {
         TRICOLOR_REQUIRE_ROOT();
         quiet_libbpf_logging();
-        dp = std::make_unique<Datapath>(options());
+        load(options());
+    }
+    void load(const DatapathOptions &o) {
+        dp.reset();
+        dp = std::make_unique<Datapath>(o);
         dp->set_clock(1000000000);
+    }
+    // A case that runs the tc program in a suite that loads the XDP program alone: loaded again
+    // with both, before the case has applied anything.
+    void load_tc_too() {
+        auto o = options();
+        o.programs |= DatapathOptions::kTcProgram;
+        load(o);
     }
     void apply(const std::vector<Policy> &ps) {
         auto r = dp->apply(ps);

@@ -15,8 +15,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -252,6 +255,17 @@ struct Datapath::Impl {
     }
 
     int fd(bpf_map *m) const { return bpf_map__fd(m); }
+    // A program's fd; one left out of a testing load (DatapathOptions::programs) is a test's
+    // mistake, said as such rather than handed on as -1.
+    int prog_fd(const bpf_program *p, const char *what) const {
+        int fd = bpf_program__fd(p);
+        if (fd < 0)
+            throw std::logic_error(
+                fmt::format("the {} program is not loaded: this testing Datapath left it out "
+                            "(DatapathOptions::programs)",
+                            what));
+        return fd;
+    }
 
     // After grow: the data path of before, whose programs may still run on a hook until
     // retire_previous.

@@ -534,6 +534,8 @@ uint32_t Datapath::flow_capacity() const {
 void Datapath::load(const DatapathOptions &o) {
     impl_->options = o;
     impl_->testing = o.testing;
+    if (o.programs != DatapathOptions::kEveryProgram && !o.testing)
+        throw std::logic_error("DatapathOptions::programs: every program loads outside testing");
     impl_->skel = tricolor_dp::open();
     if (!impl_->skel)
         throw std::runtime_error(
@@ -661,6 +663,12 @@ void Datapath::load(const DatapathOptions &o) {
         throw std::runtime_error(
             fmt::format("cannot size the flow table to {}: {}", o.flow_capacity, errno_text(err)));
     impl_->skel->rodata->tcm_test_clock = o.testing ? 1 : 0;
+    bpf_program__set_autoload(impl_->skel->progs.tricolor_xdp,
+                              o.programs & DatapathOptions::kXdpProgram);
+    bpf_program__set_autoload(impl_->skel->progs.tricolor_tc,
+                              o.programs & DatapathOptions::kTcProgram);
+    bpf_program__set_autoload(impl_->skel->progs.tricolor_sockops,
+                              o.programs & DatapathOptions::kSockopsProgram);
     impl_->skel->rodata->tcm_bench_spread = o.bench_spread;
     impl_->skel->rodata->tcm_bench_flows = o.bench_flows;
     detail::set_flow_layout(impl_->skel->rodata, layout, impl_->flows_moving, impl_->prev_layout);
@@ -746,7 +754,11 @@ void Datapath::pin_programs() {
         if (std::ranges::find(impl_->own_progs, id) == impl_->own_progs.end())
             impl_->previous_progs.emplace_back(id, e.path().string());
     }
-    for (auto [name, fd] : {std::pair{"xdp", xdp_prog_fd()}, std::pair{"tc", tc_prog_fd()}}) {
+    for (auto [name, prog] : {std::pair{"xdp", impl_->skel->progs.tricolor_xdp},
+                              std::pair{"tc", impl_->skel->progs.tricolor_tc}}) {
+        int fd = bpf_program__fd(prog);
+        if (fd < 0)
+            continue; // not loaded (DatapathOptions::programs, testing only)
         std::string path = fmt::format("{}/{}_{}", dir, name, obj_id(fd));
         if (int err = bpf_obj_pin(fd, path.c_str()); err < 0 && err != -EEXIST)
             throw std::runtime_error(
@@ -846,10 +858,10 @@ uint32_t Datapath::active_set() const {
     return impl_->runtime->active_set;
 }
 int Datapath::xdp_prog_fd() const {
-    return bpf_program__fd(impl_->skel->progs.tricolor_xdp);
+    return impl_->prog_fd(impl_->skel->progs.tricolor_xdp, "XDP");
 }
 int Datapath::tc_prog_fd() const {
-    return bpf_program__fd(impl_->skel->progs.tricolor_tc);
+    return impl_->prog_fd(impl_->skel->progs.tricolor_tc, "tc");
 }
 
 uint64_t Datapath::now_ns() const {

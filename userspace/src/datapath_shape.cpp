@@ -16,7 +16,7 @@ void Datapath::set_shape_ifaces(const std::vector<uint32_t> &ifindexes) {
 }
 
 int Datapath::sockops_prog_fd() const {
-    return bpf_program__fd(impl_->skel->progs.tricolor_sockops);
+    return impl_->prog_fd(impl_->skel->progs.tricolor_sockops, "sock_ops");
 }
 
 std::map<uint32_t, ShapeCounters> Datapath::shape_counters() const {

@@ -453,6 +453,7 @@ namespace {
 DatapathOptions testing_options() {
     DatapathOptions o;
     o.testing = true;
+    o.programs = DatapathOptions::kXdpProgram; // what mark_frame runs
     return o;
 }
 } // namespace

@@ -68,6 +68,13 @@ struct DatapathOptions {
     std::string pin_dir;
     // Load with the test clock (tcm_test_clock_ns) and attach nothing: for BPF_PROG_TEST_RUN.
     bool testing = false;
+    // Testing only: which programs of the data path to load (each is verified when loaded: a
+    // test that runs the XDP program alone skips the verification of the tc and sock_ops ones,
+    // three fifths of a load, and under an emulated CPU most of a BPF case's time). Outside
+    // testing every program loads; a program left out says so when asked for.
+    static constexpr uint8_t kXdpProgram = 1, kTcProgram = 2, kSockopsProgram = 4,
+                             kEveryProgram = 7;
+    uint8_t programs = kEveryProgram;
     // Benchmark only: each run meters a different source (1) or destination (2) address of
     // 2^20 (tcm_bench_spread in bpf/lib/testing.h); 0: the packet's own.
     uint8_t bench_spread = 0;
