@@ -171,7 +171,8 @@ PLATFORM_E2E='E2E\.(TrafficIsColouredCountedAndRedDropped|TcEgressAndIpv6OnXdpIn
 # move (the programs' part, a flow moved at its next packet and the growth's own table read,
 # runs there in the other flow table cases), a cgroup glob followed, a cgroup's bucket
 # reclaimed, the ingress program swapped by a growth (a restart swaps it there too) and bad
-# interface patterns refused: 6 of the guest's 32 minutes (CI's run of f83123f took 87).
+# interface patterns refused: 6 of the guest's 32 minutes (CI's run of f83123f took 87). Since
+# each BPF case loads only the programs it runs (DatapathOptions::programs), 4 more: 22 minutes.
 GUEST_CASES="^(bpf|cli)\\.|^e2e\\.($PLATFORM_E2E)"
 GUEST_EXCLUDE='^e2e\.(Fleet|WhatIfE2E)\.|^e2e\.Shape\.StartsThatMeetRed|^e2e\.E2E\.(TheDaemonReclaimsIdleFlows|TcpThroughADropRedPolicyStaysWithinTheBound)$|^e2e\.HierE2E\.|^bpf\.(PolicySetsTest|RankOrder|ClassCacheTest|FlowTopTest|FlowTopPinned|SmallHotMapTest|ReclaimPassTest)\.|^bpf\.WhatIfTest\.(Suggest|Totals|ThePlot|BadCaptures|Stamps|Runts|Microsecond)|^cli\.(WhatIfCli|HierReplayCli)\.|^e2e\.Cgroups\.BadCgroup|^bpf\.FleetDatapathTest\.(CIsCapped|ARateChange|SrtcmEarnings|ARenewalAfter|RandomLeases|PerKeyFleet|AFreshPolicyId)|^bpf\.DatapathPinning\.(AFleetMap|CounterArraysOfTheWholeIdRange|TheWarmUpAndQuotaStates|TheCountersOfBeforeAGrowth|PoliciesGoneShrink|AnotherCapacityResizes|FlowsOfBeforeWithNoRoom|AFlowMovedThenReclaimed)|^e2e\.Cgroups\.(PerCgroupGlob|ARemovedCgroupsBucket|AFlowTableGrowthSwaps)|^e2e\.InterfacePatterns\.BadPatterns'
 # CI's machine took 49 minutes (ctest's own time) for the 6.1 run with one case at a time.

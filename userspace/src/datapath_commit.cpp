@@ -186,7 +186,7 @@ Datapath::Impl::SetWriter::SetWriter(Datapath &dp, const SetChange &c,
 // Fresh state and counters for ids that were not active (an id can be reused); a policy that
 // starts (or stops) being a fleet policy holds no tokens from before.
 void Datapath::Impl::SetWriter::prepare_policy_maps() {
-    int ncpus = libbpf_num_possible_cpus();
+    const size_t ncpus = possible_cpus();
     std::vector<tcm_counters> zero_counters(ncpus);
     std::set<uint32_t> fresh;
     for (const auto &p : c_.upserts) {
@@ -445,8 +445,7 @@ void Datapath::Impl::SetWriter::catch_up_old_set() {
 void Datapath::clear_class_cache() {
     int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
     const uint32_t slots = bpf_map__max_entries(impl_->skel->maps.tcm_class_cache);
-    const std::vector<tcm_class_cache_entry> empty(
-        static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1)));
+    const std::vector<tcm_class_cache_entry> empty(possible_cpus());
     for (uint32_t i = 0; i < slots; ++i)
         bpf_map_update_elem(fd, &i, empty.data(), BPF_ANY);
 }

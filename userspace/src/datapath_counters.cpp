@@ -17,7 +17,7 @@ std::map<uint32_t, tcm_counters> Datapath::policy_counters() const {
 }
 
 tcm_counters Datapath::policy_counter(uint32_t id) const {
-    size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    size_t ncpus = possible_cpus();
     std::vector<tcm_counters> per_cpu(ncpus);
     tcm_counters sum{};
     if (bpf_map_lookup_elem(impl_->fd(impl_->skel->maps.tcm_policy_stats), &id, per_cpu.data()))
@@ -98,8 +98,8 @@ void Datapath::Impl::open_counter_arrays(uint32_t slots) {
 
 void Datapath::Impl::add_carried(size_t which, uint32_t id, uint64_t *sum) const {
     const CounterArray &c = counters[which];
-    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
-    std::vector<uint64_t> v(std::max<size_t>(ncpus, 1) * c.words);
+    const size_t ncpus = possible_cpus();
+    std::vector<uint64_t> v(ncpus * c.words);
     if (c.prev_fd >= 0 && id < c.prev_entries && bpf_map_lookup_elem(c.prev_fd, &id, v.data()) == 0)
         detail::add_rows(sum, v.data(), ncpus, c.words);
     if (c.carried_fd >= 0 && bpf_map_lookup_elem(c.carried_fd, &id, v.data()) == 0)
@@ -107,7 +107,7 @@ void Datapath::Impl::add_carried(size_t which, uint32_t id, uint64_t *sum) const
 }
 
 void Datapath::Impl::forget_counters(const std::vector<uint32_t> &ids) const {
-    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    const size_t ncpus = possible_cpus();
     for (const CounterArray &c : counters) {
         std::vector<uint64_t> zero(ncpus * c.words);
         for (uint32_t id : ids) {
@@ -131,7 +131,7 @@ size_t Datapath::fold_counters_of_before() {
     if (!holds_counters_of_before())
         return 0;
     syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
-    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    const size_t ncpus = possible_cpus();
     size_t carried = 0;
     for (size_t w = 0; w < impl_->counters.size(); ++w) {
         auto &c = impl_->counters[w];
@@ -188,7 +188,7 @@ size_t Datapath::fold_counters_of_before() {
 }
 
 tcm_global_counters Datapath::global_counters() const {
-    int ncpus = libbpf_num_possible_cpus();
+    const size_t ncpus = possible_cpus();
     std::vector<tcm_global_counters> per_cpu(ncpus);
     tcm_global_counters sum{};
     uint32_t zero = 0;

@@ -32,6 +32,12 @@
 
 namespace tricolor {
 
+// How many values a per-CPU map holds for a key: a buffer for one is sized by it (at least one,
+// should libbpf fail to count, an error being negative).
+inline size_t possible_cpus() {
+    return static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+}
+
 // A set's cgroup rules by (direction, cgroup id) (datapath_cgroups.cpp).
 using CgroupRules = std::map<std::pair<uint32_t, uint64_t>, tcm_cgroup_rule>;
 
@@ -419,7 +425,7 @@ std::map<uint32_t, V> Datapath::Impl::counter_sums(size_t which) const {
     std::map<uint32_t, V> out;
     if (active.empty())
         return out;
-    const size_t ncpus = static_cast<size_t>(libbpf_num_possible_cpus());
+    const size_t ncpus = possible_cpus();
     const size_t words = sizeof(V) / sizeof(uint64_t);
     const CounterArray &c = counters[which];
     auto add = [&](uint32_t id, const uint64_t *v, size_t n) {

@@ -80,7 +80,7 @@ void drop_pin_of_another_layout(const std::string &path, uint32_t value_size) {
 // within TCM_CLASS_CACHE_MIN_ENTRIES..TCM_CLASS_CACHE_ENTRIES: about 28 bytes a flow of
 // capacity in all, whatever the CPUs, an eighth of the flow table's.
 uint32_t Datapath::class_cache_size(uint32_t flow_capacity) {
-    const uint32_t cpus = static_cast<uint32_t>(std::max(libbpf_num_possible_cpus(), 1));
+    const uint32_t cpus = static_cast<uint32_t>(possible_cpus());
     const uint32_t want = std::max<uint32_t>(flow_capacity / 2 / cpus, 1);
     if (want >= TCM_CLASS_CACHE_ENTRIES)
         return TCM_CLASS_CACHE_ENTRIES;

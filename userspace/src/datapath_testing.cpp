@@ -106,7 +106,7 @@ size_t count_keys(int fd) {
 
 // Both walk the cache as the counters' reads walk theirs (detail::for_each_entry: batched).
 size_t Datapath::class_cache_entries() const {
-    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+    const size_t cpus = possible_cpus();
     size_t n = 0;
     detail::for_each_entry<uint32_t, tcm_class_cache_entry>(
         impl_->fd(impl_->skel->maps.tcm_class_cache), cpus,
@@ -118,7 +118,7 @@ size_t Datapath::class_cache_entries() const {
 }
 
 std::vector<tcm_class_cache_entry> Datapath::class_cache_of_cpu(int cpu) const {
-    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+    const size_t cpus = possible_cpus();
     if (cpu < 0 || static_cast<size_t>(cpu) >= cpus)
         throw std::out_of_range(fmt::format("no CPU {} of {}", cpu, cpus));
     std::vector<tcm_class_cache_entry> out(bpf_map__max_entries(impl_->skel->maps.tcm_class_cache));
@@ -130,7 +130,7 @@ std::vector<tcm_class_cache_entry> Datapath::class_cache_of_cpu(int cpu) const {
 
 void Datapath::set_class_cache_slot(int cpu, uint32_t slot, const tcm_class_cache_entry &e) {
     const int fd = impl_->fd(impl_->skel->maps.tcm_class_cache);
-    const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
+    const size_t cpus = possible_cpus();
     std::vector<tcm_class_cache_entry> v(cpus);
     if (bpf_map_lookup_elem(fd, &slot, v.data()) != 0)
         throw std::runtime_error(fmt::format("no slot {} in tcm_class_cache", slot));
