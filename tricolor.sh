@@ -135,8 +135,9 @@ run_tests() {
 KERNELS=(linux-image-6.1.0-50-amd64-unsigned)
 # Debian 13's kernel: the BPF and CLI suites (every program loaded and run through
 # BPF_PROG_TEST_RUN); the end-to-end suites run on 6.1 and on this machine's kernel. The suites
-# take 15 minutes there under TCG, more than CI's budget leaves: CI sets TRICOLOR_KERNELS_BPF=
-# (none) and loads every object on 6.12 in the compiler matrix instead.
+# take about 7 minutes there under TCG (15 before each case loaded only the programs it runs),
+# more than CI's budget leaves: CI sets TRICOLOR_KERNELS_BPF= (none) and loads every object on
+# 6.12 in the compiler matrix instead.
 KERNEL_612=linux-image-6.12.117+deb13-amd64-unsigned
 read -ra KERNELS_BPF <<<"${TRICOLOR_KERNELS_BPF-$KERNEL_612}"
 KERNEL_PACKAGES=(qemu-system-x86 busybox-static kmod cpio xz-utils debootstrap)

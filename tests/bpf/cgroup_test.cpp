@@ -257,10 +257,10 @@ TEST_F(CgroupTest, AnIngressChildUnderAPerSourceParentFillsOneParentBucketPerSou
             ++parent_flows;
             keyless = keyless && f.key.src[3] == 0;
         }
-    // Before Linux 6.10 or so, BPF_PROG_TEST_RUN gives a cgroup_skb program no packet data
+    // On Debian's 6.1 and 6.12, BPF_PROG_TEST_RUN gives a cgroup_skb program no packet data
     // (data_end is not set; the kernel's selftest cgroup_skb_prog_run_direct_packet_access came
     // with the fix), so the parser sees nothing there; the real hook has the data on every
-    // kernel (e2e Cgroups). Checked where the test run has it: this machine's kernel.
+    // kernel (e2e Cgroups). Checked where the test run has it: this machine's 6.18.
     struct utsname u {};
     unsigned major = 0, minor = 0;
     if (uname(&u) == 0)
