@@ -51,7 +51,7 @@ for v in $CLANGS; do
     # Make does not rebuild on a changed command line: the objects go, and with them what embeds them.
     rm -f "$DIR"/bpf/*.bpf.o "$DIR"/tests/*.bpf.o
     case " $SUITE_CLANGS " in
-    *" $v "*) targets=(bpf_tests bench_skel_gen) ;;
+    *" $v "*) targets=(bpf_tests control_replay bench_skel_gen) ;; # control_replay: a bpf case
     *) targets=(tricolor_dp_skel_gen tricolor_cgin_skel_gen replay_skel_gen bench_skel_gen) ;;
     esac
     if ! cmake -S "$REPO" -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBPF_CLANG="$cc" >/dev/null ||
